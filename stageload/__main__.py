@@ -1,0 +1,29 @@
+"""``python -m stageload summary|plot|guard …`` — dispatch to each command's own module.
+
+Each sub-command lives in its own module and is imported only when asked for, so
+``python -m stageload guard`` never imports torch.
+"""
+import sys
+
+COMMANDS = {
+    "summary": ("stageload.summary", "summary of a JSONL trace: peaks, swap, time and loads per stage"),
+    "plot": ("stageload.plot", "chart of footprint over time with stage bands, several runs overlaid"),
+    "guard": ("stageload.guard.cli", "run one command only when there is memory, stop it before swap runs away"),
+}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        lines = ["usage: python -m stageload {summary,plot,guard} ...", ""]
+        lines += [f"  {name:8s} {text}" for name, (_, text) in COMMANDS.items()]
+        print("\n".join(lines), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    import importlib
+
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
