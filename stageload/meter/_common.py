@@ -1,0 +1,68 @@
+"""What every platform reader shares: the ``SystemMemory`` record and the process-tree walk."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import psutil
+
+
+@dataclass(frozen=True)
+class SystemMemory:
+    """System-wide memory figures at one moment.
+
+    Every field is an ``int`` in bytes, except ``pressure``, or ``None`` when this platform or
+    this machine cannot tell. ``None`` means *unknown*, never "fine": a guard must treat it as
+    missing data.
+
+    - ``total``: physical memory (bytes).
+    - ``available``: memory that can be given to programs without swapping (bytes). Linux:
+      ``MemAvailable`` from ``/proc/meminfo``; macOS: ``kern.memorystatus_level`` percent of
+      ``total``, because psutil's ``available`` there leaves out compressed memory.
+    - ``swap_used`` / ``swap_total``: swap in use / configured (bytes). Linux ``/proc/meminfo``;
+      macOS ``vm.swapusage``. A machine without swap reports ``0`` / ``0``.
+    - ``pressure``: macOS ``kern.memorystatus_vm_pressure_level`` (1 normal, 2 warning,
+      4 critical); ``None`` on other platforms.
+    """
+
+    total: int | None
+    available: int | None
+    swap_used: int | None
+    swap_total: int | None
+    pressure: int | None = None
+
+    def as_dict(self) -> dict:
+        """The fields as a plain dict (JSON-serialisable)."""
+        return asdict(self)
+
+
+def tree_footprint(pid: int, process_footprint: Callable[[int], int], tree: bool = True) -> int:
+    """Sum ``process_footprint`` over ``pid`` and, when ``tree``, all its descendants.
+
+    Descendants come from psutil (``Process.children(recursive=True)``), the process and every
+    process below it, whatever their process group. A descendant that exits during the walk is
+    skipped (its memory is gone); one we may not read is skipped too (it is not ours).
+
+    Raises ``ProcessLookupError`` when ``pid`` itself does not exist (or has exited), and
+    ``PermissionError`` when ``pid`` itself cannot be read.
+    """
+    try:
+        total = process_footprint(pid)
+    except (FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess) as exc:
+        raise ProcessLookupError(f"process {pid} does not exist (it may have exited)") from exc
+    except (psutil.AccessDenied, PermissionError) as exc:
+        raise PermissionError(f"not allowed to read the memory of process {pid}; "
+                              "only processes of the same user can be measured") from exc
+    if not tree:
+        return total
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return total
+    for child in children:
+        try:
+            total += process_footprint(child.pid)
+        except (FileNotFoundError, ProcessLookupError, PermissionError,
+                psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total

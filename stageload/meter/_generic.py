@@ -1,0 +1,46 @@
+"""Fallback readers for platforms without a dedicated module (Windows, BSD): psutil only.
+
+Footprint is the resident set size psutil reports (no swap), there is no resettable kernel
+high-water mark (``None`` / ``False``), pressure is unknown. Not run here: Linux and macOS use
+their own modules; this module is exercised in the tests by calling it directly on Linux.
+"""
+from __future__ import annotations
+
+import psutil
+
+from ._common import SystemMemory, tree_footprint
+
+
+def process_footprint(pid: int) -> int:
+    """Resident set size of one process (bytes), from psutil."""
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def footprint(pid: int, *, tree: bool = True) -> int:
+    """Sum of resident set sizes of ``pid`` and (``tree``) its descendants, bytes."""
+    return tree_footprint(pid, process_footprint, tree)
+
+
+def high_water_mark(pid: int) -> int | None:
+    """Unknown on this platform: ``None``."""
+    return None
+
+
+def reset_high_water_mark(pid: int) -> bool:
+    """Not possible on this platform: ``False``."""
+    return False
+
+
+def system_memory() -> SystemMemory:
+    """psutil's total / available / swap figures (bytes); pressure ``None``."""
+    try:
+        vm = psutil.virtual_memory()
+        total, available = int(vm.total), int(vm.available)
+    except (OSError, RuntimeError, ValueError):
+        total = available = None
+    try:
+        sw = psutil.swap_memory()
+        swap_used, swap_total = int(sw.used), int(sw.total)
+    except (OSError, RuntimeError, ValueError):
+        swap_used = swap_total = None
+    return SystemMemory(total, available, swap_used, swap_total, None)
