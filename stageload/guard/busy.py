@@ -1,0 +1,48 @@
+"""Find other processes whose whole command line matches a ``--busy`` pattern (psutil)."""
+from __future__ import annotations
+
+import os
+import re
+
+import psutil
+
+
+def own_lineage(pid: int | None = None) -> set[int]:
+    """The pid of this process (or ``pid``) and of all its ancestors.
+
+    They are never counted as busy: the guard's own command line contains the pattern, and so
+    may the shell or the supervisor that started it.
+    """
+    pid = os.getpid() if pid is None else pid
+    pids = {pid}
+    try:
+        pids.update(p.pid for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        pass
+    return pids
+
+
+def find_busy(patterns: list[str], ignore: set[int]) -> list[str]:
+    """Describe (``pid 123: python train.py``) each process whose command line matches a pattern.
+
+    The command line is the process's arguments joined by single spaces; a pattern matches when
+    ``re.search`` finds it anywhere. Processes in ``ignore``, kernel threads (no command line)
+    and processes that vanish or may not be read are skipped.
+    """
+    if not patterns:
+        return []
+    compiled = [re.compile(p) for p in patterns]
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if proc.pid in ignore:
+                continue
+            argv = proc.info.get("cmdline")
+            if not argv:
+                continue
+            line = " ".join(argv)
+            if any(c.search(line) for c in compiled):
+                found.append(f"pid {proc.pid}: {line[:80]}")
+        except psutil.Error:
+            continue
+    return found

@@ -1,0 +1,268 @@
+"""``GuardConfig``: every guard setting, and the command-line options that fill it.
+
+The same options serve ``python -m stageload guard`` and ``python -m runner``: call
+:func:`add_guard_arguments` on your ``argparse`` parser, then :meth:`GuardConfig.from_args`.
+``docs/guard.md`` documents each option.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .units import Amount, format_size, is_off, parse_amount, parse_size
+
+#: Defaults. ``kill_free`` 10 % is SPEC §2.3's figure; the swap budget of 8 GB is the example
+#: of issue 4 (the unguarded texture stage grew swap by 12 GB in ten seconds).
+DEFAULT_KILL_FREE = Amount(percent=10.0)
+DEFAULT_SWAP_BUDGET = 8 * 1024**3
+DEFAULT_KILL_SAMPLES = 3
+DEFAULT_POLL = 0.5
+DEFAULT_GRACE = 5.0
+
+
+class ConfigError(ValueError):
+    """A guard setting that cannot be used; the message says what to change."""
+
+
+@dataclass
+class GuardConfig:
+    """What the guard waits for before starting a command and what stops it once running.
+
+    Admission (all configured conditions must hold at one poll):
+
+    - ``wait_free``: available memory at least this (percent of total or bytes); None = no
+      fixed requirement.
+    - ``need``: bytes the command is predicted to need (``--need`` / ``--need-from``); admission
+      then also requires ``available >= need + kill_free`` so that the predicted run does not
+      end under the stop threshold. None = no prediction.
+    - ``busy``: regular expressions matched (``re.search``) against whole command lines of
+      other processes; ``quiet_for`` seconds must pass with none of them seen, counted from the
+      later of the guard's start and the last sighting.
+    - ``swap_limit``: swap in use must be at most this many bytes; None = no limit.
+    - ``start_timeout``: give up after this many seconds (exit 4); None = wait for ever.
+
+    Budget while the command runs:
+
+    - ``swap_budget``: stop when swap in use grows more than this many bytes over its value at
+      start; None = off.
+    - ``kill_free``: stop when available memory is under this for ``kill_samples``
+      consecutive samples; None = off.
+
+    Timing: ``poll`` seconds between readings, ``grace`` seconds between SIGTERM and SIGKILL.
+    ``log`` is an optional JSONL file (appended to) that receives every decision.
+    """
+
+    wait_free: Amount | None = None
+    need: int | None = None
+    need_source: str | None = None
+    busy: list[str] = field(default_factory=list)
+    quiet_for: float = 0.0
+    swap_limit: int | None = None
+    start_timeout: float | None = None
+    swap_budget: int | None = DEFAULT_SWAP_BUDGET
+    kill_free: Amount | None = DEFAULT_KILL_FREE
+    kill_samples: int = DEFAULT_KILL_SAMPLES
+    poll: float = DEFAULT_POLL
+    grace: float = DEFAULT_GRACE
+    log: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the setting when a value cannot work."""
+        import re
+
+        for pattern in self.busy:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"--busy {pattern!r} is not a valid regular expression: {exc}") from None
+        for name in ("quiet_for", "poll", "grace", "start_timeout"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a number of seconds >= 0, not {value}")
+        if self.poll <= 0:
+            raise ConfigError("--poll must be more than 0 seconds")
+        if self.kill_samples < 1:
+            raise ConfigError("--kill-samples must be at least 1")
+        for name in ("need", "swap_limit", "swap_budget"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> "GuardConfig":
+        """Build a config from a namespace parsed with :func:`add_guard_arguments`.
+
+        ``--need-from`` is read here (see :func:`peak_from_trace`). Raises :class:`ConfigError`
+        with a message for a person when a value cannot be used (the caller should print it and
+        exit 2).
+        """
+        need = ns.guard_need
+        source = None
+        if ns.guard_need_from:
+            if need is not None:
+                raise ConfigError("give either --need or --need-from, not both")
+            need = peak_from_trace(ns.guard_need_from)
+            source = str(ns.guard_need_from)
+        return cls(
+            wait_free=ns.guard_wait_free,
+            need=need,
+            need_source=source,
+            busy=list(ns.guard_busy or []),
+            quiet_for=ns.guard_quiet_for,
+            swap_limit=ns.guard_swap_limit,
+            start_timeout=ns.guard_start_timeout,
+            swap_budget=ns.guard_swap_budget,
+            kill_free=ns.guard_kill_free,
+            kill_samples=ns.guard_kill_samples,
+            poll=ns.guard_poll,
+            grace=ns.guard_grace,
+            log=ns.guard_log,
+        )
+
+    def describe(self) -> str:
+        """One line for people summarising the active settings."""
+        parts = []
+        if self.wait_free is not None:
+            parts.append(f"wait-free {self.wait_free}")
+        if self.need is not None:
+            parts.append(f"need {format_size(self.need)}")
+        if self.busy:
+            parts.append(f"busy {' | '.join(self.busy)} quiet-for {self.quiet_for:g} s")
+        if self.swap_limit is not None:
+            parts.append(f"swap-limit {format_size(self.swap_limit)}")
+        parts.append("swap-budget " + ("off" if self.swap_budget is None else format_size(self.swap_budget)))
+        parts.append("kill-free " + ("off" if self.kill_free is None else f"{self.kill_free} x{self.kill_samples}"))
+        return ", ".join(parts)
+
+
+def peak_from_trace(path: str | Path) -> int:
+    """Peak footprint in bytes of an earlier run: the largest ``footprint`` or ``hwm`` of the
+    ``sample`` lines of a JSONL trace (format in docs/ARCHITECTURE.md, "Trace").
+
+    Lines that are not JSON (a trace cut off by a kill ends in a partial line) are skipped.
+    Raises :class:`ConfigError` when the file cannot be read or holds no sample with a size.
+    """
+    path = Path(path)
+    peak = None
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict) or record.get("event") != "sample":
+                    continue
+                for key in ("footprint", "hwm"):
+                    value = record.get(key)
+                    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                        peak = value if peak is None else max(peak, value)
+    except FileNotFoundError:
+        raise ConfigError(f"--need-from: trace {str(path)!r} does not exist; give the JSONL trace "
+                          "of an earlier run (python -m runner --trace FILE writes one)") from None
+    except (IsADirectoryError, PermissionError, OSError) as exc:
+        raise ConfigError(f"--need-from: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if peak is None:
+        raise ConfigError(f"--need-from: {str(path)!r} has no 'sample' lines with a footprint; "
+                          "is it a stageload trace?")
+    return int(peak)
+
+
+def _type(parser_fn, option):
+    """Wrap a parser so argparse reports its ValueError message (not a bare 'invalid value')."""
+
+    def convert(text):
+        try:
+            return parser_fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = option
+    return convert
+
+
+def _amount_or_off(text):
+    return None if is_off(text) else parse_amount(text)
+
+
+def _size_or_off(text):
+    return None if is_off(text) else parse_size(text)
+
+
+def _seconds(text):
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _seconds_or_off(text):
+    return None if is_off(text) else _seconds(text)
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{text!r}: give a whole number >= 1")
+    return value
+
+
+def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Add the guard's options to ``parser`` (in their own argument group) and return the group.
+
+    Destinations are prefixed ``guard_`` so they never clash with the host command's own
+    options; :meth:`GuardConfig.from_args` reads them back.
+    """
+    d = GuardConfig.__dataclass_fields__
+    group = parser.add_argument_group("guard", "start only when there is room; stop before swap runs away")
+    group.add_argument("--wait-free", dest="guard_wait_free", metavar="AMOUNT", default=None,
+                       type=_type(parse_amount, "--wait-free"),
+                       help="start only when available memory is at least this: percent of total (40%%) "
+                            "or a size (18G)")
+    group.add_argument("--need", dest="guard_need", metavar="SIZE", default=None,
+                       type=_type(parse_size, "--need"),
+                       help="predicted peak of the command (e.g. 30G): start only when available memory "
+                            "covers it plus the --kill-free floor")
+    group.add_argument("--need-from", dest="guard_need_from", metavar="TRACE", default=None,
+                       help="like --need, with the peak footprint of an earlier run's JSONL trace")
+    group.add_argument("--busy", dest="guard_busy", metavar="REGEX", action="append", default=[],
+                       help="regular expression matched against whole command lines of other processes; "
+                            "repeatable. Start only after none has been seen for --quiet-for seconds")
+    group.add_argument("--quiet-for", dest="guard_quiet_for", metavar="SECONDS", default=d["quiet_for"].default,
+                       type=_type(_seconds, "--quiet-for"),
+                       help="seconds without any --busy match before starting (default: %(default)s); "
+                            "counted from the guard's start or the last sighting, whichever is later")
+    group.add_argument("--swap-limit", dest="guard_swap_limit", metavar="SIZE", default=None,
+                       type=_type(parse_size, "--swap-limit"),
+                       help="do not start while swap in use is above this size")
+    group.add_argument("--start-timeout", dest="guard_start_timeout", metavar="SECONDS", default=None,
+                       type=_type(_seconds_or_off, "--start-timeout"),
+                       help="give up waiting after this many seconds (exit 4); default: wait for ever")
+    group.add_argument("--swap-budget", dest="guard_swap_budget", metavar="SIZE",
+                       default=DEFAULT_SWAP_BUDGET, type=_type(_size_or_off, "--swap-budget"),
+                       help="stop the command when swap in use grows more than this over its value at "
+                            "start (default: 8G; 'off' disables)")
+    group.add_argument("--kill-free", dest="guard_kill_free", metavar="AMOUNT",
+                       default=DEFAULT_KILL_FREE, type=_type(_amount_or_off, "--kill-free"),
+                       help="stop the command when available memory stays under this (percent or size) "
+                            "for --kill-samples consecutive samples (default: 10%%; 'off' disables)")
+    group.add_argument("--kill-samples", dest="guard_kill_samples", metavar="N",
+                       default=DEFAULT_KILL_SAMPLES, type=_type(_positive_int, "--kill-samples"),
+                       help="consecutive samples under --kill-free before stopping (default: %(default)s)")
+    group.add_argument("--poll", dest="guard_poll", metavar="SECONDS", default=DEFAULT_POLL,
+                       type=_type(_seconds, "--poll"),
+                       help="seconds between readings (default: %(default)s)")
+    group.add_argument("--grace", dest="guard_grace", metavar="SECONDS", default=DEFAULT_GRACE,
+                       type=_type(_seconds, "--grace"),
+                       help="seconds between SIGTERM and SIGKILL when stopping (default: %(default)s)")
+    group.add_argument("--log", dest="guard_log", metavar="FILE", default=None,
+                       help="append every decision as one JSON line to FILE")
+    return group

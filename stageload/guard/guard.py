@@ -1,0 +1,309 @@
+"""``Guard``: admission, start, budget and stop for one command, every decision logged.
+
+Library use (the runner supervisor)::
+
+    guard = Guard(GuardConfig.from_args(ns), log=sink)
+    if not guard.wait_for_admission():       # logs "waiting" … then "timeout"
+        return 4
+    popen = guard.start(argv)                # own session + process group; logs "started"
+    for sample in samples:                   # meter samples (available, total, swap …)
+        if guard.check(sample):              # logs "stopped" and stops the whole tree
+            return 3
+    guard.stop("cancelled")                  # on cancel; idempotent
+
+or simply ``Guard(config).run(argv)``, which is what ``python -m stageload guard`` does.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from typing import Callable, TextIO
+
+from . import readings as readings_mod
+from .admission import Verdict, decide_admission
+from .budget import Budget
+from .busy import find_busy, own_lineage
+from .config import ConfigError, GuardConfig
+from .process_tree import ProcessTree, StopReport
+
+#: Exit codes of :meth:`Guard.run` (and of ``python -m stageload guard``) besides the command's own.
+EXIT_STOPPED = 3
+EXIT_TIMEOUT = 4
+EXIT_CANNOT_START = 127
+EXIT_SIGNAL_BASE = 128
+
+_LABELS = {"waiting": "waiting", "started": "start", "stopped": "stop", "timeout": "timeout"}
+#: While the verdict does not change, repeat the "waiting" decision this often (seconds).
+WAITING_REPEAT = 10.0
+_SLICE = 0.05  # seconds; the longest a signal or an exit goes unnoticed
+
+
+class Guard:
+    """Guard one command at a time.
+
+    ``config``: a :class:`GuardConfig`. ``log``: optional sink (callable taking one dict) that
+    receives each decision as ``{"event": "guard", "t": seconds, "state": "waiting" | "started" |
+    "stopped" | "timeout", "reason": str, "readings": {...}}`` (readings in bytes, see
+    :mod:`stageload.guard.readings`). ``human``: where the one-line human form goes (default
+    stderr; None for silence). ``read``: zero-argument callable returning a readings dict
+    (default: the meter's ``system_memory()``), replaceable for tests on recorded figures.
+
+    Raises :class:`ConfigError` when ``config.log`` cannot be opened for appending.
+    """
+
+    def __init__(self, config: GuardConfig, log: Callable[[dict], None] | None = None, *,
+                 human: TextIO | None = sys.stderr,
+                 read: Callable[[], dict] | None = None) -> None:
+        self.config = config
+        self._sink = log
+        self._human = human
+        self._read = read or readings_mod.read_system
+        self._log_file = None
+        if config.log:
+            try:
+                self._log_file = open(config.log, "a", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"--log: cannot append to {config.log!r}: {exc.strerror or exc}") from None
+        self.tree: ProcessTree | None = None
+        self.budget: Budget | None = None
+        self.decisions: list[dict] = []
+        self.stop_report: StopReport | None = None
+        self.stopped_by: str | None = None  # "budget" or the reason given to stop()
+        self.cancel_signal: int | None = None
+        self._cancelled = False
+        self._sink_failed = False
+        self._admission: tuple[Verdict, dict] | None = None
+
+    # -- logging -----------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        if self._human is not None:
+            try:
+                print(text, file=self._human, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def _decide(self, state: str, reason: str, readings: dict, **context) -> dict:
+        event = {"event": "guard", "t": time.time(), "state": state, "reason": reason,
+                 "readings": {**readings, **context}}
+        self.decisions.append(event)
+        self._say(f"guard: {_LABELS.get(state, state)}: {reason}; {readings_mod.describe(readings)}")
+        if self._log_file is not None:
+            try:
+                self._log_file.write(json.dumps(event) + "\n")
+                self._log_file.flush()
+            except OSError as exc:
+                self._say(f"guard: warning: cannot write --log: {exc}")
+        if self._sink is not None:
+            try:
+                self._sink(event)
+            except Exception as exc:  # a broken sink must never keep the guard from stopping
+                if not self._sink_failed:
+                    self._sink_failed = True
+                    self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr only")
+        return event
+
+    def close(self) -> None:
+        """Close the ``--log`` file (decisions already written stay written)."""
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    # -- admission ---------------------------------------------------------------------------
+    def cancel(self, signum: int | None = None) -> None:
+        """Ask :meth:`wait_for_admission` / :meth:`run` to give up at their next step (≤ 0.05 s).
+
+        Safe to call from a signal handler or another thread. ``signum`` is remembered so that
+        :meth:`run` exits ``128 + signum``.
+        """
+        if signum is not None and self.cancel_signal is None:
+            self.cancel_signal = signum
+        self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` has been called."""
+        return self._cancelled
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + max(0.0, seconds)
+        while not self._cancelled:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(_SLICE, left))
+
+    def wait_for_admission(self) -> bool:
+        """Poll every ``config.poll`` seconds until every admission condition holds.
+
+        Returns True when the command may start, False when ``config.start_timeout`` passed
+        (a ``timeout`` decision is logged) or :meth:`cancel` was called. A ``waiting`` decision
+        is logged at the first refusal, whenever the blocking conditions change, and every
+        10 s while they do not.
+
+        Quiet time for ``--busy`` is counted from the first poll at which no busy process is
+        seen any more (or from this call when none was ever seen), so it is never shorter than
+        ``quiet_for`` after the last busy process really ended, and a gap between two jobs of a
+        chain that is shorter than ``quiet_for`` does not let the command in.
+        """
+        config = self.config
+        began = time.monotonic()
+        deadline = None if config.start_timeout is None else began + config.start_timeout
+        ignore = own_lineage()
+        quiet_since = began
+        busy_before = False
+        last_keys: tuple | None = None
+        last_logged = float("-inf")
+        while True:
+            if self._cancelled:
+                return False
+            readings = self._read()
+            busy = find_busy(config.busy, ignore) if config.busy else []
+            now = time.monotonic()
+            if busy:
+                busy_before = True
+            elif busy_before:
+                quiet_since, busy_before = now, False
+            quiet = (now - quiet_since) if config.busy else None
+            verdict: Verdict = decide_admission(config, readings, busy_seen=busy, quiet_seconds=quiet)
+            if verdict.ok:
+                self._admission = (verdict, readings)
+                return True
+            context = {"busy": busy} if busy else {}
+            if verdict.blocking != last_keys or now - last_logged >= WAITING_REPEAT:
+                self._decide("waiting", verdict.reason, readings, **context)
+                last_keys, last_logged = verdict.blocking, now
+            if deadline is not None and now >= deadline:
+                self._decide("timeout", f"no room after {config.start_timeout:g} s: {verdict.reason}",
+                             readings, **context)
+                return False
+            pause = config.poll
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            if quiet is not None and not busy and quiet < config.quiet_for:
+                pause = min(pause, config.quiet_for - quiet + 0.01)
+            self._sleep(pause)
+
+    # -- running -----------------------------------------------------------------------------
+    def start(self, argv: list[str], **popen_kwargs):
+        """Start ``argv`` in its own session and process group; return its ``subprocess.Popen``.
+
+        Records swap in use at start (the swap budget's baseline) and logs a ``started``
+        decision. ``popen_kwargs`` go to ``Popen`` (see :class:`ProcessTree` for the few that
+        are refused). Raises ``OSError`` (e.g. ``FileNotFoundError``) when the command cannot
+        be started — exit code 127 by convention — and ``RuntimeError`` when a command is
+        already running under this guard.
+        """
+        if self.tree is not None and self.tree.poll() is None:
+            raise RuntimeError("a command is already running under this guard")
+        readings = self._read()
+        self.tree = ProcessTree(argv, **popen_kwargs)
+        self.budget = Budget(self.config, readings.get("swap"))
+        self.stop_report = None
+        self.stopped_by = None
+        why = self._admission[0].reason if self._admission else "started without an admission check"
+        self._decide("started", f"pid {self.tree.pid}: {why}", readings,
+                     pid=self.tree.pid, swap_at_start=readings.get("swap"))
+        return self.tree.popen
+
+    def check(self, sample: dict | None = None) -> dict | None:
+        """Judge one sample against the budget; stop the command when it is over.
+
+        ``sample``: the meter's ``sample`` dict (``available``, ``total``, ``swap`` … bytes,
+        None = unknown) or None to read the system now. Also remembers the command's current
+        descendants (so escaped ones can be found later). Returns None while within budget;
+        otherwise logs a ``stopped`` decision, stops the whole process tree (SIGTERM, grace,
+        SIGKILL — this blocks up to ``config.grace`` + a few seconds) and returns the decision
+        dict. Returns None when no command runs.
+        """
+        if self.tree is None or self.budget is None or self.stop_report is not None:
+            return None
+        readings = readings_mod.from_sample(sample) if sample is not None else self._read()
+        self.tree.refresh()
+        reason = self.budget.observe(readings)
+        if reason is None:
+            return None
+        event = self._decide("stopped", reason, readings, pid=self.tree.pid,
+                             swap_at_start=self.budget.swap_at_start,
+                             swap_growth=self.budget.growth(readings),
+                             low_samples=self.budget.low_samples)
+        self.stopped_by = "budget"
+        self._stop_tree()
+        return event
+
+    def stop(self, reason: str) -> StopReport | None:
+        """Stop the command's whole process tree for ``reason`` (e.g. "cancelled by the user"),
+        logging a ``stopped`` decision with the current readings. Idempotent: a second call
+        logs nothing and only stops processes that appeared since. Returns the
+        :class:`StopReport`, or None when nothing was ever started."""
+        if self.tree is None:
+            return None
+        if self.stop_report is None:
+            self._decide("stopped", reason, self._read(), pid=self.tree.pid)
+            self.stopped_by = self.stopped_by or reason
+        return self._stop_tree()
+
+    def _stop_tree(self) -> StopReport:
+        report = self.tree.stop(self.config.grace)
+        if self.stop_report is None:
+            self.stop_report = report
+        text = (f"guard: stopped {len(report.terminated)} process(es) with SIGTERM"
+                f"{f', {len(report.killed)} needed SIGKILL' if report.killed else ''} in {report.seconds:.1f} s")
+        if report.survivors:
+            text += f"; still alive: {report.survivors}"
+        self._say(text)
+        return report
+
+    def run(self, argv: list[str], **popen_kwargs) -> int:
+        """Admission, start, budget, stop — the whole life of one command. Returns the exit code:
+        the command's own (128+N when a signal N ended it), 3 stopped by the budget, 4
+        admission timed out, 127 could not start, 128+N when :meth:`cancel` was called with
+        signal N (the command is stopped first).
+
+        When the command ends by itself, processes it left behind in its group or tree are
+        stopped too (a leftover the guard no longer watched could exhaust memory unseen).
+        """
+        try:
+            if not self.wait_for_admission():
+                return self._cancel_code() if self._cancelled else EXIT_TIMEOUT
+            if self._cancelled:
+                return self._cancel_code()
+            try:
+                self.start(argv, **popen_kwargs)
+            except OSError as exc:
+                self._say(f"guard: cannot start {argv[0]!r}: {exc.strerror or exc}")
+                return EXIT_CANNOT_START
+            next_check = time.monotonic() + self.config.poll
+            while True:
+                code = self.tree.poll()
+                if code is not None:
+                    break
+                if self._cancelled:
+                    name = _signal_name(self.cancel_signal)
+                    self.stop(f"the guard got {name}; stopping the command first")
+                    return self._cancel_code()
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self.config.poll
+                    if self.check() is not None:
+                        return EXIT_STOPPED
+                time.sleep(_SLICE)
+            leftovers = self.tree.members(scan=True)
+            if leftovers:
+                self._say(f"guard: the command exited ({code}) leaving {len(leftovers)} process(es); stopping them")
+                self._stop_tree()
+            if self._cancelled:
+                return self._cancel_code()
+            return code if code >= 0 else EXIT_SIGNAL_BASE - code
+        finally:
+            self.close()
+
+    def _cancel_code(self) -> int:
+        return EXIT_SIGNAL_BASE + (self.cancel_signal or signal.SIGTERM)
+
+
+def _signal_name(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum).name
+    except (TypeError, ValueError):
+        return "a cancel request"
