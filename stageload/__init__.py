@@ -1,0 +1,61 @@
+"""stageload: only the current stage's models in memory.
+
+Public API (``from stageload import ...``)::
+
+    StagedModels, release, ReleasedModuleError, on_call, share,
+    load_module, load_checkpoint, module_bytes, empty_allocator_cache,
+    preserved_rng, save_rng_state, restore_rng_state,
+    StageloadError and the other error types, make_event, fan_out
+
+Names are imported on first use (PEP 562 module ``__getattr__``), so ``import stageload`` —
+and ``python -m stageload guard``, which must not pay for torch — stays cheap: torch is
+imported only when a torch-using name is first touched.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "StagedModels": "stageload.staged",
+    "release": "stageload.release",
+    "module_bytes": "stageload.release",
+    "empty_allocator_cache": "stageload.release",
+    "is_released": "stageload.release",
+    "on_call": "stageload.hooks",
+    "CallHook": "stageload.hooks",
+    "share": "stageload.share",
+    "Shared": "stageload.share",
+    "load_module": "stageload.loading",
+    "load_checkpoint": "stageload.loading",
+    "preserved_rng": "stageload.rng",
+    "save_rng_state": "stageload.rng",
+    "restore_rng_state": "stageload.rng",
+    "make_event": "stageload.events",
+    "fan_out": "stageload.events",
+    "StageloadError": "stageload.errors",
+    "ReleasedModuleError": "stageload.errors",
+    "UnknownModelError": "stageload.errors",
+    "UnknownStageError": "stageload.errors",
+    "LoaderError": "stageload.errors",
+    "NotAModuleError": "stageload.errors",
+    "PlanError": "stageload.errors",
+    "HookError": "stageload.errors",
+    "ShareError": "stageload.errors",
+    "CheckpointError": "stageload.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stageload' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,120 @@
+"""``on_call``: run code before / after a method of ONE existing object, and take it off again.
+
+Used to mark stage boundaries on a pipeline object without changing its code: the pipeline's own
+``run()`` executes unchanged and calls, say, ``self.decode_latent(...)``, which now first calls
+``models.enter("decode")``.
+
+How: the hooked method is stored as an *instance* attribute (a wrapper around the bound method
+found before), which Python finds before the class's method. Other instances and the class are
+untouched. ``remove()`` deletes the instance attribute again (or puts back an instance attribute
+that was there before), so lookup falls back to the class. Written by hand: it is a dozen lines
+and the libraries that do it (e.g. ``wrapt``) patch the class, not one instance.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+from .errors import HookError
+
+_MISSING = object()
+
+
+class CallHook:
+    """Handle returned by :func:`on_call`. ``remove()`` uninstalls; also a context manager.
+
+    Attributes: ``obj``, ``method`` (name), ``calls`` (int: completed and failed calls seen),
+    ``active`` (bool).
+    """
+
+    def __init__(self, obj: Any, method: str, previous: Any, wrapper: Callable):
+        self.obj = obj
+        self.method = method
+        self._previous = previous  # the instance attribute before us, or _MISSING
+        self._wrapper = wrapper
+        self.calls = 0
+        self.active = True
+
+    def remove(self) -> None:
+        """Uninstall. Safe to call twice. If another hook was installed on top of this one
+        later, this one turns into a pass-through and that other hook keeps working."""
+        if not self.active:
+            return
+        self.active = False
+        current = vars(self.obj).get(self.method, _MISSING)
+        if current is self._wrapper:
+            if self._previous is _MISSING:
+                delattr_plain(self.obj, self.method)
+            else:
+                setattr_plain(self.obj, self.method, self._previous)
+
+    def __enter__(self) -> "CallHook":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "removed"
+        return f"<CallHook {type(self.obj).__name__}.{self.method} {state}, {self.calls} calls>"
+
+
+def setattr_plain(obj: Any, name: str, value: Any) -> None:
+    # object.__setattr__ skips nn.Module.__setattr__ (which would treat modules specially).
+    object.__setattr__(obj, name, value)
+
+
+def delattr_plain(obj: Any, name: str) -> None:
+    object.__delattr__(obj, name)
+
+
+def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
+            after: Optional[Callable[..., Any]] = None) -> CallHook:
+    """Call ``before(*args, **kwargs)`` before and ``after(result, *args, **kwargs)`` after
+    ``obj.method(*args, **kwargs)``, for this one instance only.
+
+    ``args``/``kwargs`` are the call's own arguments (without ``self``). The return values of
+    ``before`` and ``after`` are ignored; the method's result is returned unchanged. If the
+    method raises, ``after`` is not called and the exception propagates. If ``before`` raises,
+    the method is not called. Hooks may be stacked on one method (the last installed runs
+    outermost), and a hooked method may call other hooked methods (each hook runs at its own
+    call, inner ones nested in outer ones).
+
+    Returns a :class:`CallHook`; ``handle.remove()`` restores the original lookup.
+
+    Raises ``HookError`` when ``obj`` has no callable attribute ``method`` or has no instance
+    ``__dict__`` (``__slots__`` classes).
+    """
+    if before is not None and not callable(before):
+        raise HookError(f"before= must be callable, got {type(before).__name__}")
+    if after is not None and not callable(after):
+        raise HookError(f"after= must be callable, got {type(after).__name__}")
+    if isinstance(obj, type):
+        raise HookError(f"on_call hooks one instance; {obj.__name__} is a class. Pass the object whose "
+                        f"{method!r} should be hooked")
+    original = getattr(obj, method, _MISSING)
+    if original is _MISSING:
+        raise HookError(f"{type(obj).__name__} object has no attribute {method!r} to hook")
+    if not callable(original):
+        raise HookError(f"{type(obj).__name__}.{method} is a {type(original).__name__}, not a method")
+    if not hasattr(obj, "__dict__"):
+        raise HookError(f"cannot hook {type(obj).__name__}.{method}: the object has no instance "
+                        f"__dict__ (__slots__), so a per-instance hook cannot be installed")
+    previous = vars(obj).get(method, _MISSING)
+    handle: CallHook
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if not handle.active:  # removed while another hook sits on top of us
+            return original(*args, **kwargs)
+        handle.calls += 1
+        if before is not None:
+            before(*args, **kwargs)
+        result = original(*args, **kwargs)
+        if after is not None:
+            after(result, *args, **kwargs)
+        return result
+
+    handle = CallHook(obj, method, previous, wrapper)
+    setattr_plain(obj, method, wrapper)
+    return handle

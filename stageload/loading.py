@@ -1,0 +1,174 @@
+"""Build a model and load its safetensors checkpoint with its weights allocated once.
+
+The usual way — build the module (random initialisation allocates every weight), read the
+checkpoint into a state dict (a second full copy), ``load_state_dict`` (copies into the first)
+— needs about twice the model's bytes at its peak, plus the time of a random initialisation
+that is thrown away.
+
+:func:`load_module` instead:
+
+1. builds the module inside ``with torch.device("meta"):`` — parameters get shapes and dtypes
+   but no storage, and initialisation does no work (nor does it draw from any random
+   generator);
+2. reads the checkpoint with ``safetensors.torch.load_file(path, device=device)``, which on the
+   CPU maps the file and hands out tensors backed by that mapping (pages come in from the page
+   cache as they are first touched), and on CUDA / MPS copies each tensor straight to the device;
+3. puts those tensors into the module with ``load_state_dict(state, strict=..., assign=True)``,
+   which *assigns* the checkpoint's tensors as the parameters instead of copying into existing
+   ones.
+
+So each weight exists once. Measured on this project's Linux test machine (see
+``tests/stageload/test_loading_memory.py``): the process high-water mark grows by about 1.0× the
+checkpoint's bytes; the test allows 1.2×.
+
+:func:`load_checkpoint` is the fallback for a module that is already built (normally, on its
+device): it copies the checkpoint in one tensor at a time through ``safetensors.safe_open``, so
+the peak is the module plus one tensor, not the module plus a whole state dict.
+
+CUDA and MPS devices are passed straight to safetensors; they are not exercised on this
+project's CPU-only test machine.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import torch
+from torch import nn
+
+from .errors import CheckpointError, NotAModuleError
+
+PathLike = Union[str, os.PathLike]
+
+
+def load_module(build: Callable[[], nn.Module], checkpoint: PathLike, *, device: Union[str, torch.device] = "cpu",
+                dtype: Optional[torch.dtype] = None, strict: bool = True, meta: bool = True) -> nn.Module:
+    """Build ``build()`` without weights and give it the checkpoint's tensors on ``device``.
+
+    Args:
+        build: zero-argument callable returning the module (its constructor runs under
+            ``torch.device("meta")`` when ``meta`` is True, else under ``torch.device(device)``).
+        checkpoint: path of a ``.safetensors`` file whose names match ``module.state_dict()``.
+        device: where the weights go (``"cpu"``, ``"cuda:0"``, ``"mps"``).
+        dtype: convert floating-point tensors to this dtype while loading (one tensor at a
+            time); None keeps the checkpoint's dtypes.
+        strict: names must match exactly (as in ``load_state_dict``).
+        meta: False builds the module normally on ``device`` and loads with
+            :func:`load_checkpoint` (for modules whose construction cannot run on ``meta``,
+            e.g. ones that compute buffers from data in ``__init__``): one copy of the weights,
+            plus one tensor, plus the time of the random initialisation.
+
+    Returns:
+        the module, in the mode ``build()`` left it (call ``.eval()`` yourself).
+
+    Raises:
+        CheckpointError: the file is missing or not safetensors; names or shapes do not match;
+            or a parameter or buffer is not in the checkpoint and would stay on ``meta``
+            (a non-persistent buffer, or ``strict=False`` with missing names) — the message
+            names them and suggests ``meta=False``.
+        NotAModuleError: ``build()`` did not return an ``nn.Module``.
+    """
+    path = _checked_path(checkpoint)
+    device = torch.device(device)
+    if not meta:
+        with torch.device(device):
+            module = _build(build)
+        load_checkpoint(module, path, strict=strict, dtype=dtype)
+        return module
+    with torch.device("meta"):
+        module = _build(build)
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(path), device=_safetensors_device(device))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {path} as safetensors: {exc}") from exc
+    if dtype is not None:
+        for name, tensor in state.items():
+            if tensor.is_floating_point() and tensor.dtype != dtype:
+                state[name] = tensor.to(dtype)
+    try:
+        result = module.load_state_dict(state, strict=strict, assign=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path.name} does not fit {type(module).__name__}: {exc}") from exc
+    del state
+    left = [name for name, tensor in _named_tensors(module) if tensor.is_meta]
+    if left:
+        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        raise CheckpointError(
+            f"{type(module).__name__} still has tensors on meta after loading {path.name}: {shown} "
+            f"(not in the checkpoint{'; missing: ' + ', '.join(result.missing_keys[:8]) if result.missing_keys else ''}). "
+            f"If these are buffers computed in __init__, load with load_module(..., meta=False)")
+    return module
+
+
+def load_checkpoint(module: nn.Module, checkpoint: PathLike, *, strict: bool = True,
+                    dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """Copy a safetensors checkpoint into an already built module, one tensor at a time.
+
+    Each tensor is read with ``safe_open(...).get_tensor(name)``, copied into the existing
+    parameter or buffer (``Tensor.copy_``, which converts dtype and device to the module's), and
+    dropped before the next, so the peak is the module plus the largest tensor. Tied weights
+    stay tied. ``dtype`` (if given) converts the module's floating-point tensors first
+    (``module.to(dtype)``). Returns ``module``.
+
+    Raises ``CheckpointError`` for a missing or unreadable file, a shape mismatch, or (with
+    ``strict``) names missing from either side.
+    """
+    path = _checked_path(checkpoint)
+    if dtype is not None:
+        module.to(dtype)
+    targets = module.state_dict(keep_vars=True)
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            names = list(handle.keys())
+            if strict:
+                missing = sorted(set(targets) - set(names))
+                unexpected = sorted(set(names) - set(targets))
+                if missing or unexpected:
+                    raise CheckpointError(
+                        f"{path.name} does not fit {type(module).__name__}: missing {missing[:8]}, "
+                        f"unexpected {unexpected[:8]}; pass strict=False to load what matches")
+            with torch.no_grad():
+                for name in names:
+                    target = targets.get(name)
+                    if target is None:
+                        continue
+                    tensor = handle.get_tensor(name)
+                    if tensor.shape != target.shape:
+                        raise CheckpointError(f"{path.name}: {name} has shape {tuple(tensor.shape)}, "
+                                              f"the module expects {tuple(target.shape)}")
+                    target.copy_(tensor)
+                    del tensor
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"cannot read {path} as safetensors: {exc}") from exc
+    return module
+
+
+def _checked_path(checkpoint: PathLike) -> Path:
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist (or is not a file)")
+    return path
+
+
+def _build(build: Callable[[], nn.Module]) -> nn.Module:
+    module = build()
+    if not isinstance(module, nn.Module):
+        raise NotAModuleError(f"build() returned a {type(module).__name__}, not a torch.nn.Module")
+    return module
+
+
+def _safetensors_device(device: torch.device) -> str:
+    if device.type in ("cuda", "xpu") and device.index is None:
+        return f"{device.type}:0"
+    return str(device)
+
+
+def _named_tensors(module: nn.Module):
+    yield from module.named_parameters(remove_duplicate=False)
+    yield from module.named_buffers(remove_duplicate=False)

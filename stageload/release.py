@@ -1,0 +1,190 @@
+"""Release a module's weights for real, and empty the allocator caches.
+
+``release(module)`` replaces every parameter and buffer of the module (and of all its
+submodules) by a tensor of the same shape and dtype on PyTorch's ``meta`` device, which has no
+storage. The tensors are swapped *inside* the module, so the storage is freed even while other
+code still holds a reference to the module object (a pipeline attribute, a closure, a list);
+only a reference to an individual parameter tensor would keep that tensor alive.
+
+A released module is marked so that using it raises :class:`ReleasedModuleError` naming the
+model and the stage that released it, instead of PyTorch's meta-tensor error from deep inside a
+kernel: ``forward`` is replaced on the instance (covers ``module.forward(x)``) and a forward
+pre-hook is registered on the module and every submodule (covers ``module(x)`` and other
+methods such as ``decoder.upsample(x)`` that call a submodule).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+import time
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .errors import ReleasedModuleError
+from .events import EventSink, emit
+
+_MARK = "_stageload_released"  # instance attribute: (model name, stage) of a released module
+
+
+def module_bytes(module: nn.Module) -> int:
+    """Bytes held by the module's parameters and buffers, each storage counted once.
+
+    Tensors on ``meta`` count 0. Tied weights and views of one storage are counted once
+    (keyed by device and storage address). Plain tensor attributes that are neither parameters
+    nor buffers are not counted.
+    """
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    for tensor in _tensors(module):
+        if tensor.is_meta:
+            continue
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
+        if key in seen:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def _tensors(module: nn.Module):
+    for sub in module.modules():
+        for value in sub._parameters.values():
+            if value is not None:
+                yield value
+        for value in sub._buffers.values():
+            if value is not None:
+                yield value
+
+
+def is_released(module: nn.Module) -> bool:
+    """True when :func:`release` has released this module (and nothing has revived it)."""
+    return getattr(module, _MARK, None) is not None
+
+
+def released_by(module: nn.Module) -> Optional[tuple[Optional[str], Optional[str]]]:
+    """``(model, stage)`` given to :func:`release` for this module, or None if not released."""
+    return getattr(module, _MARK, None)
+
+
+def release(module: nn.Module, *, name: Optional[str] = None, stage: Optional[str] = None,
+            empty_cache: bool = True, events: Optional[EventSink] = None) -> int:
+    """Move every parameter and buffer of ``module`` to ``meta`` and return the bytes it held.
+
+    Args:
+        module: the model to release (its submodules are released with it, including a
+            submodule it shares with another model).
+        name, stage: the model's name and the releasing stage, used in the
+            :class:`ReleasedModuleError` raised when the module is used afterwards and in the
+            ``release`` event.
+        empty_cache: empty the CUDA / MPS allocator caches (and trim the C heap) afterwards;
+            ``StagedModels.enter`` passes False and empties once after all its releases.
+        events: optional sink; gets one ``release`` event (``model``, ``stage``, ``bytes``,
+            ``seconds``).
+
+    Returns:
+        bytes the module's parameters and buffers held before (unique storages, see
+        :func:`module_bytes`); they are returned to the allocator unless something else holds
+        a reference to an individual tensor. Releasing an already released module returns 0.
+
+    Raises:
+        TypeError: ``module`` is not an ``nn.Module``.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"release() needs a torch.nn.Module, got {type(module).__name__}")
+    start = time.perf_counter()
+    freed = module_bytes(module)
+    _swap_to_meta(module)
+    _mark_released(module, name, stage)
+    if empty_cache:
+        empty_allocator_cache()
+    emit(events, "release", model=name, stage=stage, bytes=freed,
+         seconds=time.perf_counter() - start)
+    return freed
+
+
+def _swap_to_meta(module: nn.Module) -> None:
+    # In a function of its own so that no local variable keeps an old tensor alive afterwards.
+    replaced: dict[int, torch.Tensor] = {}  # keeps tied weights tied on meta
+    for sub in module.modules():
+        for key, value in list(sub._parameters.items()):
+            if value is not None and not value.is_meta:
+                new = replaced.get(id(value))
+                if new is None:
+                    new = nn.Parameter(torch.empty_like(value, device="meta"),
+                                       requires_grad=value.requires_grad)
+                    replaced[id(value)] = new
+                sub._parameters[key] = new
+        for key, value in list(sub._buffers.items()):
+            if value is not None and not value.is_meta:
+                new = replaced.get(id(value))
+                if new is None:
+                    new = torch.empty_like(value, device="meta")
+                    replaced[id(value)] = new
+                sub._buffers[key] = new
+
+
+def _mark_released(module: nn.Module, name: Optional[str], stage: Optional[str]) -> None:
+    if is_released(module):
+        # Released again (e.g. under another stage): keep the hooks, update the names.
+        object.__setattr__(module, _MARK, (name, stage))
+        return
+    object.__setattr__(module, _MARK, (name, stage))
+
+    def refuse(*args, **kwargs):
+        model, by = getattr(module, _MARK, (name, stage))
+        raise ReleasedModuleError(model, by)
+
+    def pre_hook(sub, args):
+        model, by = getattr(module, _MARK, (name, stage))
+        raise ReleasedModuleError(model, by)
+
+    for sub in module.modules():
+        sub.register_forward_pre_hook(pre_hook)
+    object.__setattr__(module, "forward", refuse)
+
+
+def empty_allocator_cache() -> list[str]:
+    """Give memory the allocators keep cached back to the system; return what was emptied.
+
+    - CUDA: ``torch.cuda.empty_cache()`` when CUDA is available and initialised.
+    - MPS: ``torch.mps.empty_cache()`` when ``torch.backends.mps.is_available()``.
+    - Linux glibc: ``malloc_trim(0)`` (ctypes; no library wraps it), which returns freed heap
+      pages that glibc would otherwise keep for reuse.
+
+    The CUDA and MPS branches are not run on this project's Linux CPU test machine (no GPU, no
+    Mac); the names checked are the documented torch APIs. Returns e.g. ``["malloc_trim"]``.
+    """
+    done: list[str] = []
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+        done.append("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        torch.mps.empty_cache()
+        done.append("mps")
+    if _malloc_trim():
+        done.append("malloc_trim")
+    return done
+
+
+_LIBC = None
+
+
+def _malloc_trim() -> bool:
+    global _LIBC
+    if not sys.platform.startswith("linux"):
+        return False
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # musl has none
+        except (OSError, AttributeError):
+            _LIBC = False
+    if not _LIBC:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
