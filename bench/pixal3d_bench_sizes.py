@@ -1,0 +1,142 @@
+"""The real 1024_cascade's sizes, the stage plan, and the per-stage working memory derived from them.
+
+Every figure here is in bytes (1 GB = 1e9 bytes) unless a name says otherwise.
+
+Sources:
+- SPEC §1 (measured on a 48 GB M5 Pro with Activity Monitor's footprint): the staged peak per
+  stage, eight loads reading 13.2 GB (seven models, the shape decoder twice), the texture flow
+  model 2.6 GB; the issue adds the shape decoder ~0.9 GB and the DINOv3 ViT-L backbone ~1.2 GB
+  (fp32).
+- Assumed here (no measured figure in the sources; each is stated in docs/benchmark.md): the
+  other three flow models are the same 1.3 B-parameter bf16 DiT size as the texture flow model
+  (2.6 GB each); the sparse-structure decoder 0.15 GB; the texture decoder 0.85 GB, which makes
+  the seven models 12.3 GB and the eight loads 13.2 GB as SPEC §1 says; BiRefNet/RMBG-2 0.88 GB
+  (220 M parameters fp32); MoGe-2 ViT-L 1.3 GB (326 M fp32); the NAF upsampler 0.02 GB.
+
+Working memory of a stage (the memory the stage needs besides its weights: activations, the
+sampler's latents, the mesh) is derived from SPEC §1's staged column:
+
+    working(stage) = staged_peak(stage) - staged_peak(setup) - weights the plan lists for stage
+
+``staged_peak(setup)`` (2.9 GB, nothing loaded yet) is the port's runtime on the Mac (Python,
+torch, Metal); it is not a stage's working memory and is not scaled: the benchmark measures this
+machine's own runtime baseline instead. Ranges in SPEC §1 (e.g. 11.4–11.5 GB) use their midpoint.
+``preprocess`` has no row in SPEC §1; its working memory (0.5 GB) is an assumption.
+"""
+from __future__ import annotations
+
+GB = 10**9
+
+#: Weight bytes of each model in the real pipeline (see the module docstring for sources).
+REAL_WEIGHT_BYTES: dict[str, int] = {
+    "sparse_structure_flow_model": int(2.6 * GB),
+    "sparse_structure_decoder": int(0.15 * GB),
+    "shape_slat_flow_model_512": int(2.6 * GB),
+    "shape_slat_flow_model_1024": int(2.6 * GB),
+    "shape_slat_decoder": int(0.9 * GB),
+    "tex_slat_flow_model_1024": int(2.6 * GB),
+    "tex_slat_decoder": int(0.85 * GB),
+    "image_cond_backbone": int(1.2 * GB),  # DINOv3 ViT-L/16, fp32
+    "naf_upsampler": int(0.02 * GB),
+    "rembg": int(0.88 * GB),  # BiRefNet / RMBG-2
+    "camera": int(1.3 * GB),  # MoGe-2 ViT-L
+}
+
+#: The seven pipeline models of 1024_cascade (SPEC §2.5).
+SEVEN_MODELS = (
+    "sparse_structure_flow_model", "sparse_structure_decoder", "shape_slat_flow_model_512",
+    "shape_slat_flow_model_1024", "shape_slat_decoder", "tex_slat_flow_model_1024",
+    "tex_slat_decoder",
+)
+
+#: The stage plan of SPEC §2.5, in run order: stage -> models it lists.
+REAL_PLAN: dict[str, tuple[str, ...]] = {
+    "setup": (),
+    "preprocess": ("rembg",),
+    "camera": ("camera",),
+    "structure": ("image_cond_backbone", "sparse_structure_flow_model", "sparse_structure_decoder"),
+    "shape_512": ("image_cond_backbone", "naf_upsampler", "shape_slat_flow_model_512",
+                  "shape_slat_decoder"),
+    "shape_1024": ("image_cond_backbone", "naf_upsampler", "shape_slat_flow_model_1024"),
+    "texture": ("image_cond_backbone", "naf_upsampler", "tex_slat_flow_model_1024"),
+    "decode": ("shape_slat_decoder", "tex_slat_decoder"),
+    "export": (),
+}
+
+#: SPEC §1 table, bytes: stage -> (eager text, staged peak bytes as (low, high)).
+SPEC_TABLE: dict[str, tuple[str, tuple[int, int] | None]] = {
+    "setup": ("20.4 GB", (int(2.9 * GB), int(2.9 * GB))),
+    "camera": ("23.2 GB", (int(6.7 * GB), int(6.7 * GB))),
+    "structure": ("22.2 GB", (int(10.9 * GB), int(10.9 * GB))),
+    "shape_512": ("26.6 GB", (int(11.4 * GB), int(11.5 * GB))),
+    "shape_1024": ("30.5 GB", (int(13.1 * GB), int(13.1 * GB))),
+    "texture": ("stopped by the guard at 44.2 GB", (int(30.1 * GB), int(30.1 * GB))),
+    "decode": ("not reached", (int(17.9 * GB), int(18.4 * GB))),
+    "export": ("not reached", (int(69.6 * GB), int(70.2 * GB))),
+}
+
+#: Working memory assumed where SPEC §1 has no row (bytes, real scale).
+ASSUMED_WORKING_BYTES = {"preprocess": int(0.5 * GB)}
+
+#: SPEC §1: eight loads read this many bytes in 24 s.
+SPEC_LOADED_BYTES = int(13.2 * GB)
+
+
+def plan_weight_bytes(stage: str, sizes: dict[str, int] | None = None) -> int:
+    """Bytes of the weights ``REAL_PLAN`` lists for ``stage`` (real sizes unless ``sizes`` given).
+
+    Raises ``KeyError`` naming the stage or model when either is unknown.
+    """
+    sizes = REAL_WEIGHT_BYTES if sizes is None else sizes
+    return sum(sizes[m] for m in REAL_PLAN[stage])
+
+
+def real_working_bytes() -> dict[str, dict]:
+    """Per-stage working memory of the real run, derived from SPEC §1 (bytes, real scale).
+
+    Returns ``{stage: {"working": int, "staged_peak": int | None, "weights": int,
+    "runtime": int, "source": str}}`` for every stage of ``REAL_PLAN``; ``working`` is never
+    negative (``setup`` is 0 by definition).
+    """
+    runtime = SPEC_TABLE["setup"][1][0]
+    out = {}
+    for stage in REAL_PLAN:
+        weights = plan_weight_bytes(stage)
+        row = SPEC_TABLE.get(stage)
+        if stage == "setup":
+            working, source, peak = 0, "runtime baseline, not a stage's working memory", runtime
+        elif row is None:
+            working, source, peak = ASSUMED_WORKING_BYTES[stage], "assumed (no row in SPEC §1)", None
+        else:
+            low, high = row[1]
+            peak = (low + high) // 2
+            working = max(0, peak - runtime - weights)
+            source = "SPEC §1 staged peak - setup peak - plan weights"
+        out[stage] = {"working": working, "staged_peak": peak, "weights": weights,
+                      "runtime": runtime, "source": source}
+    return out
+
+
+def scaled_working_bytes(scale: float) -> dict[str, int]:
+    """Working memory per stage at ``scale`` (e.g. 1/8), bytes, rounded down to 4 KiB pages.
+
+    Raises ``ValueError`` when ``scale`` is not in (0, 1].
+    """
+    if not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {scale}; e.g. 0.125 for 1/8")
+    return {s: int(v["working"] * scale) // 4096 * 4096 for s, v in real_working_bytes().items()}
+
+
+def scaled_weight_bytes(scale: float) -> dict[str, int]:
+    """Weight bytes per model at ``scale`` (bytes). Raises ``ValueError`` for a bad scale."""
+    if not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {scale}; e.g. 0.125 for 1/8")
+    return {m: int(b * scale) for m, b in REAL_WEIGHT_BYTES.items()}
+
+
+def check_totals() -> dict:
+    """The totals SPEC §1 fixes, recomputed from ``REAL_WEIGHT_BYTES`` (bytes)."""
+    seven = sum(REAL_WEIGHT_BYTES[m] for m in SEVEN_MODELS)
+    return {"seven_models": seven,
+            "eight_loads": seven + REAL_WEIGHT_BYTES["shape_slat_decoder"],
+            "spec_eight_loads": SPEC_LOADED_BYTES}
