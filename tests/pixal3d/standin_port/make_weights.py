@@ -1,0 +1,200 @@
+"""Write a stand-in "weights folder" for the stand-in port: every checkpoint the real
+Pixal3D-mac reads, at a chosen fraction of the real sizes.
+
+Usage (tests, and the benchmark of issue 8)::
+
+    import sys; sys.path.insert(0, "tests/pixal3d/standin_port")
+    from make_weights import make_weights
+    info = make_weights("/tmp/px", scale=1e-3)   # 13.2 GB of loads -> 13.2 MB
+    env = {**os.environ, **info.env}              # HF_HOME and TORCH_HOME for the port
+    # the port then resolves MODEL_PATH "TencentARC/Pixal3D" (and DINOv3, BiRefNet, MoGe-2,
+    # NAF) from these caches, exactly as the real one does offline.
+
+or from a shell: ``python tests/pixal3d/standin_port/make_weights.py DIR --scale 1e-3``
+(prints the environment variables to set, as JSON).
+
+Layout written under ``root`` (``scale`` multiplies every size; bytes are float32 weights):
+
+- ``hf/hub/models--TencentARC--Pixal3D/pipeline.json`` and ``ckpts/<name>.json|.safetensors``
+  for the eight pipeline models (``{"name": class, "args": kwargs}`` + weights).
+- ``hf/hub/models--camenduru--dinov3-vitl16-pretrain-lvd1689m/`` (DINOv3 backbone),
+  ``models--ZhengPeng7--BiRefNet/`` (background remover), ``models--Ruicheng--moge-2-vitl/``
+  (camera estimator): ``config.json`` + ``model.safetensors``.
+- ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub).
+
+Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, shape decoder 0.9 GB, DINOv3
+ViT-L fp32 1.2 GB, and 13.2 GB over the eight loads of a staged 1024_cascade run (seven models,
+the shape decoder twice). The split of the remaining 8.8 GB over the other five models, and
+the sizes of BiRefNet, MoGe-2, NAF and the unused 512 texture flow, are assumptions of this
+stand-in (marked below), not measurements.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+GB = 10 ** 9
+#: Real on-load size of each checkpoint in bytes (see the module docstring for the sources).
+REAL_BYTES = {
+    "sparse_structure_flow_model": int(2.2 * GB),   # assumed
+    "sparse_structure_decoder": int(0.3 * GB),      # assumed
+    "shape_slat_flow_model_512": int(2.6 * GB),     # assumed
+    "shape_slat_flow_model_1024": int(2.6 * GB),    # assumed
+    "shape_slat_decoder": int(0.9 * GB),            # SPEC §1
+    "tex_slat_flow_model_512": int(2.6 * GB),       # assumed (unused by 1024_cascade)
+    "tex_slat_flow_model_1024": int(2.6 * GB),      # SPEC §1
+    "tex_slat_decoder": int(1.1 * GB),              # assumed (makes the 8 loads sum to 13.2 GB)
+    "dinov3": int(1.2 * GB),                        # SPEC §1 (ViT-L fp32)
+    "birefnet": int(0.9 * GB),                      # assumed
+    "moge": int(1.3 * GB),                          # assumed
+    "naf": int(0.01 * GB),                          # assumed
+}
+
+HIDDEN = 16  # DINOv3 stand-in embedding width: proj features are 16 (no NAF) or 32 (with NAF)
+LATENT = 8
+
+MODELS = {
+    "sparse_structure_flow_model": ("SparseStructureFlowModel", dict(
+        resolution=16, in_channels=LATENT, model_channels=16, cond_channels=HIDDEN, proj_channels=HIDDEN)),
+    "sparse_structure_decoder": ("SparseStructureDecoder", dict(latent_channels=LATENT, model_channels=8)),
+    "shape_slat_flow_model_512": ("SLatFlowModel", dict(
+        resolution=32, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+    "shape_slat_flow_model_1024": ("SLatFlowModel", dict(
+        resolution=64, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+    "shape_slat_decoder": ("FlexiDualGridVaeDecoder", dict(latent_channels=LATENT)),
+    "tex_slat_flow_model_512": ("SLatFlowModel", dict(
+        resolution=32, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+    "tex_slat_flow_model_1024": ("SLatFlowModel", dict(
+        resolution=64, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+    "tex_slat_decoder": ("SparseUnetVaeDecoder", dict(latent_channels=LATENT)),
+}
+
+
+@dataclass
+class WeightsInfo:
+    """What :func:`make_weights` wrote. ``env``: variables the port needs (HF_HOME, TORCH_HOME);
+    ``model_path``: the value for the port's ``--model-path`` (its default, a Hugging Face id);
+    ``model_dir``: the same folder as a local path; ``bytes``: name -> bytes on load."""
+    root: Path
+    model_path: str
+    model_dir: Path
+    env: dict
+    bytes: dict = field(default_factory=dict)
+
+
+def _state_bytes(state: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def _sized(build, target: int):
+    """Build once with a 1-value ballast, then again with the ballast that reaches ``target``."""
+    small = build(1)
+    fixed = _state_bytes(small.state_dict()) - 4
+    return build(max(1, (target - fixed) // 4))
+
+
+def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
+    """Write every stand-in checkpoint under ``root`` at ``scale`` x the real sizes.
+
+    root: folder (created; existing files of the same names are replaced). scale: fraction of
+    ``REAL_BYTES`` (1e-4 -> about 1.3 MB for the eight loads; 1e-2 -> about 130 MB). The random
+    generator state of the caller is left untouched (``torch.random.fork_rng``).
+    Raises ValueError for a scale outside (0, 1].
+    """
+    if not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {scale}")
+    root = Path(root)
+    hub = root / "hf" / "hub"
+    model_dir = hub / "models--TencentARC--Pixal3D"
+    (model_dir / "ckpts").mkdir(parents=True, exist_ok=True)
+    sizes = {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        import pixal3d.models as models
+        for name, (cls_name, args) in MODELS.items():
+            cls = getattr(models, cls_name)
+            model = _sized(lambda n: cls(**args, ballast_numel=n), int(REAL_BYTES[name] * scale))
+            state = model.state_dict()
+            n = state["ballast"].numel()
+            with open(model_dir / "ckpts" / f"{name}.json", "w") as f:
+                json.dump({"name": cls_name, "args": {**args, "ballast_numel": n}}, f)
+            save_file({k: v.contiguous() for k, v in state.items()}, str(model_dir / "ckpts" / f"{name}.safetensors"))
+            sizes[name] = _state_bytes(state)
+        pipeline = {"name": "Pixal3DImageTo3DPipeline", "args": {
+            "models": {name: f"ckpts/{name}" for name in MODELS},
+            "sparse_structure_sampler": {"name": "FlowEulerGuidanceIntervalSampler", "args": {"sigma_min": 1e-5},
+                                         "params": {"steps": 3, "guidance_strength": 3.0,
+                                                    "guidance_interval": [0.4, 1.0], "rescale_t": 1.0}},
+            "shape_slat_sampler": {"name": "FlowEulerGuidanceIntervalSampler", "args": {"sigma_min": 1e-5},
+                                   "params": {"steps": 3, "guidance_strength": 3.0,
+                                              "guidance_interval": [0.4, 1.0], "rescale_t": 3.0}},
+            "tex_slat_sampler": {"name": "FlowEulerGuidanceIntervalSampler", "args": {"sigma_min": 1e-5},
+                                 "params": {"steps": 3, "guidance_strength": 1.0,
+                                            "guidance_interval": [0.0, 1.0], "rescale_t": 3.0}},
+            "shape_slat_normalization": {"mean": [0.1 * i for i in range(LATENT)], "std": [1.0 + 0.1 * i for i in range(LATENT)]},
+            "tex_slat_normalization": {"mean": [0.05 * i for i in range(LATENT)], "std": [1.0] * LATENT},
+            "rembg_model": {"name": "BiRefNet", "args": {"model_name": "ZhengPeng7/BiRefNet"}},
+            "low_vram": True,
+            "default_pipeline_type": "1024_cascade",
+        }}
+        with open(model_dir / "pipeline.json", "w") as f:
+            json.dump(pipeline, f, indent=1)
+
+        import standin_hf
+        from moge.model.v2 import MoGeModel
+        hub_models = {
+            "camenduru/dinov3-vitl16-pretrain-lvd1689m": ("dinov3", standin_hf.DINOv3ViTModel, dict(
+                patch_size=16, hidden_size=HIDDEN, num_register_tokens=4, num_layers=2)),
+            "ZhengPeng7/BiRefNet": ("birefnet", standin_hf.AutoModelForImageSegmentation, dict(hidden_size=4)),
+            "Ruicheng/moge-2-vitl": ("moge", MoGeModel, dict(hidden_size=8)),
+        }
+        for repo_id, (key, cls, config) in hub_models.items():
+            folder = hub / ("models--" + repo_id.replace("/", "--"))
+            folder.mkdir(parents=True, exist_ok=True)
+            model = _sized(lambda n: cls(standin_hf.Config(**config, ballast_numel=n)), int(REAL_BYTES[key] * scale))
+            state = model.state_dict()
+            with open(folder / "config.json", "w") as f:
+                json.dump({**config, "ballast_numel": state["ballast"].numel()}, f)
+            save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+            sizes[key] = _state_bytes(state)
+
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_standin_naf_hubconf", HERE / "naf_hub" / "hubconf.py")
+        hubconf = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hubconf)
+        checkpoints = root / "torch" / "hub" / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        naf = _sized(lambda n: hubconf.NAF(channels=HIDDEN, ballast_numel=n), int(REAL_BYTES["naf"] * scale))
+        state = naf.state_dict()
+        with open(checkpoints / "naf_standin.json", "w") as f:
+            json.dump({"channels": HIDDEN, "ballast_numel": state["ballast"].numel()}, f)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(checkpoints / "naf_standin.safetensors"))
+        sizes["naf"] = _state_bytes(state)
+    env = {"HF_HOME": str(root / "hf"), "TORCH_HOME": str(root / "torch")}
+    return WeightsInfo(root=root, model_path="TencentARC/Pixal3D", model_dir=model_dir, env=env, bytes=sizes)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Write the stand-in Pixal3D weights folder.")
+    parser.add_argument("root")
+    parser.add_argument("--scale", type=float, default=1e-4)
+    ns = parser.parse_args(argv)
+    info = make_weights(ns.root, ns.scale)
+    print(json.dumps({"env": info.env, "model_path": info.model_path, "model_dir": str(info.model_dir),
+                      "bytes": info.bytes}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+from standin_hf import ballast  # noqa: F401

@@ -1,0 +1,55 @@
+"""Shape SLat decoder (stand-in for ``FlexiDualGridVaeDecoder``): ``upsample`` for the cascade,
+``set_resolution`` and ``forward(slat, return_subs=True)`` -> (meshes, subs)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._vae_common import ballast
+from ...modules.sparse import SparseTensor
+from ...representations import Mesh
+from ...utils.mesh_extract import voxel_surface_to_mesh
+
+
+class FlexiDualGridVaeDecoder(nn.Module):
+    def __init__(self, latent_channels=8, model_channels=16, ballast_numel=1):
+        super().__init__()
+        self.inp = nn.Linear(latent_channels, model_channels)
+        self.children_logits = nn.Linear(model_channels, 8)
+        self.subdiv = nn.Linear(model_channels, 1)
+        self.ballast = ballast(ballast_numel)
+        self.resolution = 1024
+        self.low_vram = False
+
+    def set_resolution(self, resolution):
+        self.resolution = resolution
+
+    def upsample(self, slat, upsample_times=4):
+        """LR tokens (grid 32, units of 16 in a 512 grid) -> HR coords [M, 4] in 512 units.
+
+        Each token may split into its 8 children at grid 64 (kept where a learned logit > -1);
+        the result is expressed in the 512-voxel frame the pipeline quantises from.
+        """
+        h = F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean()
+        keep = self.children_logits(h) > -1.0  # [N, 8]
+        offsets = torch.tensor([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)], device=slat.coords.device)
+        idx, child = torch.nonzero(keep, as_tuple=True)
+        parent = slat.coords[idx]
+        xyz = parent[:, 1:].long() * 2 + offsets[child]
+        scale = 512 // 64
+        hr = torch.cat([parent[:, :1].long(), xyz * scale + scale // 2], dim=1)
+        return hr.int()
+
+    def forward(self, slat, return_subs=False):
+        h = F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean()
+        logit = self.subdiv(h)[:, 0]
+        grid = self.resolution // 16
+        meshes = []
+        for b in range(slat.shape[0]):
+            sel = (slat.coords[:, 0] == b) & (logit > -2.0)
+            occ = torch.zeros(grid, grid, grid, dtype=torch.bool)
+            c = slat.coords[sel][:, 1:].long().clamp(0, grid - 1).cpu()
+            occ[c[:, 0], c[:, 1], c[:, 2]] = True
+            vertices, faces = voxel_surface_to_mesh(occ)
+            meshes.append(Mesh(vertices.to(slat.device), faces.to(slat.device)))
+        subs = [SparseTensor(feats=logit[:, None], coords=slat.coords)]
+        return (meshes, subs) if return_subs else meshes

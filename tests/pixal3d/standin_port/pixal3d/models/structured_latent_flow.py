@@ -1,0 +1,29 @@
+"""Sparse flow model over ``SparseTensor`` tokens (shape and texture SLat, stand-in)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._common import TimeEmbed, ballast
+
+
+class SLatFlowModel(nn.Module):
+    def __init__(self, resolution=64, in_channels=8, out_channels=8, model_channels=16,
+                 cond_channels=16, proj_channels=32, ballast_numel=1):
+        super().__init__()
+        self.resolution = resolution
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.inp = nn.Linear(in_channels, model_channels)
+        self.cond = nn.Linear(cond_channels, model_channels)
+        self.proj = nn.Linear(proj_channels, model_channels)
+        self.t_embed = TimeEmbed(model_channels)
+        self.out = nn.Linear(model_channels, out_channels)
+        self.ballast = ballast(ballast_numel)
+
+    def forward(self, x, t, cond, concat_cond=None, **kwargs):
+        feats = x.feats
+        if concat_cond is not None:
+            feats = torch.cat([feats, concat_cond.feats], dim=1)
+        h = self.inp(feats) + self.cond(cond['global'].mean(1)) + self.t_embed(t)
+        h = h + self.proj(cond['proj'].feats)
+        return x.replace(self.out(F.gelu(h)) + 1e-3 * self.ballast.mean())

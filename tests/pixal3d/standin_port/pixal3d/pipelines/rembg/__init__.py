@@ -1,0 +1,1 @@
+from .BiRefNet import BiRefNet  # noqa: F401

@@ -1,0 +1,1 @@
+from .flow_euler import FlowEulerSampler, FlowEulerGuidanceIntervalSampler  # noqa: F401

@@ -1,0 +1,2 @@
+"""Stand-in of ``pixal3d.representations``: ``Mesh`` and ``MeshWithVoxel``."""
+from .mesh.base import Mesh, MeshWithVoxel  # noqa: F401
