@@ -1,0 +1,49 @@
+"""``python -m runner`` — one image (default), ``batch`` or ``check``; see docs/runner.md.
+
+Only the standard library is imported before dispatch, so an interpreter that lacks Pillow,
+NumPy or psutil still answers with a protocol ``error`` event (kind ``missing_dependency``)
+instead of a traceback.
+"""
+import os
+import sys
+
+from .errors import RunnerError
+from .protocol import Emitter, make
+
+_DEPENDENCIES = ("PIL", "numpy", "psutil")
+
+
+def _missing_dependency(exc: ImportError, mode: str) -> int:
+    name = getattr(exc, "name", None) or str(exc)
+    err = RunnerError("missing_dependency", f"The Python at {sys.executable} cannot import "
+                      f"{name} ({exc}).",
+                      f"Install the project's dependencies into it: {sys.executable} -m pip "
+                      "install -e <the project folder>, or choose an interpreter that has them.",
+                      python=sys.executable, module=name)
+    emitter = Emitter()
+    emitter.emit(make("hello", runner="0.1.0", pid=os.getpid(), mode=mode, backend=None,
+                      image=None, output=None, trace=None, stages=[], python=sys.executable))
+    print(err.message, file=sys.stderr)
+    emitter.emit(make("error", **err.fields()))
+    return err.exit_code
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    mode = argv[0] if argv and argv[0] in ("batch", "check") else "single"
+    try:
+        if mode == "batch":
+            from .batch import main as command
+        elif mode == "check":
+            from .check import main as command
+        else:
+            from .cli import main as command
+    except ImportError as exc:
+        if getattr(exc, "name", None) and exc.name.split(".")[0] in _DEPENDENCIES:
+            return _missing_dependency(exc, mode)
+        raise
+    return command(argv[1:] if mode != "single" else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

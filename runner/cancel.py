@@ -1,0 +1,119 @@
+"""Cancel sources of the supervisor, funnelled into one ``Cancel`` flag.
+
+- SIGTERM, SIGINT, SIGHUP delivered to the supervisor;
+- stdin reaching end-of-file — only when stdin is a pipe (FIFO) or a socket, so running the
+  runner from a terminal or with stdin from ``/dev/null`` does not cancel at once. The Blender
+  add-on keeps stdin open as a pipe and closes it to cancel;
+- the parent process dying: the parent pid is polled every 0.2 s (a change means we were
+  re-parented). ``PR_SET_PDEATHSIG`` is deliberately *not* used for the supervisor: on Linux it
+  fires when the parent *thread* that spawned us exits, and an add-on may spawn from a thread
+  that ends long before Blender does;
+- the protocol stream breaking (the reader closed stdout): the supervisor calls ``cancel``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+
+CANCEL_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None))
+                       if s is not None)
+
+
+class Cancel:
+    """A thread-safe cancel flag with the first ``reason`` (str) kept.
+
+    ``install()`` starts the sources listed in the module docstring (signal handlers need the
+    main thread); ``uninstall()`` restores the previous signal handlers. ``wait(timeout)``
+    returns True once cancelled.
+    """
+
+    def __init__(self):
+        self._event = threading.Event()
+        self.reason: str | None = None
+        self.at: float | None = None
+        self._lock = threading.Lock()
+        self._old_handlers: dict = {}
+        self._stop = threading.Event()
+        self.listeners: list = []
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self, reason: str) -> None:
+        """Set the flag (first reason wins) and call each listener once."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.reason = reason
+            self.at = time.time()
+            self._event.set()
+            listeners = list(self.listeners)
+        for fn in listeners:
+            try:
+                fn(reason)
+            except Exception:
+                pass
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    # -- sources ------------------------------------------------------------------------------
+    def _on_signal(self, signum, frame) -> None:
+        self.cancel(f"signal {signal.Signals(signum).name}")
+
+    def install(self, *, signals: bool = True, stdin: bool = True, parent: bool = True) -> "Cancel":
+        if signals and threading.current_thread() is threading.main_thread():
+            for sig in CANCEL_SIGNALS:
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        if stdin and stdin_is_pipe():
+            threading.Thread(target=self._watch_stdin, name="runner-stdin-watch",
+                             daemon=True).start()
+        if parent:
+            parent_pid = os.getppid()
+            if parent_pid > 1:
+                threading.Thread(target=self._watch_parent, args=(parent_pid,),
+                                 name="runner-parent-watch", daemon=True).start()
+        return self
+
+    def uninstall(self) -> None:
+        self._stop.set()
+        for sig, handler in self._old_handlers.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, TypeError):
+                pass
+        self._old_handlers.clear()
+
+    def _watch_stdin(self) -> None:
+        fd = sys.stdin.fileno()
+        try:
+            while not self._stop.is_set():
+                chunk = os.read(fd, 4096)  # anything written is ignored; EOF means cancel
+                if not chunk:
+                    self.cancel("stdin closed")
+                    return
+        except OSError:
+            self.cancel("stdin closed")
+
+    def _watch_parent(self, parent_pid: int) -> None:
+        while not self._stop.wait(0.2):
+            if os.getppid() != parent_pid:
+                self.cancel(f"parent process {parent_pid} died")
+                return
+
+
+def stdin_is_pipe() -> bool:
+    """True when stdin is open and is a pipe or a socket (the add-on's case)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)

@@ -1,0 +1,122 @@
+"""Every way a runner job can fail: error kind → exit code, a message for a person, a hint.
+
+The table ``KINDS`` is the single source of the kinds and exit codes; ``runner/PROTOCOL.md``
+tables the same list (a test checks they agree). A failure travels as ``RunnerError`` inside
+the supervisor and the worker and leaves the process as one ``error`` event plus the exit code —
+never as a traceback on stdout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One error kind: ``exit_code`` (int, the process's exit status), ``hint`` (default advice,
+    what the person should do), ``summary`` (one line for the docs)."""
+
+    exit_code: int
+    hint: str
+    summary: str
+
+
+# Exit-code ranges: 1 internal, 2 usage, 3/4 the guard's own codes (stageload.guard), 5 batch,
+# 10-19 input image, 20-29 output, 30-39 environment, 40-49 the run itself, 130 cancelled.
+KINDS: dict[str, Kind] = {
+    "internal": Kind(1, "This is a bug in the runner; please report it with the trace file and "
+                        "the log on stderr.", "unexpected failure inside the runner"),
+    "usage": Kind(2, "Run `python -m runner --help` for the options.",
+                  "bad command line (also argparse's own errors)"),
+    "guard_stopped": Kind(3, "Close other memory-hungry programs, or raise the guard's "
+                             "--swap-budget / lower --kill-free, then run again.",
+                          "the guard stopped the job: swap or available memory over budget"),
+    "guard_timeout": Kind(4, "Free memory (or wait for the busy job to finish), or raise "
+                             "--start-timeout, then run again.",
+                          "the guard never admitted the job (not enough memory in time)"),
+    "batch_failed": Kind(5, "See the manifest and the batch_item events for each failed image.",
+                         "batch: at least one image failed (the others were done)"),
+    "not_an_image": Kind(10, "Choose a PNG, JPEG or WebP file.",
+                         "the file is not an image Pillow can read"),
+    "input_missing": Kind(11, "Check the path; the file must exist and be readable.",
+                          "the input file (or batch folder) does not exist"),
+    "input_empty": Kind(12, "The file has zero bytes; export or copy the image again.",
+                        "the input file has zero bytes"),
+    "image_truncated": Kind(13, "The image file is cut short or damaged; export or download it "
+                                "again.", "truncated or corrupt image data"),
+    "image_too_large": Kind(14, "Scale the image down (to a few thousand pixels a side) and try "
+                                "again.", "decompression bomb: more pixels than Pillow's limit"),
+    "image_too_small": Kind(15, "Use a larger picture of the character (at least 32 × 32 px; a "
+                                "few hundred pixels a side works best).",
+                            "image smaller than 32 px on a side"),
+    "image_transparent": Kind(16, "Every pixel is fully transparent; export the image with the "
+                                  "character visible.", "fully transparent image"),
+    "image_unsupported": Kind(17, "Convert the image to an 8-bit RGB or RGBA PNG and try again.",
+                              "an image mode the runner cannot convert to RGBA"),
+    "output_exists": Kind(20, "Choose another output name, or pass --overwrite to replace it.",
+                          "the output file exists (and --overwrite was not given)"),
+    "output_unwritable": Kind(21, "Choose an output folder you can write to.",
+                              "the output folder does not exist or cannot be written"),
+    "disk_full": Kind(22, "Free disk space on the output drive (or choose another folder) and "
+                          "run again.", "no space left on the output (or trace) drive"),
+    "output_invalid": Kind(23, "Give an output path ending in .glb that is not a folder.",
+                           "the output path is not a .glb file path"),
+    "no_torch": Kind(30, "Install PyTorch into that interpreter, or point the runner at a Python "
+                         "that has it.", "the worker's interpreter cannot import torch"),
+    "backend_unavailable": Kind(31, "Run `python -m runner check` to see what each backend needs.",
+                                "the chosen backend cannot run here"),
+    "pixal3d_missing": Kind(32, "Pass --pixal3d-dir pointing to a Pixal3D-mac checkout with its "
+                                "weights.", "the Pixal3D folder is missing or incomplete"),
+    "pixal3d_version": Kind(33, "Use a Pixal3D-mac version this runner supports (see docs).",
+                            "the Pixal3D folder is of an unknown version"),
+    "missing_dependency": Kind(34, "Install the project's dependencies into that interpreter "
+                                   "(pip install -e . or the Makefile's setup).",
+                               "the interpreter lacks a package the runner needs (Pillow, psutil…)"),
+    "backend_failed": Kind(40, "See the log on stderr and the trace; try another image or "
+                               "backend.", "the backend raised an unexpected error"),
+    "worker_killed": Kind(41, "The job was killed from outside (often the system running out of "
+                              "memory); close other programs and run again.",
+                          "the worker process was killed by a signal (runner killed)"),
+    "worker_crashed": Kind(42, "See the log on stderr; run `python -m runner check`.",
+                           "the worker exited without a result or an error"),
+    "empty_matte": Kind(43, "No character could be separated from the background; use an image "
+                            "with transparency or a plain background.",
+                        "the matte (character silhouette) came out empty"),
+    "background_not_plain": Kind(44, "Use an image with transparency (alpha), or one on a plain, "
+                                     "single-colour background.",
+                                 "no alpha and the border is not one plain colour to key out"),
+    "cancelled": Kind(130, "Nothing to do; run again when you want the result.",
+                      "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),
+}
+
+
+class RunnerError(Exception):
+    """A failure with a kind from ``KINDS``, a ``message`` for a person (what happened) and a
+    ``hint`` (what to do; defaults to the kind's hint). ``details`` (dict, JSON-serialisable)
+    travels in the error event. Raises ``KeyError`` for an unknown kind."""
+
+    def __init__(self, kind: str, message: str, hint: str | None = None, **details):
+        if kind not in KINDS:
+            raise KeyError(f"unknown error kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint if hint is not None else KINDS[kind].hint
+        self.details = details
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit status for this kind."""
+        return KINDS[self.kind].exit_code
+
+    def fields(self) -> dict:
+        """The fields of the protocol's ``error`` event (without ``v``/``event``/``t``)."""
+        out = {"kind": self.kind, "message": self.message, "hint": self.hint,
+               "exit_code": self.exit_code}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+def exit_code(kind: str) -> int:
+    """Exit status for ``kind``; ``KINDS['internal']`` for an unknown kind."""
+    return KINDS.get(kind, KINDS["internal"]).exit_code

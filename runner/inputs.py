@@ -1,0 +1,217 @@
+"""Input image validation and normalisation to 8-bit RGBA, with Pillow.
+
+``load_image(path)`` is run twice per job: by the supervisor up front (so a bad file is reported
+before any worker starts) and by the worker (which hands the RGBA image to the backend). Both get
+the same answer because it is the same function.
+
+What it accepts and what it refuses (SPEC §3): a missing file, a folder, zero bytes, a file Pillow
+cannot identify, a truncated or corrupt file (``verify()`` then a full ``load()``), a
+decompression bomb (Pillow's ``DecompressionBombWarning`` is made an error too, so the limit is
+``Image.MAX_IMAGE_PIXELS`` = 89 478 485 pixels by default), fewer than ``MIN_SIDE`` pixels on a
+side, a fully transparent image — each a ``RunnerError`` of its own kind. Grayscale, palette
+(with or without transparency), 1-bit, 16-bit grayscale (scaled, not clipped), CMYK and YCbCr
+JPEG, premultiplied modes, animated GIF/WebP/APNG (first frame) and EXIF-rotated JPEG
+(``ImageOps.exif_transpose``) are normalised to RGBA with 8 bits per channel.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from .errors import RunnerError
+
+MIN_SIDE = 32
+"""Smallest accepted width and height in pixels (after EXIF rotation)."""
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+"""File suffixes ``batch`` picks up from a folder (case-insensitive)."""
+
+_EXIF_ORIENTATION = 0x0112
+
+
+@dataclass
+class ImageInfo:
+    """What ``load_image`` found: ``path`` (str), ``format`` (Pillow's, e.g. ``"PNG"``),
+    ``mode`` (the file's Pillow mode before conversion), ``width``/``height`` (pixels, after
+    EXIF rotation), ``frames`` (1 unless animated; only the first is used), ``had_alpha``
+    (the file carries transparency: alpha channel or palette transparency), ``orientation``
+    (EXIF orientation tag 1–8, 1 when absent), ``bytes`` (file size), ``notes`` (what was
+    converted, for people)."""
+
+    path: str
+    format: str | None
+    mode: str
+    width: int
+    height: int
+    frames: int = 1
+    had_alpha: bool = False
+    orientation: int = 1
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """JSON-serialisable dict of the fields."""
+        return asdict(self)
+
+
+def _name(path: Path) -> str:
+    return path.name or str(path)
+
+
+def _open_checked(path: Path) -> Image.Image:
+    """``Image.open`` with decompression-bomb warnings as errors; maps Pillow's failures."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return Image.open(path)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise RunnerError("image_too_large", f"{_name(path)} declares too many pixels to open "
+                          f"safely ({exc}).") from None
+    except UnidentifiedImageError:
+        raise RunnerError("not_an_image", f"{_name(path)} is not an image Pillow can read.") from None
+    except PermissionError:
+        raise RunnerError("input_missing", f"{_name(path)} cannot be read (permission denied).",
+                          "Check the file's permissions.") from None
+
+
+def _verify_and_load(path: Path) -> Image.Image:
+    """Open, ``verify()`` (checksums, structure), reopen and fully decode the first frame."""
+    truncated = RunnerError("image_truncated", f"{_name(path)} is truncated or damaged: "
+                            "its image data ends early or fails its checksums.")
+    if ImageFile.LOAD_TRUNCATED_IMAGES:  # someone relaxed Pillow globally; we must not
+        raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set; refusing to validate")
+    im = _open_checked(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            im.verify()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise RunnerError("image_too_large", f"{_name(path)} is too large to open safely "
+                          f"({exc}).") from None
+    except Exception:  # SyntaxError, OSError, struct.error … from the format's checker
+        raise truncated from None
+    finally:
+        im.close()
+    im = _open_checked(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            im.seek(0)
+            im.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        im.close()
+        raise RunnerError("image_too_large", f"{_name(path)} is too large to open safely "
+                          f"({exc}).") from None
+    except ValueError as exc:  # e.g. "Decompressed Data Too Large" from a PNG text chunk
+        im.close()
+        if "too large" in str(exc).lower():
+            raise RunnerError("image_too_large", f"{_name(path)}: {exc}.") from None
+        raise truncated from None
+    except Exception:
+        im.close()
+        raise truncated from None
+    return im
+
+
+def _to_rgba(im: Image.Image, path: Path, info: ImageInfo) -> Image.Image:
+    """Convert any single-frame mode to RGBA with 8 bits per channel; fills ``info``."""
+    mode = im.mode
+    if mode == "RGBA":
+        info.had_alpha = True
+        return im.copy()
+    if mode in ("LA", "PA", "RGBa", "La"):
+        info.had_alpha = True
+        info.notes.append(f"converted from {mode}")
+        return im.convert("RGBA")
+    if mode == "P":
+        info.had_alpha = "transparency" in im.info
+        info.notes.append("palette expanded" + (" with its transparency" if info.had_alpha else ""))
+        return im.convert("RGBA")
+    if mode in ("RGB", "L"):
+        if mode == "L":
+            info.notes.append("grayscale expanded to RGB")
+        if "transparency" in im.info:  # single transparent colour (tRNS in RGB/L PNGs)
+            info.had_alpha = True
+        return im.convert("RGBA")
+    if mode == "1":
+        info.notes.append("1-bit expanded")
+        return im.convert("L").convert("RGBA")
+    if mode.startswith("I"):  # I;16, I;16B, I;16L (16-bit grayscale) or I (32-bit)
+        arr = np.asarray(im).astype(np.float64)
+        top = 65535.0 if mode.startswith("I;16") or arr.max(initial=0) > 255 else 255.0
+        arr8 = np.clip(np.rint(arr * (255.0 / top)), 0, 255).astype(np.uint8)
+        info.notes.append(f"{mode} scaled to 8 bits")
+        return Image.fromarray(arr8).convert("RGBA")
+    if mode in ("CMYK", "YCbCr", "HSV"):
+        info.notes.append(f"converted from {mode}")
+        return im.convert("RGB").convert("RGBA")
+    raise RunnerError("image_unsupported", f"{_name(path)} uses the image mode {mode!r}, which "
+                      "the runner cannot convert to RGBA.")
+
+
+def load_image(path: str | Path) -> tuple[Image.Image, ImageInfo]:
+    """Validate ``path`` and return ``(image, info)``: ``image`` is a loaded Pillow image, mode
+    ``RGBA``, 8 bits per channel, EXIF orientation applied, first frame only; ``info`` is an
+    ``ImageInfo``.
+
+    Raises ``RunnerError`` with kind ``input_missing``, ``input_empty``, ``not_an_image``,
+    ``image_truncated``, ``image_too_large``, ``image_unsupported``, ``image_too_small`` or
+    ``image_transparent`` (see ``runner.errors.KINDS``).
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise RunnerError("input_missing", f"{path} does not exist.") from None
+    except OSError as exc:
+        raise RunnerError("input_missing", f"{path} cannot be read ({exc.strerror}).") from None
+    if path.is_dir():
+        raise RunnerError("not_an_image", f"{path} is a folder, not an image file.",
+                          "Give one image file, or use `python -m runner batch FOLDER`.")
+    if st.st_size == 0:
+        raise RunnerError("input_empty", f"{_name(path)} is empty (0 bytes).")
+
+    im = _verify_and_load(path)
+    try:
+        frames = int(getattr(im, "n_frames", 1) or 1)
+        orientation = 1
+        try:
+            orientation = int(im.getexif().get(_EXIF_ORIENTATION, 1) or 1)
+        except Exception:  # unreadable EXIF is not a reason to refuse the picture
+            orientation = 1
+        info = ImageInfo(path=str(path), format=im.format, mode=im.mode, width=im.width,
+                         height=im.height, frames=frames, orientation=orientation,
+                         bytes=st.st_size)
+        if frames > 1:
+            info.notes.append(f"first of {frames} frames used")
+        if orientation not in (1,):
+            try:
+                rotated = ImageOps.exif_transpose(im)
+            except Exception:
+                raise RunnerError("image_truncated", f"{_name(path)} has EXIF orientation "
+                                  f"{orientation} but it could not be applied.") from None
+            info.notes.append(f"EXIF orientation {orientation} applied")
+        else:
+            rotated = im
+        rgba = _to_rgba(rotated, path, info)
+    finally:
+        im.close()
+    info.width, info.height = rgba.size
+    if min(rgba.size) < MIN_SIDE:
+        raise RunnerError("image_too_small", f"{_name(path)} is only {rgba.width} × "
+                          f"{rgba.height} px; at least {MIN_SIDE} px a side is needed.")
+    if rgba.getchannel("A").getextrema()[1] == 0:
+        raise RunnerError("image_transparent", f"{_name(path)} is fully transparent: there is "
+                          "no character to turn into a mesh.")
+    return rgba, info
+
+
+def probe_image(path: str | Path) -> ImageInfo:
+    """``load_image`` without keeping the pixels: the checks and the ``ImageInfo``."""
+    image, info = load_image(path)
+    image.close()
+    return info

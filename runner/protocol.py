@@ -1,0 +1,96 @@
+"""The runner's event stream (``runner/PROTOCOL.md`` defines it): NDJSON on stdout, one object a
+line, each with ``"v"``, ``"event"`` and ``"t"``.
+
+``Emitter`` is the only writer of the supervisor's stdout. It serialises lines from several
+threads (event relay, sampler, main) with a lock and flushes each line, so a reader never sees
+half an object. A closed stdout (the reader went away: ``BrokenPipeError``) is reported once to
+``on_broken`` — the supervisor treats it as a cancel — and later lines are dropped.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Callable, TextIO
+
+PROTOCOL_VERSION = 1
+
+
+def make(event: str, **fields) -> dict:
+    """One protocol object: ``{"v": 1, "event": event, "t": time.time(), **fields}``. A ``t``
+    in ``fields`` (seconds since the epoch) wins over the current time."""
+    obj = {"v": PROTOCOL_VERSION, "event": event, "t": time.time()}
+    obj.update(fields)
+    return obj
+
+
+def relay(stageload_event: dict) -> dict:
+    """A stageload event (dict with ``event`` and ``t``) as a protocol object: the same dict
+    with ``"v"`` added in front; the input is not modified."""
+    out = {"v": PROTOCOL_VERSION}
+    out.update(stageload_event)
+    out.setdefault("t", time.time())
+    return out
+
+
+def dumps(obj: dict) -> str:
+    """One line of NDJSON (no newline): compact, UTF-8 characters kept (``ensure_ascii=False``),
+    non-JSON values (paths, numpy scalars) turned into strings rather than failing."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_default)
+
+
+def _default(value):
+    item = getattr(value, "item", None)  # numpy scalar
+    if callable(item):
+        try:
+            return item()
+        except Exception:
+            pass
+    return str(value)
+
+
+class Emitter:
+    """Writes protocol objects to ``stream`` (default ``sys.stdout``), one line each, flushed.
+
+    ``also`` (optional callable taking the dict) sees every object first — the supervisor
+    passes the trace writer. ``on_broken`` is called once (no arguments) when the stream is
+    closed by the reader. Thread-safe.
+    """
+
+    def __init__(self, stream: TextIO | None = None, also: Callable[[dict], None] | None = None,
+                 on_broken: Callable[[], None] | None = None):
+        self.stream = stream if stream is not None else sys.stdout
+        self.also = also
+        self.on_broken = on_broken
+        self.broken = False
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def emit(self, obj: dict) -> dict:
+        """Write ``obj`` (a dict made by ``make``/``relay``) and return it."""
+        with self._lock:
+            if self.also is not None:
+                self.also(obj)
+            if self.broken:
+                return obj
+            try:
+                self.stream.write(dumps(obj) + "\n")
+                self.stream.flush()
+                self.count += 1
+            except (BrokenPipeError, ValueError, OSError):  # reader gone / stream closed
+                self.broken = True
+                callback = self.on_broken
+            else:
+                callback = None
+        if callback is not None:
+            callback()
+        return obj
+
+    def event(self, name: str, **fields) -> dict:
+        """``emit(make(name, **fields))``."""
+        return self.emit(make(name, **fields))
+
+    def __call__(self, obj: dict) -> None:
+        """Use as a stageload sink: relays the event with ``"v"`` added."""
+        self.emit(relay(obj) if "v" not in obj else obj)

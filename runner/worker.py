@@ -1,0 +1,244 @@
+"""The worker: the process that imports torch and runs a backend. Started by the supervisor as
+``python -m runner.worker --events-fd N --job JSON`` in its own process group; never by hand.
+
+Channels: events go as JSON lines to file descriptor ``N`` (a pipe the supervisor reads); file
+descriptor 1 is pointed at stderr first thing, so a stray ``print`` in a backend or a native
+library can never corrupt the protocol stream. Worker-only events, which the supervisor consumes
+and does not relay: ``worker`` (started: pid, python, torch version), ``worker_done`` (the partial
+GLB path and the backend's returned dict) and ``error`` (kind/message/hint, then the worker exits
+with the kind's code).
+
+``python -m runner.worker --probe --events-fd N [--backend-options JSON]`` writes one ``probe``
+event instead: Python, torch, devices and every backend's ``check()`` (used by
+``python -m runner check``).
+
+If the supervisor dies (even by SIGKILL) the worker notices — Linux ``PR_SET_PDEATHSIG`` and a
+parent-pid poll every 0.2 s everywhere — and kills its own process group.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from .errors import KINDS, RunnerError
+
+_PR_SET_PDEATHSIG = 1
+
+
+class _EventPipe:
+    """Writes one JSON object per line to a file descriptor; thread-safe; a closed pipe (the
+    supervisor is gone) makes the worker kill its group."""
+
+    def __init__(self, fd: int):
+        self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+        self._lock = threading.Lock()
+
+    def __call__(self, obj: dict) -> None:
+        obj = dict(obj)
+        obj.setdefault("t", time.time())
+        line = json.dumps(obj, ensure_ascii=False, default=str)
+        with self._lock:
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except (BrokenPipeError, OSError):
+                _kill_own_group()
+
+
+def _kill_own_group() -> None:
+    """SIGKILL this process's whole group when the worker leads it (as the supervisor starts
+    it); otherwise only exit, never touching a group the worker does not own."""
+    try:
+        if os.getpgid(0) == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(137)
+
+
+def _watch_parent() -> None:
+    """Die with the supervisor: ``PR_SET_PDEATHSIG`` on Linux, plus a 0.2 s parent-pid poll."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent or parent == 1:  # already orphaned between fork and here
+        _kill_own_group()
+
+    def poll():
+        while True:
+            if os.getppid() != parent:
+                _kill_own_group()
+            time.sleep(0.2)
+
+    threading.Thread(target=poll, name="runner-parent-watch", daemon=True).start()
+
+
+def _import_torch():
+    """Import torch or raise ``RunnerError('no_torch')`` naming this interpreter."""
+    try:
+        import torch  # noqa: F401  (the worker is the torch process)
+    except Exception as exc:  # ImportError, or a broken install raising OSError
+        raise RunnerError(
+            "no_torch", f"The Python at {sys.executable} cannot import torch "
+            f"({type(exc).__name__}: {exc}).",
+            f"Install PyTorch into it ({sys.executable} -m pip install torch) or choose an "
+            "interpreter that has it.", python=sys.executable) from None
+    return torch
+
+
+def _devices(torch) -> dict:
+    """Which compute devices this torch can use."""
+    cuda = {"available": False}
+    try:
+        if torch.cuda.is_available():
+            cuda = {"available": True, "count": torch.cuda.device_count(),
+                    "names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    except Exception as exc:
+        cuda = {"available": False, "error": str(exc)}
+    mps = {"available": False}
+    try:
+        backend = getattr(torch.backends, "mps", None)
+        if backend is not None:
+            mps = {"available": bool(backend.is_available()), "built": bool(backend.is_built())}
+    except Exception as exc:
+        mps = {"available": False, "error": str(exc)}
+    return {"cpu": {"available": True, "threads": torch.get_num_threads()}, "cuda": cuda,
+            "mps": mps}
+
+
+def _classify(exc: BaseException, module) -> RunnerError:
+    """Turn a backend's exception into a ``RunnerError``: its own ``kind`` attribute, the
+    module's ``ERRORS`` table (class name → kind), ``ENOSPC`` anywhere in the chain →
+    ``disk_full``, else ``backend_failed``."""
+    if isinstance(exc, RunnerError):
+        return exc
+    kind = getattr(exc, "kind", None)
+    table = getattr(module, "ERRORS", {}) if module is not None else {}
+    for cls in type(exc).__mro__:
+        if cls.__name__ in table:
+            kind = table[cls.__name__]
+            break
+    text = str(getattr(exc, "message", None) or exc) or type(exc).__name__
+    if isinstance(kind, str) and kind in KINDS:
+        return RunnerError(kind, text, getattr(exc, "hint", None))
+    seen, cur = set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+            return RunnerError("disk_full", f"No space left on the drive while writing "
+                               f"({cur.filename or 'the output'}).")
+        cur = cur.__cause__ or cur.__context__
+    if isinstance(exc, MemoryError):
+        return RunnerError("backend_failed", "The backend ran out of memory.",
+                           "Close other programs or use a smaller --texture-size.")
+    return RunnerError("backend_failed", f"The backend failed: {type(exc).__name__}: {text}",
+                       getattr(exc, "hint", None))
+
+
+def run_job(job: dict, emit) -> int:
+    """Run one job dict (``backend``, ``image``, ``output`` = partial GLB path, ``seed``,
+    ``texture_size``, ``options``) sending events to ``emit``; returns the exit status."""
+    from . import backends
+    from .inputs import load_image
+
+    module = None
+    try:
+        torch = _import_torch()
+        emit({"event": "worker", "state": "started", "pid": os.getpid(),
+              "python": sys.executable, "torch": getattr(torch, "__version__", None)})
+        backend = backends.get(job["backend"])
+        if not backend.installed():
+            raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
+                              "installed.", backend.install_hint or None)
+        image, info = load_image(job["image"])
+        module = backend.load()
+        kwargs = dict(job.get("options") or {})
+        if job.get("height_m") is not None:
+            kwargs["height_m"] = float(job["height_m"])
+        result = module.generate(image, job["output"], had_alpha=info.had_alpha,
+                                 seed=int(job.get("seed", 0)),
+                                 texture_size=int(job.get("texture_size", 1024)),
+                                 emit=emit, **kwargs)
+        emit({"event": "worker_done", "output": job["output"], "info": result or {}})
+        return 0
+    except BaseException as exc:  # everything becomes one error event, never a traceback on stdout
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        err = _classify(exc, module)
+        if not isinstance(exc, RunnerError) or err.kind in ("backend_failed", "internal"):
+            traceback.print_exc(file=sys.stderr)
+        emit({"event": "error", **err.fields()})
+        return err.exit_code
+
+
+def probe(options: dict, emit) -> int:
+    """Emit one ``probe`` event: python, torch, devices, backends (each backend's check)."""
+    from . import backends
+
+    out = {"event": "probe", "python": {"version": platform.python_version(),
+                                       "executable": sys.executable,
+                                       "implementation": platform.python_implementation()},
+           "platform": {"system": platform.system(), "machine": platform.machine(),
+                        "release": platform.release()}}
+    try:
+        torch = _import_torch()
+        out["torch"] = {"version": torch.__version__, "ok": True}
+        out["devices"] = _devices(torch)
+    except RunnerError as err:
+        out["torch"] = {"version": None, "ok": False, "reason": err.message, "hint": err.hint}
+        out["devices"] = {"cpu": {"available": True}, "cuda": {"available": False},
+                          "mps": {"available": False}}
+    checks = {}
+    for name in backends.names():
+        backend = backends.get(name)
+        mine = {o.dest: options[o.dest] for o in backend.options if options.get(o.dest) is not None}
+        if not out["torch"]["ok"]:
+            checks[name] = {"ok": False, "reason": "torch cannot be imported",
+                            "hint": out["torch"]["hint"]}
+        else:
+            checks[name] = backend.check(**mine)
+        checks[name]["title"] = backend.title
+    out["backends"] = checks
+    emit(out)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point of ``python -m runner.worker``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m runner.worker")
+    parser.add_argument("--events-fd", type=int, required=True)
+    parser.add_argument("--job", help="the job as JSON (see run_job)")
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--backend-options", default="{}")
+    args = parser.parse_args(argv)
+    # stdout → stderr before anything can print: the supervisor's stdout is the protocol.
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    emit = _EventPipe(args.events_fd)
+    _watch_parent()
+    if args.probe:
+        return probe(json.loads(args.backend_options), emit)
+    return run_job(json.loads(args.job), emit)
+
+
+if __name__ == "__main__":
+    status = main()
+    # Skip interpreter teardown (a second or more with torch loaded): every event is already
+    # flushed to the pipe and the GLB is closed by the backend.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
