@@ -113,7 +113,7 @@ def _rusage(pid: int) -> dict[str, int | None]:
         if lib.proc_pid_rusage(int(pid), flavor, ctypes.byref(info)) == 0:
             return parse_rusage(bytes(info))
         err = ctypes.get_errno()
-        if err == errno.EINVAL:  #: flavor unknown to this kernel, try the older one
+        if err == errno.EINVAL:  # flavor unknown to this kernel, try the older one
             continue
         message = f"proc_pid_rusage({pid}): {os.strerror(err)}"
         if err == errno.ESRCH:

@@ -1,0 +1,201 @@
+"""The Sampler watching real child processes from outside: stage peaks, a spike between
+samples, a SIGKILLed writer, process trees, the high-water mark reset, MemoryMeter."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stageload.meter import (MemoryMeter, Sampler, footprint, high_water_mark,
+                             reset_high_water_mark, system_memory)
+from stageload.summary import summarize
+from stageload.trace import TraceWriter, read_trace
+
+CHILD = Path(__file__).with_name("stage_child.py")
+MB = 10**6
+
+
+def start_child(trace: Path, mode: str, **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    return subprocess.Popen([sys.executable, str(CHILD), str(trace), mode], env=env, **kw)
+
+
+def baseline(events: list[dict], window: float = 0.5, least: int = 3) -> int:
+    """Median footprint of the child while idle: the ``window`` seconds before its first
+    stage event (at least ``least`` samples)."""
+    first = min(e["t"] for e in events if e["event"] == "stage")
+    idle = [e["footprint"] for e in events
+            if e["event"] == "sample" and first - window <= e["t"] < first]
+    assert len(idle) >= least, "too few idle samples to measure the baseline"
+    return int(np.median(idle))
+
+
+def run_watched(tmp_path: Path, mode: str, interval: float, **kw):
+    trace = tmp_path / f"{mode}.jsonl"
+    writer = TraceWriter(trace)
+    child = start_child(trace, mode, **kw)
+    sampler = Sampler(child.pid, writer, interval=interval).start()
+    out, _ = child.communicate(timeout=60)
+    sampler.stop()
+    writer.close()
+    assert child.returncode == 0
+    assert sampler.error is None
+    return trace, out
+
+
+def test_stage_peaks_within_ten_percent_and_no_carry_over(tmp_path):
+    trace, _ = run_watched(tmp_path, "stages", 0.1)
+    events = read_trace(trace)
+    base = baseline(events)
+    s = summarize(events)
+    peaks = {st["stage"]: st["peak"] for st in s["stages"]}
+    truth = {"alloc300": base + 300 * MB, "free": base, "alloc100": base + 100 * MB}
+    for name, want in truth.items():
+        assert peaks[name] == pytest.approx(want, rel=0.10), (name, peaks[name], want)
+    # the "free" stage's window begins at its ready event, after the 300 MB were freed
+    assert peaks["free"] < base + 150 * MB
+    assert s["sample_hz"] >= 9.5  # 10 Hz asked for
+    assert s["peak"]["stage"] == "alloc300"
+
+
+def test_spike_between_samples_is_caught_by_the_high_water_mark(tmp_path):
+    interval = 1.0  # long, so that the spike (~50 ms when the machine is idle) is far shorter
+    trace, out = run_watched(tmp_path, "spike", interval, stdout=subprocess.PIPE)
+    spike = json.loads(out)["spike_seconds"]
+    assert spike < interval * 0.6, f"the spike lasted {spike:.3f} s; it must be shorter than a sample interval"
+    events = read_trace(trace)
+    base = baseline(events, window=1.45, least=1)
+    (stage,) = summarize(events)["stages"]
+    assert stage["peak"] >= base + 0.9 * 200 * MB
+    assert stage["peak_hwm"] >= base + 0.9 * 200 * MB
+    sampled = max(e["footprint"] for e in events if e["event"] == "sample")
+    if sampled < base + 100 * MB:  # the usual case: no sample landed inside the spike
+        assert summarize(events)["peak"]["source"] == "hwm"
+
+
+def test_sigkilled_writer_leaves_valid_lines_and_a_readable_summary(tmp_path):
+    trace = tmp_path / "killed.jsonl"
+    writer = TraceWriter(trace)
+    child = start_child(trace, "flood")
+    sampler = Sampler(child.pid, writer, interval=0.05).start()
+    deadline = time.time() + 20
+    while time.time() < deadline and trace.stat().st_size < 400_000:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=10)
+    sampler.stop()
+    writer.close()
+    raw = trace.read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.splitlines()
+    assert len(lines) > 1000
+    for number, line in enumerate(lines, 1):
+        json.loads(line)  # raises on a torn line
+    s = summarize(lines)
+    assert not s["truncated"]
+    assert s["stages"][0]["stage"] == "flood"
+    assert s["stages"][0]["peak"] > 0
+    assert sampler.exited
+
+
+def test_tree_footprint_includes_descendants(tmp_path):
+    child = start_child(tmp_path / "tree.jsonl", "tree", stdout=subprocess.PIPE)
+    try:
+        grandchild = json.loads(child.stdout.readline())["pid"]
+        alone = footprint(child.pid, tree=False)
+        whole = footprint(child.pid)
+        held = footprint(grandchild, tree=False)
+        assert held >= 100 * MB
+        assert whole - alone == pytest.approx(held, rel=0.05)
+    finally:
+        for pid in (child.pid,):
+            os.kill(pid, signal.SIGKILL)
+        child.wait()
+        try:
+            os.kill(grandchild, signal.SIGKILL)
+        except (ProcessLookupError, NameError):
+            pass
+
+
+def test_high_water_mark_reset_and_missing_process():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import numpy as np, sys, time\n"
+                              "a = np.ones(150_000_000, np.uint8); del a\n"
+                              "print('freed', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == b"freed"
+        now = footprint(child.pid, tree=False)
+        assert high_water_mark(child.pid) >= now + 140 * MB
+        assert reset_high_water_mark(child.pid) is True
+        assert high_water_mark(child.pid) < now + 20 * MB
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(ProcessLookupError):
+        footprint(child.pid)
+    assert high_water_mark(child.pid) is None
+    assert reset_high_water_mark(child.pid) is False
+
+
+def test_reset_refused_for_a_process_that_is_not_ours():
+    if os.geteuid() == 0:
+        pytest.skip("root may write any process's clear_refs")
+    assert reset_high_water_mark(1) is False
+
+
+def test_system_memory_figures_are_plausible():
+    m = system_memory()
+    assert m.total and m.available and 0 < m.available <= m.total
+    assert m.swap_used is not None and m.swap_total is not None and m.swap_used <= m.swap_total
+    assert m.pressure is None  # Linux
+
+
+def test_sampler_stops_when_the_process_exits_and_rejects_bad_interval():
+    with pytest.raises(ValueError):
+        Sampler(os.getpid(), print, interval=0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.4)"])
+    got = []
+    sampler = Sampler(child.pid, got.append, interval=0.05).start()
+    child.wait()
+    deadline = time.time() + 5
+    while sampler.running and time.time() < deadline:
+        time.sleep(0.02)
+    assert not sampler.running and sampler.exited
+    assert len(got) >= 4
+    assert all(s["event"] == "sample" and s["pid"] == child.pid for s in got)
+
+
+def test_broken_sink_ends_sampling_and_is_kept():
+    def sink(sample):
+        raise BrokenPipeError("reader went away")
+    sampler = Sampler(os.getpid(), sink, interval=0.05).start()
+    time.sleep(0.2)
+    assert not sampler.running
+    assert isinstance(sampler.error, BrokenPipeError)
+    sampler.stop()
+
+
+def test_memory_meter_phase_peaks_in_process():
+    with MemoryMeter(interval=0.05) as meter:
+        with meter.phase("idle"):
+            time.sleep(0.15)
+        with meter.phase("burst"):
+            a = np.ones(120 * MB, np.uint8)
+            del a  # freed before any sample may see it: the high-water mark must
+        with pytest.raises(RuntimeError):
+            with meter.phase("outer"):
+                with meter.phase("inner"):
+                    pass
+    base = meter.phases["idle"]
+    assert meter.phases["burst"] >= base + 110 * MB
+    assert meter.peak >= meter.phases["burst"]
+    assert [e["stage"] for e in meter.events if e["event"] == "stage"][:2] == ["idle", "burst"]
+    with pytest.raises(RuntimeError):
+        with meter.phase("late"):
+            pass
