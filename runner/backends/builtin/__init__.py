@@ -1,0 +1,153 @@
+"""Silhouette inflation (built-in): the runner's embedded image-to-mesh backend.
+
+No weights, CPU only, seconds. It is *not* Pixal3D and does not guess unseen geometry: it cuts
+the character out (matte), inflates the silhouette into a closed, rounded body whose depth
+follows the silhouette's width (shape), textures the front from the image and the back with the
+same pixels seen from behind, i.e. the mirror image (texture), and writes a watertight GLB
+(export). See docs/builtin.md.
+
+Entry point: :func:`generate`. Errors for input it cannot handle: :class:`EmptyMatteError`,
+:class:`BackgroundNotPlainError` (both :class:`BuiltinBackendError`, with ``kind`` and ``hint``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from .errors import BackgroundNotPlainError, BuiltinBackendError, EmptyMatteError
+from .export import build_mesh, write_glb
+from .grid import DEFAULT_MAX_CELLS, make_grid
+from .inflate import DEFAULT_DEPTH_SCALE, inflate
+from .matte import compute_matte
+from .texture import make_texture
+
+__all__ = [
+    "NAME", "STAGES", "generate",
+    "BuiltinBackendError", "EmptyMatteError", "BackgroundNotPlainError",
+]
+
+#: the name the UI and docs show for this backend.
+NAME = "Silhouette inflation (built-in)"
+#: the stage plan, in order.
+STAGES = ("matte", "shape", "texture", "export")
+
+
+def generate(
+    image: "Image.Image",
+    output: "str | os.PathLike",
+    *,
+    had_alpha: bool,
+    seed: int = 0,
+    texture_size: int = 1024,
+    height_m: float = 1.0,
+    emit: "Callable[[dict], None] | None" = None,
+    max_cells: int = DEFAULT_MAX_CELLS,
+    depth_scale: float = DEFAULT_DEPTH_SCALE,
+) -> dict:
+    """Turn one character image into a textured, watertight GLB written exactly to ``output``.
+
+    Args:
+        image: the validated input (RGBA, 8-bit, orientation applied; other modes are converted).
+        output: GLB path; written in place (the caller owns temporary names and renames).
+        had_alpha: whether the original file had a real alpha channel; if not (or if the alpha is
+            opaque everywhere) the matte is keyed from the border colour.
+        seed: accepted for the runner's common interface; the method is deterministic and does not
+            use it.
+        texture_size: base-colour texture side, px (raised to 512 if smaller).
+        height_m: height of the mesh's bounding box, metres (> 0).
+        emit: sink for stageload-style events (``stage``, ``ready``, ``progress``), or None.
+        max_cells: mesh cells along the silhouette's longer side (detail versus size and time).
+        depth_scale: body depth relative to round cross-sections (0.8 default).
+
+    Returns:
+        dict: ``backend`` (:data:`NAME`), ``vertices``, ``faces`` (counts), ``texture_size`` (px),
+        ``height_m``, ``width_m``, ``depth_m`` (bounding box, metres), ``matte_pixels``,
+        ``matte_source`` (``"alpha"``/``"border"``), ``background`` (keyed RGB or None),
+        ``grid`` (``[rows, cols]``), ``glb_bytes``, ``seconds`` (per stage, plus ``"total"``).
+
+    Raises:
+        EmptyMatteError: fully transparent image, or nothing left after keying the border.
+        BackgroundNotPlainError: no alpha and no plain border colour to key.
+        ValueError: ``height_m`` ≤ 0 or ``texture_size`` < 1.
+        OSError: ``output`` cannot be written.
+
+    The mesh: +Y up, metres, front towards +Z (glTF), feet at y = 0, centred on x and z.
+    """
+    if not height_m > 0:
+        raise ValueError(f"height_m must be positive, got {height_m}")
+    if texture_size < 1:
+        raise ValueError(f"texture_size must be positive, got {texture_size}")
+    sink = emit or (lambda event: None)
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    clock = [start]
+
+    def stage(index: int) -> None:
+        name = STAGES[index]
+        sink({"event": "stage", "t": time.time(), "stage": name, "index": index, "count": len(STAGES)})
+        sink({"event": "ready", "t": time.time(), "stage": name, "seconds": 0.0, "released_bytes": 0})
+
+    def progress(index: int, fraction: float) -> None:
+        sink({"event": "progress", "t": time.time(), "stage": STAGES[index], "fraction": float(fraction)})
+
+    def done(index: int) -> None:
+        now = time.perf_counter()
+        seconds[STAGES[index]] = now - clock[0]
+        clock[0] = now
+
+    stage(0)
+    rgba_image = image if image.mode == "RGBA" else image.convert("RGBA")
+    rgba = np.asarray(rgba_image)
+    matte = compute_matte(rgba_image, had_alpha=had_alpha)
+    progress(0, 1.0)
+    done(0)
+
+    stage(1)
+    grid = make_grid(matte.mask, max_cells)
+    progress(1, 0.2)
+    body = inflate(grid, depth_scale=depth_scale)
+    progress(1, 1.0)
+    done(1)
+
+    stage(2)
+    texture = make_texture(rgba, matte, texture_size)
+    px, py = grid.corner_pixels(body.rows, body.cols)
+    uv = texture.uv(px, py)
+    progress(2, 1.0)
+    done(2)
+
+    stage(3)
+    v = body.vertices
+    ys = v[:, 1]
+    scale = height_m / (ys.max() - ys.min())
+    vertices = np.empty_like(v)
+    vertices[:, 0] = (v[:, 0] - (v[:, 0].max() + v[:, 0].min()) / 2) * scale
+    vertices[:, 1] = (ys - ys.min()) * scale
+    vertices[:, 2] = v[:, 2] * scale
+    mesh = build_mesh(vertices, body.faces, uv, texture.image)
+    progress(3, 0.3)
+    glb_bytes = write_glb(mesh, output)
+    progress(3, 1.0)
+    done(3)
+    seconds["total"] = time.perf_counter() - start
+
+    extent = vertices.max(axis=0) - vertices.min(axis=0)
+    return {
+        "backend": NAME,
+        "vertices": int(len(vertices)),
+        "faces": int(len(body.faces)),
+        "texture_size": int(texture.image.width),
+        "height_m": float(extent[1]),
+        "width_m": float(extent[0]),
+        "depth_m": float(extent[2]),
+        "matte_pixels": matte.pixels,
+        "matte_source": matte.source,
+        "background": list(matte.background) if matte.background else None,
+        "grid": [int(s) for s in grid.cells.shape],
+        "glb_bytes": int(glb_bytes),
+        "seconds": seconds,
+    }
