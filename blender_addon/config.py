@@ -1,0 +1,202 @@
+"""Where the runner lives, which Python runs it, and the command line of a job. No bpy.
+
+The add-on never imports ``runner`` or ``stageload`` into Blender's process: it runs
+``<interpreter> -m runner …`` with ``PYTHONPATH`` set to a *runtime folder* that holds the two
+packages:
+
+- installed extension: ``<extension folder>/runtime/`` (the build step copies them there);
+- repository checkout (``blender_addon/`` next to ``runner/``, as ``make demo`` uses it): the
+  repository root.
+
+The default interpreter is, in order: the ``.venv`` Python of the repository the zip was built
+from (recorded in ``runtime/build_info.json`` by the build step) or of the checkout the add-on
+runs from, when that file exists; else ``python3`` found on PATH. Blender's own bundled Python is
+never chosen: it has no torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+BUILD_INFO = "build_info.json"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
+BACKENDS = ("builtin", "pixal3d")
+
+
+class ConfigError(ValueError):
+    """A setting that stops a job from starting; the message says what to change."""
+
+
+def runtime_dir(package_dir: Path = PACKAGE_DIR) -> Path:
+    """The folder to put on the runner's PYTHONPATH (it contains ``runner/`` and ``stageload/``).
+
+    Raises :class:`ConfigError` when neither layout (installed or checkout) is present.
+    """
+    for candidate in (package_dir / "runtime", package_dir.parent):
+        if (candidate / "runner" / "__main__.py").is_file() and (candidate / "stageload").is_dir():
+            return candidate
+    raise ConfigError(f"The runner is missing from {package_dir}: reinstall the extension from a "
+                      "zip made by `make build` (it carries runner/ and stageload/).")
+
+
+def build_info(package_dir: Path = PACKAGE_DIR) -> dict:
+    """The build step's record (``runtime/build_info.json``: ``version``, ``venv_python``,
+    ``source``), or ``{}`` when running from a checkout or the file is unreadable."""
+    try:
+        return json.loads((package_dir / "runtime" / BUILD_INFO).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _venv_python(root: Path) -> Path:
+    return root / ".venv" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def default_interpreter(package_dir: Path = PACKAGE_DIR) -> str:
+    """The interpreter used when the preference is empty (see the module docstring for the order).
+
+    Returns a path or a bare command name (``"python3"``); never raises.
+    """
+    recorded = build_info(package_dir).get("venv_python")
+    candidates = [Path(recorded)] if recorded else []
+    candidates.append(_venv_python(package_dir.parent))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return shutil.which("python3") or "python3"
+
+
+def resolve_interpreter(setting: str, package_dir: Path = PACKAGE_DIR) -> str:
+    """The interpreter to run: ``setting`` (a path, ``~`` expanded, or a command on PATH) or the
+    default when it is blank. Raises :class:`ConfigError` with a clear message when it does not
+    exist or is not executable — before anything is spawned."""
+    text = (setting or "").strip()
+    where = "Edit › Preferences › Add-ons › Image to Mesh › Runner Python"
+    if not text:
+        text = default_interpreter(package_dir)
+    path = Path(os.path.expanduser(text))
+    if os.sep in text or (os.altsep and os.altsep in text):
+        if not path.exists():
+            raise ConfigError(f"Runner Python not found: {path}. Set {where} to the Python of the "
+                              "project's .venv (…/.venv/bin/python after `make setup`).")
+        if path.is_dir():
+            raise ConfigError(f"Runner Python is a folder, not a program: {path}. Point {where} "
+                              "at the python file inside it (e.g. .venv/bin/python).")
+        if not os.access(path, os.X_OK):
+            raise ConfigError(f"Runner Python is not executable: {path}. Check {where}.")
+        return str(path)
+    found = shutil.which(text)
+    if not found:
+        raise ConfigError(f"Runner Python {text!r} is not on PATH. Set {where} to a full path, "
+                          "e.g. the project's .venv/bin/python.")
+    return found
+
+
+@dataclass
+class GuardSettings:
+    """Guard defaults from the preferences, turned into runner options (``stageload.guard``).
+
+    ``wait_free_percent``: start only with this much of total memory available (0 = off);
+    ``kill_free_percent``: stop the job under this (0 = off); ``swap_budget_gb``: stop when swap
+    grows by more than this many GB (1024**3 bytes, the guard's unit; 0 = off); ``start_timeout``: seconds to wait
+    for admission (0 = for ever); ``busy``: regular expression of other jobs to wait for;
+    ``quiet_for``: seconds without ``busy`` before starting.
+    """
+    wait_free_percent: float = 0.0
+    kill_free_percent: float = 10.0
+    swap_budget_gb: float = 8.0
+    start_timeout: float = 0.0
+    busy: str = ""
+    quiet_for: float = 0.0
+
+    def argv(self) -> list[str]:
+        """The runner's guard options for these settings."""
+        out: list[str] = []
+        if self.wait_free_percent > 0:
+            out += ["--wait-free", f"{self.wait_free_percent:g}%"]
+        out += ["--kill-free", f"{self.kill_free_percent:g}%" if self.kill_free_percent > 0 else "off"]
+        out += ["--swap-budget",
+                f"{self.swap_budget_gb:g}G" if self.swap_budget_gb > 0 else "off"]
+        if self.start_timeout > 0:
+            out += ["--start-timeout", f"{self.start_timeout:g}"]
+        if self.busy.strip():
+            out += ["--busy", self.busy.strip(), "--quiet-for", f"{self.quiet_for:g}"]
+        return out
+
+
+@dataclass
+class JobSpec:
+    """One image → GLB job: what the panel or the headless script asks the runner to do.
+
+    ``texture_size`` is in pixels (a side of the square base-colour texture); ``pixal3d_dir`` and
+    ``pipeline_type`` matter only for the ``pixal3d`` backend.
+    """
+    image: Path
+    output: Path
+    trace: Path
+    backend: str = "builtin"
+    seed: int = 0
+    texture_size: int = 1024
+    pipeline_type: str = "1024_cascade"
+    pixal3d_dir: str = ""
+    overwrite: bool = False
+    guard: GuardSettings = field(default_factory=GuardSettings)
+
+    def argv(self, python: str) -> list[str]:
+        """The full command line: ``python -m runner IMAGE -o OUT …``."""
+        out = [python, "-m", "runner", str(self.image), "-o", str(self.output),
+               "--backend", self.backend, "--seed", str(int(self.seed)),
+               "--texture-size", str(int(self.texture_size)), "--trace", str(self.trace)]
+        if self.backend == "pixal3d":
+            out += ["--pipeline-type", self.pipeline_type]
+            if self.pixal3d_dir.strip():
+                out += ["--pixal3d-dir", os.path.expanduser(self.pixal3d_dir.strip())]
+        if self.overwrite:
+            out.append("--overwrite")
+        return out + self.guard.argv()
+
+
+def validate_image(path: str | os.PathLike) -> Path:
+    """The absolute image path, or :class:`ConfigError` when it is blank or missing (the runner
+    checks the content; this only avoids spawning for an obviously wrong path)."""
+    if not str(path).strip():
+        raise ConfigError("Choose an input image first (the folder icon next to Image).")
+    p = Path(os.path.expanduser(str(path))).resolve()
+    if not p.is_file():
+        raise ConfigError(f"Input image not found: {p}")
+    return p
+
+
+def free_output_paths(folder: Path, stem: str) -> tuple[Path, Path]:
+    """``(folder/stem.glb, folder/stem.trace.jsonl)``, with ``_2``, ``_3`` … appended to the stem
+    when either exists, so a run never overwrites an earlier result. Creates ``folder``.
+
+    Raises :class:`ConfigError` when the folder cannot be created."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"Cannot create the output folder {folder}: {exc.strerror or exc}. "
+                          "Choose another folder in the add-on preferences.") from None
+    n = 1
+    while True:
+        name = stem if n == 1 else f"{stem}_{n}"
+        glb, trace = folder / f"{name}.glb", folder / f"{name}.trace.jsonl"
+        if not glb.exists() and not trace.exists():
+            return glb, trace
+        n += 1
+
+
+def list_images(folder: str | os.PathLike) -> list[Path]:
+    """Files in ``folder`` (not recursive) whose suffix is an image suffix, sorted by name.
+
+    Files with those suffixes are listed even when damaged: the runner reports those, and the
+    batch summary names them. Raises :class:`ConfigError` when the folder does not exist."""
+    p = Path(os.path.expanduser(str(folder)))
+    if not str(folder).strip() or not p.is_dir():
+        raise ConfigError(f"Batch folder not found: {p}")
+    return sorted((f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES),
+                  key=lambda f: f.name.lower())

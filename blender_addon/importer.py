@@ -1,0 +1,133 @@
+"""Bring a runner's GLB into the scene with Blender's own glTF importer. Main thread only.
+
+One mesh object named after the image, at a given location (the 3D cursor), in a collection
+("Image to Mesh" or a batch collection under it), helper empties and other non-mesh objects of
+the import removed, the material with its base-colour image texture as the importer made it, and
+the run's metadata in custom properties.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import bpy
+
+ROOT_COLLECTION = "Image to Mesh"
+
+#: Custom property names set on the imported object.
+PROP_BACKEND, PROP_SEED, PROP_PEAK, PROP_TRACE, PROP_IMAGE = (
+    "image_to_mesh_backend", "image_to_mesh_seed", "image_to_mesh_peak_footprint",
+    "image_to_mesh_trace", "image_to_mesh_image")
+
+
+class MeshImportError(RuntimeError):
+    """The GLB could not be imported as a mesh; the message says why."""
+
+
+def ensure_collection(scene: bpy.types.Scene, name: str = ROOT_COLLECTION,
+                      parent: bpy.types.Collection | None = None) -> bpy.types.Collection:
+    """The collection ``name`` linked under ``parent`` (default: the scene's master collection),
+    created or linked as needed."""
+    parent = parent or scene.collection
+    coll = bpy.data.collections.get(name)
+    if coll is None:
+        coll = bpy.data.collections.new(name)
+    if coll.name not in parent.children and coll != parent:
+        parent.children.link(coll)
+    return coll
+
+
+def base_color_image(obj: bpy.types.Object) -> bpy.types.Image | None:
+    """The image texture that feeds the Principled BSDF's Base Color of ``obj``'s first material
+    (searched upstream through any nodes in between, e.g. the importer's vertex-colour mix), or
+    None."""
+    mat = obj.active_material
+    if mat is None or not mat.use_nodes or mat.node_tree is None:
+        return None
+    for node in mat.node_tree.nodes:
+        if node.type != "BSDF_PRINCIPLED":
+            continue
+        todo = [link.from_node for link in node.inputs["Base Color"].links]
+        seen = set()
+        while todo:
+            n = todo.pop()
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            if n.type == "TEX_IMAGE" and n.image is not None:
+                return n.image
+            for inp in n.inputs:
+                todo.extend(link.from_node for link in inp.links)
+    return None
+
+
+def _override_context():
+    """A context override with a window when Blender has one (timers run without it)."""
+    wm = bpy.context.window_manager
+    if wm is not None and wm.windows and bpy.context.window is None:
+        win = wm.windows[0]
+        return bpy.context.temp_override(window=win, screen=win.screen)
+    return bpy.context.temp_override()
+
+
+def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Collection,
+               metadata: dict) -> bpy.types.Object:
+    """Import ``glb`` and return the one mesh object made from it.
+
+    ``name``: object and mesh name (the image's stem); ``location``: 3 floats in metres (world
+    space); ``collection``: where the object ends up (it is unlinked from any other);
+    ``metadata``: keys ``backend`` (str), ``seed`` (int), ``peak`` (bytes or None), ``trace``
+    (path str), ``image`` (path str) → custom properties (``PROP_*``; the peak is stored as a
+    float because Blender's integer properties are 32-bit).
+
+    Several mesh objects in one GLB are joined into one. Raises :class:`MeshImportError` when
+    the file is missing or holds no mesh (anything the import created is removed again).
+    """
+    glb = Path(glb)
+    if not glb.is_file():
+        raise MeshImportError(f"The runner's GLB is missing: {glb}")
+    before = set(bpy.data.objects)
+    with _override_context():
+        result = bpy.ops.import_scene.gltf(filepath=str(glb), import_pack_images=True)
+    new = [o for o in bpy.data.objects if o not in before]
+    if "FINISHED" not in result:
+        for o in new:
+            bpy.data.objects.remove(o, do_unlink=True)
+        raise MeshImportError(f"Blender's glTF importer could not read {glb.name}")
+    meshes = [o for o in new if o.type == "MESH"]
+    if not meshes:
+        for o in new:
+            bpy.data.objects.remove(o, do_unlink=True)
+        raise MeshImportError(f"{glb.name} holds no mesh")
+    # Bake parents (the importer's helper empties) into the meshes, then drop every non-mesh.
+    for o in meshes:
+        mw = o.matrix_world.copy()
+        o.parent = None
+        o.matrix_world = mw
+    for o in new:
+        if o.type != "MESH":
+            bpy.data.objects.remove(o, do_unlink=True)
+    obj = meshes[0]
+    if len(meshes) > 1:
+        with bpy.context.temp_override(active_object=obj, object=obj,
+                                       selected_objects=meshes, selected_editable_objects=meshes):
+            bpy.ops.object.join()
+    obj.name = name
+    obj.data.name = name
+    for c in list(obj.users_collection):
+        c.objects.unlink(obj)
+    collection.objects.link(obj)
+    obj.location = tuple(location)
+    obj[PROP_BACKEND] = str(metadata.get("backend", ""))
+    obj[PROP_SEED] = int(metadata.get("seed", 0))
+    peak = metadata.get("peak")
+    obj[PROP_PEAK] = float(peak) if peak is not None else -1.0
+    obj[PROP_TRACE] = str(metadata.get("trace", ""))
+    obj[PROP_IMAGE] = str(metadata.get("image", ""))
+    layer = bpy.context.view_layer
+    if layer is not None and obj.name in layer.objects:
+        for o in layer.objects:
+            if o.select_get():
+                o.select_set(False)
+        obj.select_set(True)
+        layer.objects.active = obj
+    return obj

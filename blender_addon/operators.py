@@ -1,0 +1,164 @@
+"""Operators: Generate, Cancel, Batch over a folder, Open memory chart.
+
+Each operator only validates and starts work; the runner runs in its own process and the
+controller's timer does the rest on the main thread.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import bpy
+
+from . import config, importer
+from .controller import CONTROLLER, Launch
+from .preferences import get_prefs, guard_settings, output_dir
+from .process import SpawnError, run_quick, runner_env
+
+
+def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
+    """A :class:`Launch` from the preferences and the scene's panel settings.
+
+    Raises :class:`config.ConfigError` (interpreter, runtime or output folder unusable) before
+    anything is spawned."""
+    prefs = get_prefs(context)
+    s = context.scene.image_to_mesh
+    python = config.resolve_interpreter(prefs.python)
+    runtime = config.runtime_dir()
+    out = output_dir(prefs)
+    spec_kwargs = dict(backend=s.backend, seed=s.seed, texture_size=int(s.texture_size),
+                       pipeline_type=s.pipeline_type, pixal3d_dir=prefs.pixal3d_dir,
+                       guard=guard_settings(prefs))
+    return Launch(python=python, runtime=runtime, output_dir=out,
+                  location=tuple(context.scene.cursor.location), collection=collection,
+                  spec_kwargs=spec_kwargs)
+
+
+def preflight_error(context) -> str:
+    """The message that stops Generate right now ("" when none): a bad interpreter, a missing
+    runtime. The panel shows it before the user presses anything."""
+    try:
+        config.resolve_interpreter(get_prefs(context).python)
+        config.runtime_dir()
+    except config.ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+class IMAGE_TO_MESH_OT_generate(bpy.types.Operator):
+    """Turn the chosen image into a textured mesh at the 3D cursor (runs in the background)"""
+    bl_idname = "image_to_mesh.generate"
+    bl_label = "Generate"
+
+    @classmethod
+    def poll(cls, context):
+        return not CONTROLLER.running
+
+    def execute(self, context):
+        s = context.scene.image_to_mesh
+        try:
+            image = config.validate_image(bpy.path.abspath(s.image))
+            launch = make_launch(context)
+        except config.ConfigError as exc:
+            return _refuse(self, str(exc), s.image)
+        try:
+            CONTROLLER.start_single(image, launch)
+        except (config.ConfigError, SpawnError) as exc:  # already recorded in the state
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        return {"FINISHED"}
+
+
+def _refuse(op, message: str, image: str = "") -> set[str]:
+    """Record a settings problem found before spawning (the panel shows it) and report it."""
+    CONTROLLER.state.begin(image)
+    CONTROLLER.state.fail("settings", message)
+    op.report({"ERROR"}, message)
+    return {"CANCELLED"}
+
+
+class IMAGE_TO_MESH_OT_cancel(bpy.types.Operator):
+    """Stop the running job (and the rest of a batch); nothing is imported"""
+    bl_idname = "image_to_mesh.cancel"
+    bl_label = "Cancel"
+
+    @classmethod
+    def poll(cls, context):
+        return CONTROLLER.running
+
+    def execute(self, context):
+        CONTROLLER.cancel()
+        return {"FINISHED"}
+
+
+class IMAGE_TO_MESH_OT_batch(bpy.types.Operator):
+    """Run every image of the batch folder, one after another; failures do not stop the rest"""
+    bl_idname = "image_to_mesh.batch"
+    bl_label = "Run Batch"
+
+    @classmethod
+    def poll(cls, context):
+        return not CONTROLLER.running
+
+    def execute(self, context):
+        s = context.scene.image_to_mesh
+        try:
+            folder = Path(bpy.path.abspath(s.batch_folder)).expanduser()
+            images = config.list_images(folder)
+            if not images:
+                raise config.ConfigError(f"No images (PNG, JPEG, WebP …) in {folder}")
+            launch = make_launch(context, collection=f"Batch {folder.name or folder}")
+        except config.ConfigError as exc:
+            CONTROLLER.batch, CONTROLLER.batch_summary = None, ""
+            return _refuse(self, str(exc))
+        CONTROLLER.start_batch(folder, images, launch)  # failures are recorded per image
+        self.report({"INFO"}, f"Batch of {len(images)} images started")
+        return {"FINISHED"}
+
+
+def chart_path(trace: str | Path) -> Path:
+    """Where the chart of ``trace`` goes: next to it, ``<name>.chart.png``."""
+    trace = Path(trace)
+    name = trace.name[: -len(".trace.jsonl")] if trace.name.endswith(".trace.jsonl") else trace.stem
+    return trace.with_name(f"{name}.chart.png")
+
+
+class IMAGE_TO_MESH_OT_open_chart(bpy.types.Operator):
+    """Plot the last run's memory trace (footprint over time, stage bands) and show it"""
+    bl_idname = "image_to_mesh.open_chart"
+    bl_label = "Memory Chart"
+
+    @classmethod
+    def poll(cls, context):
+        return bool(CONTROLLER.last_trace) and Path(CONTROLLER.last_trace).is_file()
+
+    def execute(self, context):
+        trace = Path(CONTROLLER.last_trace)
+        png = chart_path(trace)
+        try:
+            python = config.resolve_interpreter(get_prefs(context).python)
+            runtime = config.runtime_dir()
+            rc, out, err = run_quick([python, "-m", "stageload", "plot", str(trace), "-o", str(png)],
+                                     runner_env(runtime), cwd=runtime, timeout=120)
+        except (config.ConfigError, SpawnError) as exc:
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        if rc != 0 or not png.is_file():
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            self.report({"ERROR"}, f"Could not plot {trace.name}: {tail}")
+            return {"CANCELLED"}
+        img = bpy.data.images.load(str(png), check_existing=True)
+        img.reload()
+        shown = False
+        for win in context.window_manager.windows:
+            for area in win.screen.areas:
+                if area.type == "IMAGE_EDITOR":
+                    area.spaces.active.image = img
+                    shown = True
+        if not shown and not bpy.app.background:
+            bpy.ops.wm.path_open(filepath=str(png))
+        self.report({"INFO"}, f"Memory chart: {png}")
+        return {"FINISHED"}
+
+
+CLASSES = (IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_cancel, IMAGE_TO_MESH_OT_batch,
+           IMAGE_TO_MESH_OT_open_chart)

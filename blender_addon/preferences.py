@@ -1,0 +1,230 @@
+"""Add-on preferences: runner interpreter (with Check), Pixal3D-mac folder, output folder, guard.
+
+``bl_idname = __package__`` as Blender requires for an extension's preferences. The "Check"
+button runs ``<interpreter> -m runner check`` on a worker thread and shows its answer; a timer
+copies the answer into the preferences on the main thread.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import bpy
+from bpy.props import FloatProperty, StringProperty
+
+from . import config
+from .process import SpawnError, run_quick, runner_env
+
+ADDON_ID = __package__
+
+
+def get_prefs(context=None) -> "ImageToMeshPreferences":
+    """This add-on's preferences (raises KeyError when the add-on is not enabled)."""
+    context = context or bpy.context
+    return context.preferences.addons[ADDON_ID].preferences
+
+
+def default_output_dir() -> Path:
+    """Blender's per-extension user folder ``…/extensions/.user/<repo>/image_to_mesh/output``
+    (never the extension's own folder, which is replaced on each update)."""
+    try:
+        return Path(bpy.utils.extension_path_user(ADDON_ID, path="output", create=True))
+    except (ValueError, TypeError):  # loaded as a legacy add-on, not as an extension
+        return Path(bpy.utils.user_resource("DATAFILES", path="image_to_mesh/output", create=True))
+
+
+def output_dir(prefs) -> Path:
+    """The output folder in use: the preference when set, else :func:`default_output_dir`."""
+    text = prefs.output_dir.strip()
+    return Path(bpy.path.abspath(text)).expanduser() if text else default_output_dir()
+
+
+def guard_settings(prefs) -> config.GuardSettings:
+    """The guard defaults of the preferences as :class:`config.GuardSettings`."""
+    return config.GuardSettings(
+        wait_free_percent=prefs.wait_free_percent, kill_free_percent=prefs.kill_free_percent,
+        swap_budget_gb=prefs.swap_budget_gb, start_timeout=prefs.start_timeout,
+        busy=prefs.busy, quiet_for=prefs.quiet_for)
+
+
+def summarize_check(stdout: str) -> str:
+    """One short line per finding from the JSON of ``runner check`` (unknown fields ignored)."""
+    data = json.loads(stdout)
+    lines = []
+    py = data.get("python")
+    if isinstance(py, dict):
+        py = py.get("version") or py.get("executable")
+    torch = data.get("torch")
+    if isinstance(torch, dict):
+        torch = torch.get("version") if torch.get("version") else torch.get("error", "missing")
+    lines.append(f"Python {py or '?'} · torch {torch or 'not found'}")
+    devices = data.get("devices")
+    if devices:
+        names = [d if isinstance(d, str) else d.get("name") or d.get("device") or str(d)
+                 for d in devices] if isinstance(devices, list) else [str(devices)]
+        lines.append("devices: " + ", ".join(map(str, names)))
+    backends = data.get("backends") or {}
+    if isinstance(backends, dict):
+        for name, info in backends.items():
+            if isinstance(info, dict):
+                ok = info.get("available", info.get("ok"))
+                why = info.get("reason") or info.get("why") or ""
+                lines.append(f"{name}: {'ready' if ok else 'not available'}"
+                             + (f" — {why}" if why and not ok else ""))
+    return "\n".join(lines)
+
+
+class _CheckResult:
+    """Answer of the last Check, handed from the worker thread to the main thread."""
+    lock = threading.Lock()
+    pending = False
+    text = ""
+
+
+def _check_worker(python: str, runtime: Path) -> None:
+    try:
+        rc, out, err = run_quick([python, "-m", "runner", "check"], runner_env(runtime),
+                                 cwd=runtime, timeout=120)
+        if rc is None:
+            text = "ERROR: `runner check` did not answer within 120 s."
+        else:
+            try:
+                text = summarize_check(out)
+            except (ValueError, AttributeError):
+                tail = (err.strip().splitlines() or out.strip().splitlines() or [""])[-1]
+                text = f"ERROR: `runner check` failed (exit {rc}): {tail}"
+            else:
+                if rc != 0:
+                    text = f"exit {rc}\n{text}"
+    except SpawnError as exc:
+        text = f"ERROR: {exc}"
+    with _CheckResult.lock:
+        _CheckResult.text = text
+        _CheckResult.pending = False
+
+
+def check_poll() -> float | None:
+    """Timer callback: copy a finished Check's answer into the preferences."""
+    with _CheckResult.lock:
+        if _CheckResult.pending:
+            return 0.2
+        text = _CheckResult.text
+    try:
+        get_prefs().check_report = text
+    except KeyError:
+        return None
+    for win in bpy.context.window_manager.windows:
+        for area in win.screen.areas:
+            area.tag_redraw()
+    return None
+
+
+def check_pending() -> bool:
+    """True while a Check runs."""
+    with _CheckResult.lock:
+        return _CheckResult.pending
+
+
+class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
+    """Run `runner check` with the configured interpreter and show what it can run"""
+    bl_idname = "image_to_mesh.check"
+    bl_label = "Check"
+
+    def execute(self, context):
+        prefs = get_prefs(context)
+        try:
+            python = config.resolve_interpreter(prefs.python)
+            runtime = config.runtime_dir()
+        except config.ConfigError as exc:
+            prefs.check_report = f"ERROR: {exc}"
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        if check_pending():
+            return {"CANCELLED"}
+        with _CheckResult.lock:
+            _CheckResult.pending = True
+        prefs.check_report = f"Checking {python} …"
+        threading.Thread(target=_check_worker, args=(python, runtime), daemon=True,
+                         name="image-to-mesh-check").start()
+        bpy.app.timers.register(check_poll, first_interval=0.2)
+        return {"FINISHED"}
+
+
+class ImageToMeshPreferences(bpy.types.AddonPreferences):
+    """Preferences of the Image to Mesh extension."""
+    bl_idname = ADDON_ID
+
+    python: StringProperty(
+        name="Runner Python", subtype="FILE_PATH", default="",
+        description="Python interpreter that runs the runner (needs torch, numpy, Pillow, psutil, "
+                    "trimesh, safetensors): the project's .venv/bin/python after `make setup`. "
+                    "Empty: that .venv when it can be found, else python3 on PATH")
+    pixal3d_dir: StringProperty(
+        name="Pixal3D-mac folder", subtype="DIR_PATH", default="",
+        description="Checkout of Pixal3D-mac with its weights (only for the Pixal3D backend)")
+    output_dir: StringProperty(
+        name="Output folder", subtype="DIR_PATH", default="",
+        description="Where GLBs, traces and charts are written. Empty: the extension's user "
+                    "folder (bpy.utils.extension_path_user)")
+    wait_free_percent: FloatProperty(
+        name="Wait for free memory", min=0.0, max=95.0, default=0.0, subtype="PERCENTAGE",
+        description="Start only when this much of total memory is available (0: do not wait)")
+    kill_free_percent: FloatProperty(
+        name="Stop under free memory", min=0.0, max=90.0, default=10.0, subtype="PERCENTAGE",
+        description="Stop the job when available memory stays under this (0: off)")
+    swap_budget_gb: FloatProperty(
+        name="Swap budget (GB)", min=0.0, default=8.0,
+        description="Stop the job when swap grows by more than this many GB (0: off)")
+    start_timeout: FloatProperty(
+        name="Admission timeout (s)", min=0.0, default=0.0,
+        description="Give up waiting for memory after this many seconds (0: wait for ever)")
+    busy: StringProperty(
+        name="Wait for jobs matching", default="",
+        description="Regular expression of other heavy jobs' command lines (e.g. ffmpeg|python "
+                    "train); start only after none has run for the quiet time")
+    quiet_for: FloatProperty(
+        name="Quiet time (s)", min=0.0, default=0.0,
+        description="Seconds without a matching job before starting")
+    check_report: StringProperty(name="Check", default="")
+
+    def draw(self, context):
+        layout = self.layout
+        col = layout.column()
+        row = col.row(align=True)
+        row.prop(self, "python")
+        row.operator(IMAGE_TO_MESH_OT_check.bl_idname, icon="CHECKMARK")
+        try:
+            python = config.resolve_interpreter(self.python)
+        except config.ConfigError as exc:
+            box = col.box()
+            box.alert = True
+            wrap_label(box, str(exc), icon="ERROR")
+        else:
+            if not self.python.strip():
+                col.label(text=f"Using {python}", icon="INFO")
+        if self.check_report:
+            box = col.box()
+            box.alert = self.check_report.startswith("ERROR")
+            for i, line in enumerate(self.check_report.splitlines()):
+                box.label(text=line, icon="INFO" if i == 0 else "BLANK1")
+        col.prop(self, "pixal3d_dir")
+        col.prop(self, "output_dir")
+        if not self.output_dir.strip():
+            col.label(text=f"Using {default_output_dir()}", icon="INFO")
+        box = layout.box()
+        box.label(text="Memory guard (defaults for every run)", icon="MEMORY")
+        grid = box.grid_flow(columns=2, even_columns=True)
+        for name in ("wait_free_percent", "kill_free_percent", "swap_budget_gb",
+                     "start_timeout", "busy", "quiet_for"):
+            grid.prop(self, name)
+
+
+def wrap_label(layout, text: str, icon: str = "NONE", width: int = 70) -> None:
+    """Draw ``text`` as labels of at most ``width`` characters (Blender labels do not wrap)."""
+    import textwrap
+    for i, line in enumerate(textwrap.wrap(text, width) or [""]):
+        layout.label(text=line, icon=icon if i == 0 else "BLANK1")
+
+
+CLASSES = (IMAGE_TO_MESH_OT_check, ImageToMeshPreferences)

@@ -1,0 +1,414 @@
+"""Runner events → what the "Image to Mesh" panel shows. Pure Python: no bpy, no threads.
+
+The add-on's timer callback feeds every event it reads from the runner (``runner/PROTOCOL.md``,
+version 1) to :meth:`JobState.apply` on Blender's main thread; the panel draws
+:meth:`JobState.view`. Keeping this free of ``bpy`` lets the tests replay a recorded event stream
+and check the panel's content at every event.
+
+Units: sizes are bytes (int) in the state and human-readable in the view (binary multiples,
+1 GB = 1024**3 bytes, as Activity Monitor counts memory and as ``stageload.guard`` formats its
+reasons, so the numbers in the panel and in the guard's messages agree); times are
+seconds (float, ``time.time()`` clock, the clock of the events' ``"t"`` field).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+PROTOCOL_VERSION = 1
+
+# Job statuses, in the order a run goes through them.
+IDLE, STARTING, WAITING, RUNNING, IMPORTING, DONE, FAILED, CANCELLED = (
+    "idle", "starting", "waiting", "running", "importing", "done", "failed", "cancelled")
+FINISHED = (DONE, FAILED, CANCELLED)
+
+PENDING, ACTIVE, COMPLETE = "pending", "running", "done"  # stage row statuses
+_NEEDS_RE = re.compile(r"<\s*([0-9.]+\s*(?:%|[kMGT]?i?B))")
+
+
+def human_bytes(n: float | int | None) -> str:
+    """Format a byte count for people: ``1288490189 -> "1.2 GB"``, ``None -> "unknown"``.
+
+    Binary multiples (1 kB = 1024 bytes … 1 GB = 1024**3 bytes); one decimal below 100.
+    """
+    if n is None:
+        return "unknown"
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            if unit == "B":
+                return f"{sign}{int(n)} B"
+            return f"{sign}{n:.1f} {unit}" if n < 100 else f"{sign}{n:.0f} {unit}"
+        n /= 1024.0
+    raise AssertionError("unreachable")
+
+
+def human_seconds(s: float | None) -> str:
+    """Format a duration in seconds: ``75.2 -> "1:15"``, ``4.25 -> "4.2 s"``."""
+    if s is None:
+        return "–"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def parse_line(line: str | bytes) -> dict | None:
+    """Parse one stdout line of the runner into an event dict.
+
+    Returns None for a blank line. Raises ``ValueError`` (with the line in the message) when the
+    line is not a JSON object with an ``"event"`` field — the protocol allows nothing else on
+    stdout, so such a line is a fault worth showing, not something to drop silently.
+    """
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"runner printed a line that is not JSON: {line[:200]!r}") from exc
+    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        raise ValueError(f"runner printed JSON that is not an event: {line[:200]!r}")
+    return obj
+
+
+def _peak_bytes(value) -> int | None:
+    """A peak as bytes from a ``result`` event: a number, or the trace summary's
+    ``{"bytes": …, "t": …, "stage": …}`` form; None when absent."""
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass
+class StageRow:
+    """One row of the stage list: ``name``, ``status`` (pending / running / done), ``seconds``
+    spent in it (None until it ends)."""
+    name: str
+    status: str = PENDING
+    seconds: float | None = None
+    started: float | None = None
+
+
+@dataclass
+class PanelView:
+    """Everything the panel draws for a job, as plain strings and numbers.
+
+    ``stage_rows``: list of (stage name, status, seconds text); ``progress``: 0..1 over the whole
+    run; the ``*_text`` fields are ready to print ("" = draw nothing).
+    """
+    status: str
+    headline: str
+    stage_rows: list[tuple[str, str, str]]
+    progress: float
+    progress_text: str
+    memory_text: str
+    swap_text: str
+    guard_text: str
+    elapsed_text: str
+    result_text: str
+    error_text: str
+    hint_text: str
+
+
+@dataclass
+class JobState:
+    """The state of one runner job, built only from the runner's events.
+
+    Call :meth:`begin` when the process is spawned, :meth:`apply` for each event (in order),
+    :meth:`finish_process` when the process has exited (its return code and stderr tail catch a
+    runner that died without an ``error`` event), and :meth:`mark_cancelled` on user cancel.
+    """
+    image: str = ""
+    status: str = IDLE
+    backend: str = ""
+    output: str = ""
+    trace: str = ""
+    pid: int | None = None
+    stages: list[StageRow] = field(default_factory=list)
+    stage: str | None = None
+    stage_fraction: float = 0.0
+    footprint: int | None = None
+    peak: int | None = None
+    stage_peak: int | None = None
+    swap: int | None = None
+    swap_start: int | None = None
+    available: int | None = None
+    total: int | None = None
+    guard_state: str | None = None
+    guard_reason: str = ""
+    guard_readings: dict = field(default_factory=dict)
+    started: float | None = None
+    ended: float | None = None
+    result: dict | None = None
+    error: dict | None = None
+    loaded: dict = field(default_factory=dict)  # model name -> bytes, currently resident
+    unknown_events: int = 0
+
+    # ------------------------------------------------------------------ transitions
+    def begin(self, image: str, now: float | None = None) -> None:
+        """Reset for a new run of ``image`` (path str); ``now`` in seconds (default: now)."""
+        self.__init__(image=image, status=STARTING, started=time.time() if now is None else now)
+
+    def fail(self, kind: str, message: str, hint: str = "", now: float | None = None) -> None:
+        """Record a failure found by the add-on itself (bad preference, spawn failure …)."""
+        self.status = FAILED
+        self.error = {"kind": kind, "message": message, "hint": hint}
+        self.ended = time.time() if now is None else now
+        self._close_running_stage(self.ended)
+
+    def mark_cancelled(self, now: float | None = None) -> None:
+        """The user cancelled: the job ends as ``cancelled`` whatever the runner prints next."""
+        if self.status in FINISHED:
+            return
+        self.status = CANCELLED
+        self.ended = time.time() if now is None else now
+        self.error = {"kind": "cancelled", "message": "Cancelled; the runner was stopped.",
+                      "hint": ""}
+        self._close_running_stage(self.ended, done=False)
+
+    def mark_importing(self) -> None:
+        """The GLB is written and is being imported into the scene."""
+        if self.status not in FINISHED:
+            self.status = IMPORTING
+
+    def mark_done(self, now: float | None = None) -> None:
+        """The mesh is in the scene."""
+        self.status = DONE
+        self.ended = time.time() if now is None else now
+
+    def finish_process(self, returncode: int | None, stderr_tail: str = "",
+                       now: float | None = None) -> None:
+        """The runner process has exited with ``returncode``; decide the outcome if no event did.
+
+        A ``result`` event leaves the status for the caller (it imports next); an ``error`` event
+        already failed the job; silence plus a non-zero code becomes a ``runner_died`` failure
+        carrying the last lines of stderr.
+        """
+        now = time.time() if now is None else now
+        if self.status in FINISHED or self.result is not None:
+            return
+        tail = stderr_tail.strip().splitlines()[-3:]
+        self.fail("runner_died",
+                  f"The runner exited with code {returncode} without reporting a result."
+                  + (f" Last output: {' | '.join(tail)}" if tail else ""),
+                  "Run “Check” in the add-on preferences; see the system console for the log.",
+                  now=now)
+
+    def apply(self, ev: dict) -> None:
+        """Apply one runner event (a dict as in ``runner/PROTOCOL.md``). Unknown events and
+        fields are ignored, as the protocol requires; a newer protocol version is accepted as long
+        as the fields read here are present."""
+        kind = ev.get("event")
+        t = ev.get("t")
+        t = float(t) if isinstance(t, (int, float)) else time.time()
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is None:
+            self.unknown_events += 1
+            return
+        if self.status == CANCELLED and kind not in ("result", "error"):
+            return
+        handler(ev, t)
+
+    # ------------------------------------------------------------------ handlers
+    def _on_hello(self, ev: dict, t: float) -> None:
+        self.backend = ev.get("backend") or self.backend
+        self.output = ev.get("output") or self.output
+        self.trace = ev.get("trace") or self.trace
+        self.pid = ev.get("pid")
+        names = ev.get("stages") or []
+        self.stages = [StageRow(str(n)) for n in names]
+        if self.status in (IDLE, STARTING):
+            self.status = STARTING
+
+    def _on_guard(self, ev: dict, t: float) -> None:
+        self.guard_state = ev.get("state")
+        self.guard_reason = ev.get("reason") or ""
+        readings = ev.get("readings") or {}
+        self.guard_readings = readings if isinstance(readings, dict) else {}
+        for key in ("available", "total", "swap"):
+            if self.guard_readings.get(key) is not None:
+                setattr(self, key, self.guard_readings[key])
+        if self.guard_state == "waiting" and self.status not in FINISHED:
+            self.status = WAITING
+        elif self.guard_state == "started" and self.status not in FINISHED:
+            self.status = RUNNING
+            if self.swap_start is None:
+                self.swap_start = self.swap
+
+    def _row(self, name: str, index: int | None = None) -> StageRow:
+        for row in self.stages:
+            if row.name == name:
+                return row
+        row = StageRow(name)
+        if index is not None and 0 <= index <= len(self.stages):
+            self.stages.insert(index, row)
+        else:
+            self.stages.append(row)
+        return row
+
+    def _close_running_stage(self, t: float, done: bool = True) -> None:
+        for row in self.stages:
+            if row.status == ACTIVE:
+                row.seconds = max(0.0, t - row.started) if row.started is not None else None
+                row.status = COMPLETE if done else PENDING
+
+    def _on_stage(self, ev: dict, t: float) -> None:
+        name = str(ev.get("stage"))
+        index = ev.get("index")
+        self._close_running_stage(t)
+        row = self._row(name, index if isinstance(index, int) else None)
+        # Every stage planned before this one is over, even one the backend skipped.
+        for earlier in self.stages[: self.stages.index(row)]:
+            if earlier.status == PENDING:
+                earlier.status = COMPLETE
+        row.status, row.started = ACTIVE, t
+        self.stage, self.stage_fraction, self.stage_peak = name, 0.0, None
+        if self.status not in FINISHED:
+            self.status = RUNNING
+
+    def _on_ready(self, ev: dict, t: float) -> None:
+        pass  # the stage's memory window begins; nothing for the panel to change
+
+    def _on_progress(self, ev: dict, t: float) -> None:
+        frac = ev.get("fraction")
+        if isinstance(frac, (int, float)) and (ev.get("stage") in (None, self.stage)):
+            self.stage_fraction = min(1.0, max(0.0, float(frac)))
+
+    def _on_load(self, ev: dict, t: float) -> None:
+        if ev.get("model") is not None:
+            self.loaded[str(ev["model"])] = int(ev.get("bytes") or 0)
+
+    _on_reload = _on_load
+
+    def _on_release(self, ev: dict, t: float) -> None:
+        self.loaded.pop(str(ev.get("model")), None)
+
+    def _on_memory(self, ev: dict, t: float) -> None:
+        for key in ("footprint", "peak", "stage_peak", "swap", "available", "total"):
+            if key in ev:
+                setattr(self, key, ev[key])
+        if self.swap_start is None and self.swap is not None:
+            self.swap_start = self.swap
+
+    def _on_result(self, ev: dict, t: float) -> None:
+        self.result = ev
+        self.output = ev.get("output") or self.output
+        self.trace = ev.get("trace") or self.trace
+        peak = _peak_bytes(ev.get("peak"))
+        if peak is None and isinstance(ev.get("summary"), dict):
+            peak = _peak_bytes(ev["summary"].get("peak"))
+        if peak is not None:
+            self.peak = max(self.peak or 0, peak)
+        self._close_running_stage(t)
+        for row in self.stages:
+            if row.status == PENDING:
+                row.status = COMPLETE
+        self.stage_fraction = 1.0
+        if self.status != CANCELLED:
+            self.status = IMPORTING
+            self.ended = t
+
+    def _on_error(self, ev: dict, t: float) -> None:
+        if self.status == CANCELLED:
+            return
+        self.error = {"kind": ev.get("kind") or "error", "message": ev.get("message") or "",
+                      "hint": ev.get("hint") or "", "exit_code": ev.get("exit_code")}
+        self.status = FAILED
+        self.ended = t
+        self._close_running_stage(t, done=False)
+
+    # ------------------------------------------------------------------ view
+    def progress(self) -> float:
+        """Fraction 0..1 of the whole run: finished stages plus the current stage's fraction."""
+        if self.status in (IMPORTING, DONE):
+            return 1.0
+        n = len(self.stages)
+        if n == 0 or self.stage is None:
+            return 0.0
+        done = sum(1 for r in self.stages if r.status == COMPLETE)
+        return min(1.0, (done + self.stage_fraction) / n)
+
+    def guard_text(self) -> str:
+        """The guard's state for people, e.g. ``"waiting: 31 % free, needs 40 %"``."""
+        if self.guard_state is None:
+            return ""
+        r = self.guard_readings
+        avail, total = r.get("available"), r.get("total")
+        free = (f"{100.0 * avail / total:.0f} % free"
+                if isinstance(avail, (int, float)) and isinstance(total, (int, float)) and total
+                else "")
+        # stageload.guard words a wait as "available 31 % < 40 %" (or "… 7.2 GB < 9.5 GB"): the
+        # threshold is what follows "<".
+        m = _NEEDS_RE.search(self.guard_reason)
+        need_txt = f"needs {m.group(1).strip()}" if m else ""
+        if self.guard_state == "waiting":
+            details = ", ".join(x for x in (free, need_txt) if x) or self.guard_reason
+            return f"waiting: {details}" if details else "waiting"
+        if self.guard_state == "started":
+            return f"admitted{': ' + free if free else ''}"
+        return f"{self.guard_state}: {self.guard_reason}".rstrip(": ")
+
+    def view(self, now: float | None = None) -> PanelView:
+        """What the panel draws now (``now`` in seconds, default: the current time)."""
+        now = time.time() if now is None else now
+        rows = []
+        for r in self.stages:
+            if r.status == ACTIVE and r.started is not None:
+                secs = human_seconds(max(0.0, now - r.started))
+            else:
+                secs = human_seconds(r.seconds) if r.seconds is not None else ""
+            rows.append((r.name, r.status, secs))
+        n = len(self.stages)
+        idx = next((i for i, r in enumerate(self.stages) if r.name == self.stage), None)
+        if self.status in (IMPORTING, DONE):
+            ptext = "done" if self.status == DONE else "importing"
+        elif self.stage is not None and idx is not None:
+            ptext = f"{self.stage} ({idx + 1}/{n}) {self.stage_fraction * 100:.0f} %"
+        else:
+            ptext = {WAITING: "waiting for memory", STARTING: "starting"}.get(self.status, "")
+        mem = ""
+        if self.footprint is not None or self.peak is not None:
+            mem = f"footprint {human_bytes(self.footprint)} · peak {human_bytes(self.peak)}"
+            if self.stage_peak is not None and self.stage:
+                mem += f" · {self.stage} peak {human_bytes(self.stage_peak)}"
+        swap = ""
+        if self.swap is not None:
+            swap = f"swap {human_bytes(self.swap)}"
+            if self.swap_start is not None and self.swap != self.swap_start:
+                grow = self.swap - self.swap_start
+                swap += f" ({'+' if grow > 0 else ''}{human_bytes(grow)} since start)"
+        if self.available is not None:
+            avail = f"available {human_bytes(self.available)}"
+            if self.total:
+                avail += f" of {human_bytes(self.total)}"
+            swap = f"{swap} · {avail}" if swap else avail
+        elapsed = ""
+        if self.started is not None:
+            end = self.ended if self.ended is not None else now
+            elapsed = f"elapsed {human_seconds(max(0.0, end - self.started))}"
+        result = ""
+        if self.result is not None and self.status in (IMPORTING, DONE):
+            secs = self.result.get("seconds")
+            result = f"{self.output}" + (f" in {human_seconds(secs)}" if secs else "")
+            if self.peak is not None:
+                result += f", peak {human_bytes(self.peak)}"
+        err = hint = ""
+        if self.error is not None:
+            err = self.error.get("message") or self.error.get("kind", "")
+            hint = self.error.get("hint") or ""
+        headline = {
+            IDLE: "Ready", STARTING: "Starting the runner…", WAITING: "Waiting for memory",
+            RUNNING: f"Running: {self.stage}" if self.stage else "Running",
+            IMPORTING: "Importing the mesh", DONE: "Done", FAILED: "Failed",
+            CANCELLED: "Cancelled",
+        }[self.status]
+        return PanelView(self.status, headline, rows, self.progress(), ptext, mem, swap,
+                         self.guard_text(), elapsed, result, err, hint)
