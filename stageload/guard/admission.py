@@ -84,7 +84,7 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
             shown = ", ".join(list(busy_seen)[:3]) + (" …" if len(busy_seen) > 3 else "")
             reasons.append(("busy", f"busy: {shown}"))
         elif quiet_seconds is not None and quiet_seconds < config.quiet_for:
-            reasons.append(("quiet", f"quiet for {quiet_seconds:.0f} s of {config.quiet_for:g} s"))
+            reasons.append(("quiet", f"quiet for {int(quiet_seconds)} s of {config.quiet_for:g} s"))
 
     if config.swap_limit is not None and swap is not None and swap > config.swap_limit:
         reasons.append(("swap_limit", f"swap {format_size(swap)} > limit {format_size(config.swap_limit)}"))

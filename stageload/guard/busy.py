@@ -41,8 +41,21 @@ def find_busy(patterns: list[str], ignore: set[int]) -> list[str]:
             if not argv:
                 continue
             line = " ".join(argv)
-            if any(c.search(line) for c in compiled):
-                found.append(f"pid {proc.pid}: {line[:80]}")
+            for pattern in compiled:
+                match = pattern.search(line)
+                if match:
+                    found.append(f"pid {proc.pid}: {_shorten(line, match.start(), match.end())}")
+                    break
         except psutil.Error:
             continue
     return found
+
+
+def _shorten(line: str, start: int, end: int, width: int = 100) -> str:
+    """At most about ``width`` characters of ``line`` that still show the match [start, end)."""
+    if len(line) <= width:
+        return line
+    if end <= width - 2:
+        return line[: width - 2] + " …"
+    head = line[:40]
+    return f"{head} … {line[max(40, start - 20):end + 20]}" + (" …" if end + 20 < len(line) else "")

@@ -190,22 +190,27 @@ class ProcessTree:
     # -- stopping ----------------------------------------------------------------------------
     def _signal_all(self, sig: int, already: set[int]) -> list[int]:
         sent = []
-        leader_unreaped = self.popen.returncode is None
-        if leader_unreaped:
-            # The leader is not reaped, so the group id is still ours: one killpg reaches even
-            # members forked a moment ago.
+        targets = self.members(scan=True)
+        grouped = set()
+        for proc in targets:
+            try:
+                if os.getpgid(proc.pid) == self.pgid:
+                    grouped.add(proc.pid)
+            except OSError:
+                continue
+        # While the leader is not reaped the group id is still ours: one killpg reaches even
+        # members forked a moment ago. Later SIGTERM rounds (``already`` set) only signal the
+        # newcomers, so nobody gets a second SIGTERM (some programs take that as "force").
+        use_killpg = self.popen.returncode is None and not already
+        if use_killpg:
             try:
                 os.killpg(self.pgid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-        for proc in self.members(scan=True):
+        for proc in targets:
             if proc.pid in already:
                 continue
-            try:
-                in_group = os.getpgid(proc.pid) == self.pgid
-            except OSError:
-                in_group = False
-            if not (leader_unreaped and in_group):
+            if not (use_killpg and proc.pid in grouped):
                 try:
                     proc.send_signal(sig)  # psutil checks pid + creation time first
                 except psutil.Error:

@@ -1,0 +1,196 @@
+"""``python -m stageload guard`` end to end with real processes: exit codes 0, the command's own,
+3, 4, 127, 128+signal; --busy/--quiet-for timing; --wait-free timeout; usage errors."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from stageload.meter import system_memory
+from guard_helpers import alive, guard_cmd, procs, run_guard, wait_for_file
+
+FAST = ["--poll", "0.1", "--grace", "1"]
+
+
+def test_exit_zero_and_command_own_code(env):
+    code, err, _ = run_guard(FAST, ["true"], env)
+    assert code == 0, err
+    assert "guard: start:" in err
+    code, err, _ = run_guard(FAST, [sys.executable, "-c", "import sys; sys.exit(7)"], env)
+    assert code == 7, err
+
+
+def test_command_killed_by_signal_gives_128_plus_n(env):
+    code, err, _ = run_guard(FAST, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], env)
+    assert code == 128 + signal.SIGKILL, err
+
+
+def test_cannot_start_is_127(env, tmp_path):
+    code, err, _ = run_guard(FAST, [str(tmp_path / "no-such-program")], env)
+    assert code == 127
+    assert "cannot start" in err and "No such file" in err
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(script, 0o644)
+    code, err, _ = run_guard(FAST, [str(script)], env)
+    assert code == 127, err
+    assert "Permission denied" in err
+
+
+def test_wait_free_beyond_the_machine_times_out_with_4(env, tmp_path):
+    total = system_memory().total
+    log = tmp_path / "guard.jsonl"
+    code, err, seconds = run_guard(
+        FAST + ["--wait-free", str(total + 1), "--start-timeout", "1.5", "--log", str(log)],
+        procs("stamp", tmp_path / "started"), env)
+    assert code == 4, err
+    assert 1.5 <= seconds < 6.0
+    assert not (tmp_path / "started").exists(), "the command ran although there was no room"
+    decisions = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [d["state"] for d in decisions] == ["waiting", "timeout"]
+    assert decisions[-1]["readings"]["total"] == total
+    assert decisions[-1]["readings"]["available"] <= total
+    assert "guard: timeout: no room after 1.5 s: available" in err
+
+
+def test_kill_free_stop_is_exit_3_even_at_full_memory(env, tmp_path):
+    """100 % can never hold, so the budget stops the command after --kill-samples polls."""
+    log = tmp_path / "guard.jsonl"
+    code, err, seconds = run_guard(FAST + ["--kill-free", "100%", "--kill-samples", "2", "--log", str(log)],
+                                   ["sleep", "30"], env)
+    assert code == 3, err
+    assert seconds < 10
+    stop = [json.loads(line) for line in log.read_text().splitlines()][-1]
+    assert stop["state"] == "stopped" and stop["readings"]["low_samples"] == 2
+    assert "for 2 consecutive samples" in stop["reason"]
+
+
+def test_busy_then_quiet_for_measured_across_a_chain(env, tmp_path, tag):
+    """Two busy jobs with a 0.6 s gap (a chain): the command may start only --quiet-for seconds
+    after the second one ended — the gap does not count as quiet."""
+    quiet_for = 1.5
+    marker = f"busyjob-{tag}"
+    busy_argv = [sys.executable, "-c", "import time, sys; time.sleep(float(sys.argv[1]))"]
+    ended = {}
+
+    def chain():
+        first = subprocess.Popen(busy_argv + ["1.0", marker], env=env)
+        first.wait()
+        ended["first"] = time.time()
+        time.sleep(0.6)
+        second = subprocess.Popen(busy_argv + ["1.0", marker], env=env)
+        second.wait()
+        ended["second"] = time.time()
+
+    runner = threading.Thread(target=chain)
+    runner.start()
+    time.sleep(0.3)  # the first busy job is running
+    log = tmp_path / "guard.jsonl"
+    stamp = tmp_path / "started"
+    code, err, _ = run_guard(["--poll", "0.1", "--busy", marker, "--quiet-for", str(quiet_for),
+                              "--log", str(log)], procs("stamp", stamp), env, timeout=30)
+    runner.join()
+    assert code == 0, err
+    started = float(stamp.read_text())
+    decisions = [json.loads(line) for line in log.read_text().splitlines()]
+    started_decision = next(d for d in decisions if d["state"] == "started")
+    waiting = [d for d in decisions if d["state"] == "waiting"]
+    assert waiting and waiting[0]["reason"].startswith("busy: pid ")
+    assert marker in waiting[0]["reason"]
+    # Started only after quiet_for had passed since the *last* busy job ended …
+    assert started_decision["t"] - ended["second"] >= quiet_for
+    assert started - ended["second"] >= quiet_for
+    # … and not much later (the guard polls every 0.1 s).
+    assert started_decision["t"] - ended["second"] < quiet_for + 1.0
+    # The gap between the jobs (0.6 s) was not taken for quiet.
+    assert started_decision["t"] > ended["second"] > ended["first"]
+
+
+def test_busy_ignores_the_guard_itself_and_its_parents(env, tmp_path, tag):
+    # The pattern occurs in the guard's own command line and in this shell's; neither counts.
+    code, err, seconds = run_guard(FAST + ["--busy", f"self-{tag}", "--quiet-for", "0.2"],
+                                   ["sh", "-c", f"exit 0 # self-{tag}"], env)
+    assert code == 0, err
+    assert "busy:" not in err
+
+
+def test_guard_sigterm_stops_the_command_first_and_exits_143(env, tmp_path, tag):
+    pidfile = tmp_path / "pids"
+    guard = subprocess.Popen(guard_cmd(*FAST, command=procs("tree", pidfile, tag)), env=env,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        pids = [int(line) for line in wait_for_file(pidfile).split()]
+        assert all(alive(p) for p in pids)
+        guard.send_signal(signal.SIGTERM)
+        code = guard.wait(timeout=20)
+        # Checked at once after the guard exited: nothing of the command may still run.
+        assert [p for p in pids if alive(p)] == []
+        err = guard.stderr.read()
+        assert code == 128 + signal.SIGTERM, err
+        assert "guard: stop: the guard got SIGTERM; stopping the command first" in err
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_guard_sigint_sighup_while_waiting_exit_128_plus_n(env, tmp_path, sig):
+    total = system_memory().total
+    stamp = tmp_path / "started"
+    guard = subprocess.Popen(guard_cmd(*FAST, "--wait-free", str(total + 1), command=procs("stamp", stamp)),
+                             env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # let it reach the admission loop
+        guard.send_signal(sig)
+        assert guard.wait(timeout=10) == 128 + sig
+        assert not stamp.exists()
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait()
+
+
+def test_leftovers_are_stopped_when_the_command_exits(env, tmp_path, tag):
+    pidfile = tmp_path / "bg"
+    script = f"import subprocess, sys; p = subprocess.Popen({procs('sleeper', tag)!r}, start_new_session=True); open({str(pidfile)!r}, 'w').write(str(p.pid))"
+    code, err, _ = run_guard(FAST, [sys.executable, "-c", script], env)
+    assert code == 0, err
+    assert not alive(int(pidfile.read_text()))
+    assert "leaving 1 process(es); stopping them" in err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--wait-free", "lots"], "neither a percent"),
+    (["--wait-free", "140%"], "between 0% and 100%"),
+    (["--busy", "(unclosed"], "not a valid regular expression"),
+    (["--need-from", "/no/such/trace.jsonl"], "does not exist"),
+    (["--poll", "0"], "--poll must be more than 0"),
+])
+def test_bad_options_exit_2_with_a_message(env, options, message):
+    code, err, _ = run_guard(options, ["true"], env)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_missing_command_is_a_usage_error(env):
+    done = subprocess.run([sys.executable, "-m", "stageload", "guard", "--poll", "1"], env=env,
+                          stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2
+    assert "no command given; put it after --" in done.stderr
+
+
+def test_log_is_appended_not_overwritten(env, tmp_path):
+    log = tmp_path / "decisions.jsonl"
+    log.write_text('{"event": "earlier"}\n')
+    code, err, _ = run_guard(FAST + ["--log", str(log)], ["true"], env)
+    assert code == 0, err
+    lines = log.read_text().splitlines()
+    assert json.loads(lines[0]) == {"event": "earlier"}
+    assert json.loads(lines[1])["state"] == "started"
