@@ -7,6 +7,7 @@ import time
 from typing import Callable
 
 from . import _platform
+from ._common import descendants, tree_footprint
 
 Sink = Callable[[dict], None]
 
@@ -32,7 +33,12 @@ class Sampler:
     a foreign process), ``hwm_since`` is ``None`` and ``hwm`` is a lifetime peak.
 
     Arguments: ``pid`` (int), ``sink`` (callable taking one dict), ``interval`` (seconds between
-    samples, > 0; 0.1 = 10 Hz), ``tree`` (include descendants), ``reset_hwm`` (see above).
+    samples, > 0; 0.1 = 10 Hz), ``tree`` (include descendants), ``reset_hwm`` (see above),
+    ``tree_refresh`` (seconds between scans for new descendants; default 1.0). Finding
+    descendants means reading every process on the machine (psutil), which at 10 Hz was most
+    of the sampler's CPU time (bench/sampler_overhead.py); between scans the known descendants
+    are read directly, so a child started less than ``tree_refresh`` ago is not counted yet.
+    ``tree_refresh=0`` scans on every sample.
 
     The thread ends by itself when the root process is gone (``exited`` becomes True) or when
     the sink raises (the exception is kept in ``error``, nothing is re-raised in the thread).
@@ -44,7 +50,7 @@ class Sampler:
     """
 
     def __init__(self, pid: int, sink: Sink, interval: float = 0.1, *, tree: bool = True,
-                 reset_hwm: bool = True):
+                 reset_hwm: bool = True, tree_refresh: float = 1.0):
         if not interval or interval <= 0:
             raise ValueError(f"interval must be a positive number of seconds, got {interval!r}")
         self.pid = int(pid)
@@ -62,12 +68,20 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._hwm_since: float | None = None
         self._stopped = False
+        self.tree_refresh = float(tree_refresh)
+        self._below: list[int] | None = None
+        self._below_at = 0.0
 
     # -- one sample ---------------------------------------------------------------------------
     def _read(self) -> dict:
         reader = self._reader
         t = time.time()
-        fp = reader.footprint(self.pid, tree=self.tree)  # ProcessLookupError when gone
+        if self.tree:
+            now = time.monotonic()
+            if self._below is None or now - self._below_at >= self.tree_refresh:
+                self._below, self._below_at = descendants(self.pid), now
+        # ProcessLookupError when the root is gone
+        fp = tree_footprint(self.pid, reader.process_footprint, self.tree, self._below)
         hwm = reader.high_water_mark(self.pid)
         since = self._hwm_since
         if self.reset_hwm:

@@ -112,6 +112,14 @@ def test_tree_footprint_includes_descendants(tmp_path):
         held = footprint(grandchild, tree=False)
         assert held >= 100 * MB
         assert whole - alone == pytest.approx(held, rel=0.05)
+        got = []
+        with Sampler(child.pid, got.append, interval=0.1, tree_refresh=0.3):
+            time.sleep(0.5)
+        assert got[-1]["footprint"] == pytest.approx(whole, rel=0.05)
+        alone_samples = []
+        with Sampler(child.pid, alone_samples.append, interval=0.1, tree=False):
+            time.sleep(0.2)
+        assert alone_samples[-1]["footprint"] == pytest.approx(alone, rel=0.05)
     finally:
         for pid in (child.pid,):
             os.kill(pid, signal.SIGKILL)

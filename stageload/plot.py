@@ -1,0 +1,212 @@
+"""``python -m stageload plot TRACE... -o chart.png``: footprint over time with stage bands,
+several runs overlaid.
+
+The chart: one line per run (footprint of the sampled process tree, GB = 10^9 bytes, against
+seconds since the run's first trace line), its peak marked and named in the legend. The first
+run's stage windows are shaded (from each ``ready`` to the next ``stage``; the release time
+between ``stage`` and ``ready`` is hatched) with the stage names along the top. With more than
+one run, a lane per run under the chart shows each run's stages, so runs with different timing
+can be compared at a glance.
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend change), so
+it works without a display and inside other programs. matplotlib is imported only here.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .summary import gb, summarize
+from .trace import TraceError, iter_lines, parse_lines
+
+GB = 1e9
+BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9", "#dff3f3",
+                "#f1e0d6"]
+
+
+class Run:
+    """One trace prepared for drawing: ``label``, ``times`` (s from the first line),
+    ``gb`` (footprint, GB), ``stages`` (list of dicts: ``stage``, ``start``, ``ready``, ``end``,
+    seconds from the first line), ``summary`` (``stageload.summary.summarize``)."""
+
+    def __init__(self, label: str, events: list[dict]):
+        events = sorted((e for e in events if isinstance(e.get("t"), (int, float))),
+                        key=lambda e: e["t"])
+        if not events:
+            raise TraceError(f"{label}: the trace has no events")
+        t0 = events[0]["t"]
+        t_end = events[-1]["t"] - t0
+        samples = [e for e in events if e.get("event") == "sample"
+                   and isinstance(e.get("footprint"), (int, float))]
+        self.label = label
+        self.times = [s["t"] - t0 for s in samples]
+        self.gb = [s["footprint"] / GB for s in samples]
+        self.summary = summarize(events)
+        marks = [e for e in events if e.get("event") == "stage"]
+        self.stages = []
+        for k, ev in enumerate(marks):
+            end = marks[k + 1]["t"] - t0 if k + 1 < len(marks) else t_end
+            ready = next((e["t"] - t0 for e in events if e.get("event") == "ready"
+                          and e.get("stage") == ev.get("stage") and e["t"] >= ev["t"]
+                          and e["t"] - t0 <= end), None)
+            self.stages.append({"stage": str(ev.get("stage")), "start": ev["t"] - t0,
+                                "ready": ready if ready is not None else ev["t"] - t0,
+                                "end": end})
+
+
+def load_run(path: str | os.PathLike, label: str | None = None) -> Run:
+    """Read the trace at ``path`` into a ``Run`` labelled ``label`` (default: the file stem).
+    Raises ``TraceError`` when the file is missing or not a trace."""
+    events, _ = parse_lines(iter_lines(path), source=str(path))
+    return Run(label or Path(path).stem, events)
+
+
+def _stage_colours(runs: list[Run]) -> dict[str, str]:
+    names: list[str] = []
+    for run in runs:
+        for st in run.stages:
+            if st["stage"] not in names:
+                names.append(st["stage"])
+    return {n: BAND_COLOURS[i % len(BAND_COLOURS)] for i, n in enumerate(names)}
+
+
+def make_figure(runs: list[Run], title: str | None = None):
+    """A matplotlib ``Figure`` (Agg canvas attached) drawing ``runs``. Raises ``ValueError``
+    when no run has a single sample."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
+
+    if not any(run.times for run in runs):
+        raise ValueError("no samples in any trace: nothing to draw (was the trace written with a "
+                         "Sampler, e.g. runner --trace?)")
+    lanes = len(runs) > 1
+    fig = Figure(figsize=(12, 6.2 + (0.45 * len(runs) if lanes else 0)), dpi=110,
+                 layout="constrained")
+    FigureCanvasAgg(fig)
+    if lanes:
+        ax, lane_ax = fig.subplots(2, 1, sharex=True,
+                                   gridspec_kw={"height_ratios": [6, 0.45 * len(runs) + 0.3]})
+    else:
+        ax, lane_ax = fig.subplots(1, 1), None
+    colours = _stage_colours(runs)
+    x_max = max(max(run.times, default=0) for run in runs)
+    x_max = max([x_max] + [st["end"] for run in runs for st in run.stages]) or 1.0
+    y_max = max(max(run.gb, default=0) for run in runs)
+    peaks = [run.summary["peak"]["bytes"] for run in runs if run.summary["peak"]["bytes"]]
+    y_max = max([y_max] + [p / GB for p in peaks]) or 1.0
+
+    # shaded stage windows of the first run, with names along the top
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    for st in runs[0].stages:
+        colour = colours[st["stage"]]
+        if st["ready"] > st["start"]:
+            ax.axvspan(st["start"], st["ready"], facecolor="none", edgecolor="#b0b0b0",
+                       hatch="///", linewidth=0, zorder=0)
+        ax.axvspan(st["ready"], st["end"], facecolor=colour, edgecolor="none", zorder=0)
+        ax.axvline(st["start"], color="#909090", linewidth=0.8, zorder=1)
+        width = (st["end"] - st["start"]) / x_max
+        ax.text((st["start"] + st["end"]) / 2, 0.985, st["stage"], transform=top,
+                ha="center", va="top", fontsize=10 if width > 0.07 else 8,
+                rotation=0 if width > 0.07 else 90, color="#303030", zorder=4,
+                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75,
+                      "edgecolor": "none"})
+
+    line_colours = []
+    for i, run in enumerate(runs):
+        p = run.summary["peak"]
+        peak_txt = f"peak {gb(p['bytes'])}" if p["bytes"] else "no peak"
+        if p.get("stage"):
+            peak_txt += f" in {p['stage']}"
+        (line,) = ax.plot(run.times, run.gb, linewidth=1.8, zorder=3,
+                          label=f"{run.label} — {peak_txt}")
+        line_colours.append(line.get_color())
+        if p["bytes"]:
+            ax.plot([p["t"]], [p["bytes"] / GB], marker="v", markersize=9, zorder=5,
+                    color=line.get_color(), markeredgecolor="black", markeredgewidth=0.6)
+            if len(runs) == 1:
+                ax.annotate(gb(p["bytes"]), (p["t"], p["bytes"] / GB), xytext=(0, 8),
+                            textcoords="offset points", ha="center", fontsize=9)
+
+    ax.set_ylim(0, y_max * 1.22)
+    ax.set_xlim(0, x_max)
+    ax.set_ylabel("footprint (GB)")
+    ax.grid(True, axis="y", color="#d0d0d0", linewidth=0.6)
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.90), fontsize=9, framealpha=0.9)
+    ax.set_title(title or ("Memory footprint over time" if len(runs) == 1 else
+                           f"Memory footprint over time — {len(runs)} runs"), fontsize=12)
+    if lane_ax is None:
+        ax.set_xlabel("seconds since start")
+        return fig
+
+    for i, run in enumerate(runs):
+        y = len(runs) - 1 - i
+        for st in run.stages:
+            lane_ax.broken_barh([(st["ready"], st["end"] - st["ready"])], (y - 0.38, 0.76),
+                                facecolors=colours[st["stage"]], edgecolors=line_colours[i],
+                                linewidth=0.8)
+            if (st["end"] - st["ready"]) / x_max > 0.06:
+                lane_ax.text((st["ready"] + st["end"]) / 2, y, st["stage"], ha="center",
+                             va="center", fontsize=8, clip_on=True)
+    lane_ax.set_yticks(range(len(runs)), [run.label for run in reversed(runs)], fontsize=9)
+    for tick, colour in zip(lane_ax.get_yticklabels(), reversed(line_colours)):
+        tick.set_color(colour)
+    lane_ax.set_ylim(-0.6, len(runs) - 0.4)
+    lane_ax.set_xlabel("seconds since start of each run")
+    lane_ax.set_title(f"stages of each run (shaded above: {runs[0].label})", fontsize=9,
+                      loc="left")
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line. Exit 0 when the chart was written; 2 with a message for a missing or
+    unreadable trace, an existing output (without ``--force``), or mismatched ``--label``s."""
+    parser = argparse.ArgumentParser(
+        prog="python -m stageload plot",
+        description="Chart of footprint over time (GB) with stage bands; several runs overlaid.")
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="JSONL trace(s)")
+    parser.add_argument("-o", "--output", required=True, help="image to write (.png, .svg, .pdf)")
+    parser.add_argument("--label", action="append", default=None,
+                        help="legend label per trace, in order (default: each file's stem)")
+    parser.add_argument("--title", help="chart title")
+    parser.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    args = parser.parse_args(argv)
+
+    def fail(message: str) -> int:
+        print(f"stageload plot: {message}", file=sys.stderr)
+        return 2
+
+    labels = args.label or [None] * len(args.traces)
+    if len(labels) != len(args.traces):
+        return fail(f"{len(labels)} --label given for {len(args.traces)} traces; give one per "
+                    "trace or none")
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        return fail(f"{out} exists; choose another name or add --force to replace it")
+    if not out.parent.is_dir():
+        return fail(f"folder {out.parent} does not exist")
+    fmt = out.suffix.lower().lstrip(".") or "png"
+    if fmt not in ("png", "svg", "pdf"):
+        return fail(f"cannot write .{fmt}; use .png, .svg or .pdf")
+    try:
+        runs = [load_run(path, label) for path, label in zip(args.traces, labels)]
+        fig = make_figure(runs, args.title)
+    except (TraceError, ValueError) as exc:
+        return fail(str(exc))
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".{fmt}", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

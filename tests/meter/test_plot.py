@@ -1,0 +1,67 @@
+"""The chart: written, a sensible PNG, stage names and run labels on it, no overwrite."""
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+from stageload.plot import load_run, main, make_figure
+
+FIXTURE = Path(__file__).with_name("fixtures") / "small_run.jsonl"
+
+
+def _texts(fig) -> set[str]:
+    out = set()
+    for ax in fig.axes:
+        out |= {t.get_text() for t in ax.texts}
+        out |= {t.get_text() for t in ax.get_yticklabels()}
+        legend = ax.get_legend()
+        if legend:
+            out |= {t.get_text() for t in legend.get_texts()}
+    return out
+
+
+def test_chart_is_written_and_readable(tmp_path, capsys):
+    out = tmp_path / "chart.png"
+    assert main([str(FIXTURE), "-o", str(out)]) == 0
+    with Image.open(out) as img:
+        assert img.format == "PNG"
+        assert img.width >= 1000 and 500 <= img.height <= 2000
+        colours = img.convert("RGB").getcolors(maxcolors=1_000_000)
+        assert colours is not None and len(colours) > 50  # not a blank canvas
+    assert 20_000 < out.stat().st_size < 2_000_000
+    # refuses to replace an existing file without --force
+    assert main([str(FIXTURE), "-o", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main([str(FIXTURE), "-o", str(out), "--force"]) == 0
+
+
+def test_stage_names_and_labels_on_the_chart(tmp_path):
+    second = tmp_path / "other.jsonl"
+    second.write_text(FIXTURE.read_text().replace('"decode"', '"vae"'))
+    fig = make_figure([load_run(FIXTURE), load_run(second, "run B")])
+    texts = _texts(fig)
+    for name in ("setup", "denoise", "decode", "vae"):
+        assert name in texts
+    assert any(t.startswith("small_run") for t in texts)
+    assert any(t.startswith("run B") for t in texts)
+
+
+def test_bad_input(tmp_path, capsys):
+    assert main([str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "c.png")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main([str(FIXTURE), "--label", "a", "--label", "b", "-o", str(tmp_path / "c.png")]) == 2
+    empty = tmp_path / "nosamples.jsonl"
+    empty.write_text('{"event": "stage", "t": 1, "stage": "s", "index": 0, "count": 1}\n')
+    assert main([str(empty), "-o", str(tmp_path / "c.png")]) == 2
+    assert "no samples" in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()
+    assert main([str(FIXTURE), "-o", str(tmp_path / "c.bmp")]) == 2
+
+
+def test_module_entry_point(repo_root, tmp_path):
+    out = tmp_path / "m.png"
+    done = subprocess.run([sys.executable, "-m", "stageload", "plot", str(FIXTURE), "-o", str(out)],
+                          capture_output=True, text=True, cwd=repo_root, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 20_000
