@@ -14,6 +14,8 @@ imported only when a torch-using name is first touched.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 _EXPORTS = {
@@ -59,3 +61,26 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+def _function_over_submodule(name: str) -> property:
+    # ``release`` and ``share`` are both a submodule and the function in it. Importing the
+    # submodule makes the import system set ``stageload.<name>`` to the submodule, which would
+    # make ``from stageload import release`` return a module. A property on the package's class
+    # keeps the function; the submodule stays importable as ``from stageload.release import …``.
+    def get(package):
+        return getattr(importlib.import_module(f"stageload.{name}"), name)
+
+    def set_(package, value):
+        if not isinstance(value, types.ModuleType):
+            raise AttributeError(f"stageload.{name} cannot be replaced")
+
+    return property(get, set_)
+
+
+class _Package(types.ModuleType):
+    release = _function_over_submodule("release")
+    share = _function_over_submodule("share")
+
+
+sys.modules[__name__].__class__ = _Package

@@ -43,10 +43,13 @@ class CallHook:
         self.active = False
         current = vars(self.obj).get(self.method, _MISSING)
         if current is self._wrapper:
-            if self._previous is _MISSING:
+            previous = self._previous
+            while getattr(previous, "_stageload_hook", None) is not None and not previous._stageload_hook.active:
+                previous = previous._stageload_hook._previous  # skip hooks removed while under us
+            if previous is _MISSING:
                 delattr_plain(self.obj, self.method)
             else:
-                setattr_plain(self.obj, self.method, self._previous)
+                setattr_plain(self.obj, self.method, previous)
 
     def __enter__(self) -> "CallHook":
         return self
@@ -116,5 +119,6 @@ def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
         return result
 
     handle = CallHook(obj, method, previous, wrapper)
+    wrapper._stageload_hook = handle
     setattr_plain(obj, method, wrapper)
     return handle

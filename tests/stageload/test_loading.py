@@ -1,0 +1,99 @@
+"""load_module / load_checkpoint: correct weights, no random-init draws, clear errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from stageload import CheckpointError, NotAModuleError, load_checkpoint, load_module
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 5)
+        self.norm = nn.BatchNorm1d(5)  # buffers: running_mean, running_var, num_batches_tracked
+
+    def forward(self, x):
+        return self.norm(self.a(x))
+
+
+class WithComputedBuffer(Net):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("freqs", torch.arange(5.0), persistent=False)  # not in checkpoints
+
+
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():
+        net.norm.running_mean.uniform_()
+    path = tmp_path / "net.safetensors"
+    save_file(net.state_dict(), str(path))
+    return net, path
+
+
+def same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k].to(sa[k].dtype)) for k in sa)
+
+
+def test_load_module_gives_the_checkpoint_and_draws_nothing(saved):
+    net, path = saved
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)
+    loaded = load_module(Net, path)
+    assert torch.equal(torch.rand(3), expected)  # built on meta: init drew nothing
+    assert same_state(net, loaded) and not any(t.is_meta for t in loaded.state_dict().values())
+    x = torch.randn(4, 6)
+    net.eval(), loaded.eval()
+    assert torch.equal(net(x), loaded(x))
+
+
+def test_dtype_conversion(saved):
+    net, path = saved
+    loaded = load_module(Net, path, dtype=torch.float16)
+    assert loaded.a.weight.dtype == torch.float16
+    assert loaded.norm.num_batches_tracked.dtype == torch.int64  # integers untouched
+    assert same_state(loaded, net.half())
+
+
+def test_fallback_on_a_normally_built_module(saved):
+    net, path = saved
+    assert same_state(net, load_module(Net, path, meta=False))
+    built = Net()
+    assert load_checkpoint(built, path) is built and same_state(net, built)
+
+
+def test_non_persistent_buffer_is_reported_with_the_fix(saved):
+    _, path = saved
+    with pytest.raises(CheckpointError, match=r"freqs.*meta=False"):
+        load_module(WithComputedBuffer, path)
+    loaded = load_module(WithComputedBuffer, path, meta=False)
+    assert torch.equal(loaded.freqs, torch.arange(5.0))
+
+
+def test_mismatches_and_missing_files(saved, tmp_path):
+    _, path = saved
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_module(Net, tmp_path / "absent.safetensors")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a safetensors file at all")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        load_module(Net, junk)
+    with pytest.raises(CheckpointError, match="cannot read"):
+        load_checkpoint(Net(), junk)
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_module(lambda: nn.Linear(6, 5), path)
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_checkpoint(nn.Linear(6, 5), path)
+    wrong = tmp_path / "wrong.safetensors"
+    save_file({"a.weight": torch.zeros(2, 2)}, str(wrong))
+    with pytest.raises(CheckpointError, match="shape"):
+        load_checkpoint(Net(), wrong, strict=False)
+    with pytest.raises(NotAModuleError):
+        load_module(lambda: "model", path)
