@@ -1,0 +1,142 @@
+"""Staged Pixal3D: the Pixal3D-mac adapter (the only part of stageload that knows Pixal3D).
+
+Use::
+
+    from stageload.pixal3d import Pixal3DRun
+    run = Pixal3DRun("/path/to/Pixal3D-mac", device="mps", events=print)
+    run.generate("character.png", "character.glb", seed=42, texture_size=2048)
+
+or ``python -m stageload.pixal3d run IMAGE -o OUT.glb --pixal3d-dir DIR [--load eager]
+[--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE]``, ``python -m stageload.pixal3d
+check [--pixal3d-dir DIR]`` and ``python -m stageload.pixal3d compare A B``. User notes:
+docs/pixal3d.md.
+
+What the adapter relies on in the port
+======================================
+
+Read from ``pawel-mazurkiewicz/Pixal3D-mac`` (pipeline at commit 12b42371, generate_mps.py at
+0578f857, image_conditioned_proj.py and BiRefNet.py at 70abb20b, PIPELINE_MAP.md at 809cf5f5)
+and ``TencentARC/Pixal3D`` (pipelines/base.py at 0660b18a; ``pixal3d/models/__init__.py`` is
+not in the Pixal3D-mac index, so its ``from_pretrained`` was read in the upstream-derived fork
+``wowo0709/Pixal3D`` at 463378f7). Every name below is checked up front by
+``port.open_port()``, which stops with ``PortError`` naming what is missing before anything
+is loaded.
+
+``generate_mps.py`` (the port's entry script, imported as a module from the port folder):
+
+- ``load_runtime_deps()`` — must run first (it binds the module's torch/np/Image globals and
+  the pipeline class).
+- ``MODEL_PATH`` (default model path, a Hugging Face id), ``IMAGE_COND_CONFIGS`` with keys
+  ``ss``, ``shape_512``, ``shape_1024``, ``tex_1024``, ``build_image_cond_model(config,
+  device)``, ``init_pipeline(model_path, device)`` (eager mode only).
+- ``load_moge_model(device)``, ``get_camera_params_wild_moge(path, moge, device=,
+  mesh_scale=, extend_pixel=, image_resolution=)``, ``distance_from_fov(...)``,
+  ``maybe_empty_cache(device)``, ``sampler_overrides(args, stage)``.
+- ``parse_args()`` (its defaults feed the export functions), ``export_geometry_only``,
+  ``try_export_native_o_voxel_glb``, ``export_fallback_texture_glb``.
+- Control flow mirrored from ``main()``: ``init_pipeline`` → ``preprocess_image`` → camera
+  (MoGe-2 loaded, used on a saved PNG of the preprocessed image, deleted; or ``--fov``) →
+  ``torch.manual_seed(seed)`` → ``pipeline.run(image, camera_params=, seed=, ...,
+  preprocess_image=False, return_latent=True, pipeline_type=, max_num_tokens=)`` → export
+  (geometry only / native o_voxel / fallback baker).
+
+``pixal3d/pipelines/base.py`` ``Pipeline.from_pretrained(path)``: reads ``pipeline.json``
+(local, else ``hf_hub_download``), calls ``models.from_pretrained(f"{path}/{ckpt}")`` and on
+any exception ``models.from_pretrained(ckpt)`` for each name in ``model_names_to_load``, looked
+up through the module object ``pixal3d.models`` at call time (so replacing
+``pixal3d.models.from_pretrained`` for the duration of the constructor defers every read);
+``Pipeline.__init__`` calls ``.eval()`` on each model.
+
+``pixal3d/pipelines/pixal3d_image_to_3d.py``:
+
+- ``Pixal3DImageTo3DPipeline.from_pretrained`` builds the samplers from the module global
+  ``samplers`` and the background remover with ``getattr(rembg, name)(**args)`` on the module
+  global ``rembg`` (replaced during construction so the remover is recorded, not loaded), sets
+  the four ``image_cond_model_*`` to None, ``low_vram = args.get('low_vram', True)``.
+- ``to(device)`` sets ``_device`` and moves models only when ``low_vram`` is off.
+- ``models`` is used as a mapping: ``self.models['name']`` and ``'name' in self.models``
+  (``run()`` asserts three names with ``in``: ``StagedModels`` answers without loading).
+- Entry points hooked per instance: ``preprocess_image``, ``get_proj_cond_ss``,
+  ``get_proj_cond_shape(image_cond_model, image, coords, ..., grid_resolution_override=)`` and
+  ``decode_latent(shape_slat, tex_slat, resolution)``.
+- ``run()`` for both cascades: ``torch.manual_seed(seed)`` → ``get_proj_cond_ss`` (reads
+  ``self.image_cond_model_ss`` inside) → ``sample_sparse_structure`` (structure flow + decoder)
+  → ``get_proj_cond_shape(self.image_cond_model_shape_512, ...)`` → ``sample_shape_slat``
+  (shape flow 512) → inline ``models['shape_slat_decoder'].upsample(lr_slat, upsample_times=4)``
+  and the token-budget loop → ``get_proj_cond_shape(self.image_cond_model_shape_1024, ...,
+  grid_resolution_override=)`` → inline HR sampling with ``models['shape_slat_flow_model_1024']``
+  (reads ``.in_channels``) → ``get_proj_cond_shape(self.image_cond_model_tex_1024, ...)`` →
+  ``sample_tex_slat`` (texture flow) → ``decode_latent`` (shape decoder, texture decoder).
+  Each pass reads the extractor attribute at call time, so the hook tells the three
+  ``get_proj_cond_shape`` passes apart by identity of the extractor passed.
+- Noise: ``torch.randn(...)`` on the default (CPU) generator, then ``.to(device)``; the
+  samplers (``*.sample(...).samples``) draw nothing. The fingerprint hooks each sampler
+  instance's ``sample``.
+
+``pixal3d/models/__init__.py`` ``from_pretrained(path, **kwargs)``: local ``{path}.json`` +
+``{path}.safetensors`` or the Hugging Face cache; builds ``config['name']`` with its random
+initialisation, then ``load_state_dict(load_file(model_file))``; ``load_file`` is imported
+inside the function (so reading straight to the device can be arranged by the adapter).
+
+``pixal3d/trainers/flow_matching/mixins/image_conditioned_proj.py``
+``DinoV3ProjFeatureExtractor``: ``__init__`` loads its backbone with the module global
+``DINOv3ViTModel.from_pretrained(model_name)`` into ``.model``; ``_load_naf()`` (when
+``use_naf_upsample``) sets ``.naf_model = torch.hub.load("valeoai/NAF", "naf", pretrained=True,
+device=..., trust_repo=True)`` only if it is None, and ``forward`` calls ``_load_naf()``
+lazily; ``grid_resolution``/``proj_grid`` are plain attributes ``get_proj_cond_shape`` swaps
+per call (hence: one shared backbone and NAF, four separate extractor objects).
+
+``pixal3d/pipelines/rembg/BiRefNet.py``: a plain class (not an ``nn.Module``) holding the
+network in ``.model``, callable on a PIL image; ``to``/``cpu`` move ``.model``.
+
+Where this differs from SPEC §2.5
+=================================
+
+- Stage order: in the port, ``preprocess_image`` runs in ``generate_mps.main()`` *before* the
+  camera stage and ``run()`` is called with ``preprocess_image=False``; the plan follows that
+  (setup → preprocess → camera → structure …), as SPEC does.
+- The backbone is not loaded in ``setup``: staged mode builds the four extractors when
+  ``structure`` first needs the backbone, and the NAF when ``shape_512`` first needs it (the
+  port loads both eagerly in ``init_pipeline``; PIPELINE_MAP.md says NAF is lazy, but
+  ``init_pipeline`` pre-loads it with ``_load_naf()``).
+- The background remover is loaded in ``preprocess`` (the port builds it in
+  ``from_pretrained``), and only when the image has no usable alpha (the port skips it then).
+- ``1536_cascade`` uses the same entry points and the same seven models in the same order (the
+  only differences are the target resolution and the resulting ``grid_resolution_override``,
+  which mutates the 1024 and texture extractors during their pass), so it gets the same plan.
+- ``tex_slat_flow_model_512`` is in ``model_names_to_load`` (eager mode loads it, eight models);
+  no stage lists it, so staged mode never reads it.
+- Staged mode turns ``low_vram`` off; eager mode leaves the port's value (True by default).
+
+Not verified here (no Mac, no MPS, no real weights): see docs/pixal3d.md.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Pixal3DRun": "stageload.pixal3d.adapter",
+    "StagedRembg": "stageload.pixal3d.adapter",
+    "open_port": "stageload.pixal3d.port",
+    "check_port": "stageload.pixal3d.port",
+    "locate_port": "stageload.pixal3d.port",
+    "Port": "stageload.pixal3d.port",
+    "PortError": "stageload.pixal3d.port",
+    "STAGES": "stageload.pixal3d.plan",
+    "plan_for": "stageload.pixal3d.plan",
+    "keep_across_gap": "stageload.pixal3d.plan",
+    "compare": "stageload.pixal3d.fingerprint",
+    "FingerprintRecorder": "stageload.pixal3d.fingerprint",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stageload.pixal3d' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

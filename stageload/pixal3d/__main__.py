@@ -1,0 +1,128 @@
+"""``python -m stageload.pixal3d run|check|compare``.
+
+- ``run IMAGE -o OUT.glb [--pixal3d-dir DIR] [--model-path P] [--device D] [--load staged|eager]
+  [--pipeline-type T] [--seed N] [--texture-size N] [--fov RAD] [--steps N]
+  [--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE] [--no-rng-restore]``:
+  one image through the port; events as JSON lines on stdout (and in ``--trace``).
+- ``check [--pixal3d-dir DIR]``: import the port and check every name the adapter relies on
+  (no weights read); prints JSON; exit 0 when usable, 1 otherwise.
+- ``compare A B``: two fingerprint folders; exit 0 identical, 1 different, 2 unusable input.
+
+Errors are one line on stderr with what to do, never a traceback (exit 2 usage, 1 failure).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _size(text: str) -> int:
+    """Bytes: an int, or a number with K/M/G (powers of 1024), e.g. ``2G``."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (e.g. 1000000000 or 1G)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a size must be >= 0")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m stageload.pixal3d", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="one image through the staged (or eager) Pixal3D pipeline")
+    run.add_argument("image")
+    run.add_argument("-o", "--output", required=True, help="GLB to write (must not exist)")
+    run.add_argument("--pixal3d-dir", default=None, help="Pixal3D-mac folder (default $PIXAL3D_DIR)")
+    run.add_argument("--model-path", default=None, help="the port's --model-path (default its MODEL_PATH)")
+    run.add_argument("--device", default=None, help="mps, cuda or cpu (default mps when available)")
+    run.add_argument("--load", choices=("staged", "eager"), default="staged")
+    run.add_argument("--pipeline-type", choices=("1024_cascade", "1536_cascade"), default="1024_cascade")
+    run.add_argument("--seed", type=int, default=42)
+    run.add_argument("--texture-size", type=int, default=2048, choices=(512, 1024, 2048, 4096))
+    run.add_argument("--fov", type=float, default=None, help="manual field of view in radians (skips MoGe-2)")
+    run.add_argument("--steps", type=int, default=None, help="sampler steps for every stage (port default)")
+    run.add_argument("--keep-resident", type=_size, default=0,
+                     help="bytes a model needed later may stay loaded across a gap (e.g. 1G; default 0)")
+    run.add_argument("--fingerprint", default=None, help="folder for latent hashes and copies")
+    run.add_argument("--trace", default=None, help="JSONL trace file to write (must not exist)")
+    run.add_argument("--no-rng-restore", action="store_true", help="control run: do not restore RNG after loads")
+    check = sub.add_parser("check", help="validate a port folder without loading weights")
+    check.add_argument("--pixal3d-dir", default=None)
+    compare = sub.add_parser("compare", help="compare two fingerprint folders")
+    compare.add_argument("a")
+    compare.add_argument("b")
+    return parser
+
+
+def main(argv=None) -> int:
+    ns = _parser().parse_args(argv)
+    if ns.command == "check":
+        from .port import check_port
+        report = check_port(ns.pixal3d_dir)
+        print(json.dumps(report, indent=1))
+        return 0 if report["ok"] else 1
+    if ns.command == "compare":
+        from .fingerprint import compare
+        try:
+            report = compare(ns.a, ns.b)
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for key, entry in report["entries"].items():
+            state = "identical" if entry["equal"] else f"DIFFERENT (max abs diff {entry['max_abs_diff']})"
+            print(f"{key}: {state}" + (f" — {entry['note']}" if entry["note"] else ""))
+        print("identical" if report["identical"] else "different")
+        return 0 if report["identical"] else 1
+    return _run(ns)
+
+
+def _run(ns) -> int:
+    from ..events import fan_out
+    from ..trace import TraceWriter
+    from .adapter import Pixal3DRun
+    from .port import PortError
+
+    if Path(ns.output).exists():
+        print(f"error: {ns.output} exists; choose another output (nothing is overwritten)", file=sys.stderr)
+        return 2
+    if not Path(ns.image).is_file():
+        print(f"error: input image {ns.image} not found", file=sys.stderr)
+        return 2
+
+    def stdout_sink(event: dict) -> None:
+        sys.stdout.write(json.dumps(event, default=str) + "\n")
+        sys.stdout.flush()
+
+    trace = None
+    try:
+        trace = TraceWriter(ns.trace) if ns.trace else None
+    except (FileExistsError, FileNotFoundError) as exc:
+        print(f"error: cannot write the trace: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
+                         pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
+                         events=fan_out(stdout_sink, trace), preserve_rng=not ns.no_rng_restore,
+                         fingerprint=ns.fingerprint)
+        result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size, fov=ns.fov,
+                              steps=ns.steps)
+        run.close()
+    except PortError as err:
+        print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)
+        return 1
+    finally:
+        if trace is not None:
+            trace.close()
+    stdout_sink({"event": "result", **result})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

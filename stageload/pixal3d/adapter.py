@@ -1,0 +1,584 @@
+"""``Pixal3DRun``: build a Pixal3D-mac pipeline with staged (or the port's own eager) loading,
+run one image after another through the port's own ``run()``, export the port's own GLB.
+
+Staged mode, in order (names and files: see the package docstring):
+
+1. ``Pixal3DImageTo3DPipeline.from_pretrained(model_path)`` runs as written, while
+   ``pixal3d.models.from_pretrained`` records each checkpoint path instead of reading it and
+   the pipeline module's ``rembg`` namespace records the background remover's class and
+   arguments instead of building it. No weights are read.
+2. ``pipeline.models`` becomes a ``StagedModels`` whose loaders call the port's own
+   ``pixal3d.models.from_pretrained(ckpt)`` (falling back to the bare name as the port's base
+   class does), built under ``torch.device(device)`` with safetensors read straight to the
+   device. ``pipeline.rembg_model`` becomes a proxy that builds the port's wrapper when called.
+3. ``low_vram`` is set False (on unified memory its CPU parking frees nothing and adds a copy)
+   and ``pipeline.to(device)`` is called as ``init_pipeline`` does.
+4. Stage hooks (``stageload.on_call``) on the pipeline instance: ``preprocess_image``
+   (enters ``preprocess``; on return enters ``camera``, which releases the background remover),
+   ``get_proj_cond_ss`` (``structure``), ``get_proj_cond_shape`` (``shape_512``,
+   ``shape_1024`` or ``texture``, told apart by which extractor object is passed),
+   ``decode_latent`` (``decode``). Before ``export`` everything is released.
+5. The backbone: the four extractors are built with the port's ``build_image_cond_model`` and
+   ``IMAGE_COND_CONFIGS`` inside ``share(image_conditioned_proj.DINOv3ViTModel,
+   "from_pretrained")``, so one backbone object serves all four; the NAF upsampler likewise
+   inside ``share(torch.hub, "load")`` around each extractor's ``_load_naf()``. Each extractor
+   stays its own object (``get_proj_cond_shape`` changes ``grid_resolution``/``proj_grid`` of
+   the extractor it is given).
+
+Eager mode runs ``generate_mps.init_pipeline`` (the port's own loading: every model, four
+backbones, three NAFs, ``low_vram`` as the port sets it) with the same stage hooks, reporting
+each load as a ``load`` event in ``setup``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from ..events import EventSink, make_event
+from ..hooks import on_call
+from ..release import module_bytes
+from ..share import share
+from ..staged import StagedModels
+from .fingerprint import FingerprintRecorder
+from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
+from .port import EXTRACTOR_KEYS, Port, PortError, open_port
+
+SAMPLER_STAGE_KEY = {"structure": "sparse_structure", "shape_512": "shape_512",
+                     "shape_1024": "shape_1024", "texture": "texture"}
+
+
+class _Deferred:
+    """What ``pixal3d.models.from_pretrained`` returns while the pipeline is constructed:
+    the checkpoint path, and ``eval()`` (the base class calls it on every model)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def eval(self):
+        return self
+
+
+class _DeferredRembg:
+    """Stands for the background remover while the pipeline is constructed: class + kwargs."""
+
+    def __init__(self, cls: type, kwargs: dict):
+        self.cls = cls
+        self.kwargs = kwargs
+
+
+class _RecordingNamespace:
+    """Replaces the pipeline module's ``rembg`` during construction: attribute lookups return a
+    factory that records the class and arguments instead of building (loading) the model."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        cls = getattr(self._real, name)
+        return lambda **kwargs: _DeferredRembg(cls, kwargs)
+
+
+class PendingExtractor:
+    """Stands in ``pipeline.image_cond_model_*`` until ``structure`` builds the extractors
+    (``run()`` only checks that the four are not None before its first stage). Any use raises
+    ``RuntimeError`` naming the attribute."""
+
+    def __init__(self, attr: str):
+        self._attr = attr
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"pipeline.{self._attr} is built when the structure stage begins "
+                           f"(get_proj_cond_ss); it was used before that (.{name})")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"pipeline.{self._attr} was called before the structure stage built it")
+
+
+class StagedRembg:
+    """``pipeline.rembg_model`` in staged mode: calls build the port's wrapper through the
+    ``StagedModels`` entry ``rembg_model`` (its network is what is loaded and released).
+
+    ``model``: the loaded network (loads it); ``to()``/``cpu()``: no-ops (staged mode builds on
+    the device and never parks on the CPU).
+    """
+
+    def __init__(self, models: StagedModels, cls: type, kwargs: dict):
+        self._models = models
+        self._cls = cls
+        self._kwargs = kwargs
+        self._wrapper = None
+
+    def build(self) -> nn.Module:
+        """Loader for the ``rembg_model`` entry: a fresh port wrapper; returns its ``.model``."""
+        self._wrapper = self._cls(**self._kwargs)
+        return self._wrapper.model
+
+    @property
+    def model(self) -> nn.Module:
+        return self._models["rembg_model"]
+
+    def __call__(self, image):
+        self._models["rembg_model"]
+        return self._wrapper(image)
+
+    def to(self, device):
+        return self
+
+    def cpu(self):
+        return self
+
+
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, attr: str, value: Any):
+    """Set ``owner.attr = value`` for the block, then restore exactly what the owner's own
+    ``__dict__`` held (an inherited attribute is deleted again, a classmethod stays one)."""
+    raw = vars(owner).get(attr, _MISSING)
+    setattr(owner, attr, value)
+    try:
+        yield
+    finally:
+        if raw is _MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, raw)
+
+
+@contextlib.contextmanager
+def _on_device(device: torch.device):
+    """Build modules on ``device`` and make ``safetensors.torch.load_file`` read to it.
+
+    The port's ``from_pretrained`` imports ``load_file`` inside the function, so the patched
+    default applies there; code that imported it earlier keeps reading to the CPU (correct,
+    with a transient CPU copy). On the CPU nothing is patched.
+    """
+    if device.type == "cpu":
+        yield
+        return
+    import safetensors.torch as st
+    original = st.load_file
+
+    def shim(filename, device="cpu"):
+        return original(filename, device=str(target) if device in (None, "cpu") else device)
+
+    target = device
+    with torch.device(device), _patched(st, "load_file", shim):
+        yield
+
+
+class Pixal3DRun:
+    """A Pixal3D-mac pipeline with staged (default) or eager loading, for many images.
+
+    Args:
+        port_dir: the Pixal3D-mac folder (None: ``$PIXAL3D_DIR`` or the interpreter's own).
+        device: ``"mps"``, ``"cuda"`` or ``"cpu"`` (default: mps when available, else cpu).
+        model_path: the port's ``--model-path`` (default its ``MODEL_PATH``, a Hugging Face id).
+        load: ``"staged"`` or ``"eager"`` (the port's own ``init_pipeline``).
+        pipeline_type: ``"1024_cascade"`` or ``"1536_cascade"``.
+        keep_resident: bytes a model needed again later may keep occupying across stages that do
+            not list it (the shape decoder between ``shape_512`` and ``decode``); 0 keeps none.
+        events: sink for stage/ready/load/reload/release events (see ``stageload.events``).
+        preserve_rng: restore every generator after each load (False only for the control run).
+        fingerprint: folder for a fingerprint of each run (see ``fingerprint.py``), or None.
+
+    Raises ``PortError`` before anything is loaded when the port lacks a name it relies on.
+    Attributes after a run: ``resident_bytes`` (stage → bytes of models loaded at the end of the
+    stage), ``kept`` (stage → names kept across a gap), ``last_latents`` (key → sampler output),
+    ``share_stats`` (``{"backbone": (calls, hits), "naf": (calls, hits)}``).
+    """
+
+    def __init__(self, port_dir: Optional[os.PathLike | str] = None, *, device: Optional[str] = None,
+                 model_path: Optional[str] = None, load: str = "staged", pipeline_type: str = "1024_cascade",
+                 keep_resident: int = 0, events: Optional[EventSink] = None, preserve_rng: bool = True,
+                 fingerprint: Optional[os.PathLike | str] = None, port: Optional[Port] = None):
+        if load not in ("staged", "eager"):
+            raise ValueError(f"load must be 'staged' or 'eager', got {load!r}")
+        if keep_resident < 0:
+            raise ValueError(f"keep_resident is bytes >= 0, got {keep_resident}")
+        self.plan = plan_for(pipeline_type)
+        self.port = port or open_port(port_dir)  # PortError here: nothing loaded yet
+        self.gm = self.port.gm
+        self.device = torch.device(device or ("mps" if torch.backends.mps.is_available() else "cpu"))
+        self.model_path = model_path or self.gm.MODEL_PATH
+        self.load_mode = load
+        self.pipeline_type = pipeline_type
+        self.keep_resident = int(keep_resident)
+        self.events = events
+        self.preserve_rng = preserve_rng
+        self.fingerprint_dir = Path(fingerprint) if fingerprint else None
+        self.resident_bytes: dict[str, int] = {}
+        self.kept: dict[str, list[str]] = {}
+        self.last_latents: dict[str, Any] = {}
+        self.share_stats: dict[str, tuple[int, int]] = {}
+        self._kept_now: list[str] = []
+        self._recorder: Optional[FingerprintRecorder] = None
+        self._hooks = []
+        self._eager_stage: Optional[str] = None
+        self.models: Optional[StagedModels] = None
+        if load == "staged":
+            self._build_staged()
+        else:
+            self._build_eager()
+        self._install_hooks()
+
+    # ------------------------------------------------------------------ events and stages
+    def _emit(self, kind: str, **fields) -> None:
+        if self.events is not None:
+            self.events(make_event(kind, **fields))
+
+    @property
+    def stage(self) -> Optional[str]:
+        """The current stage (None before setup and after close)."""
+        return self.models.stage if self.models is not None else self._eager_stage
+
+    def enter(self, stage: str) -> None:
+        """Begin ``stage``: note what the ending stage held, apply the keep-resident policy,
+        then (staged) release what the stage does not need, or (eager) just announce it."""
+        current = self.stage
+        if current is not None:
+            self.resident_bytes[current] = self._resident()
+        if self.models is not None:
+            loaded = {name: module_bytes(m) for name, m in self.models.items()}
+            keep = keep_across_gap(self.plan, stage, loaded, self.keep_resident)
+            for name in self._kept_now:
+                if name not in keep:
+                    self.models.unpin(name)
+            for name in keep:
+                self.models.pin(name)
+            self._kept_now = keep
+            self.kept[stage] = list(keep)
+            self.models.enter(stage)
+        else:
+            start = time.perf_counter()
+            self._eager_stage = stage
+            self._emit("stage", stage=stage, index=STAGES.index(stage), count=len(STAGES))
+            self._emit("ready", stage=stage, seconds=time.perf_counter() - start, released_bytes=0)
+
+    def _resident(self) -> int:
+        if self.models is not None:
+            return sum(module_bytes(m) for m in self.models.values())
+        seen, total = set(), 0
+        for module in self._eager_modules():
+            for t in list(module.parameters()) + list(module.buffers()):
+                if id(t) not in seen and t.device.type != "meta":
+                    seen.add(id(t))
+                    total += t.numel() * t.element_size()
+        return total
+
+    def _eager_modules(self):
+        p = self.pipeline
+        out = [m for m in p.models.values() if isinstance(m, nn.Module)]
+        out += [getattr(p, a) for a in EXTRACTOR_KEYS.values() if isinstance(getattr(p, a, None), nn.Module)]
+        if getattr(p, "rembg_model", None) is not None and isinstance(getattr(p.rembg_model, "model", None), nn.Module):
+            out.append(p.rembg_model.model)
+        return out
+
+    # ------------------------------------------------------------------ building
+    def _build_staged(self) -> None:
+        port = self.port
+        names = dict(self.plan)
+        recorded = port.models.from_pretrained
+        with _patched(port.models, "from_pretrained", lambda path, **kw: _Deferred(path)), \
+                _patched(port.pipeline_module, "rembg", _RecordingNamespace(port.pipeline_module.rembg)):
+            pipeline = port.pipeline_cls.from_pretrained(self.model_path)
+        deferred = getattr(pipeline, "models", {})
+        not_deferred = [k for k, v in deferred.items() if not isinstance(v, _Deferred)]
+        if not_deferred or not isinstance(pipeline.rembg_model, _DeferredRembg):
+            raise PortError("pixal3d_version", "The port's Pixal3DImageTo3DPipeline.from_pretrained did not build "
+                            "its models through pixal3d.models.from_pretrained and the module's rembg namespace "
+                            f"(built directly: {', '.join(not_deferred) or 'rembg_model'}); the staged adapter "
+                            "cannot defer them.", "Use --load eager with this port version.", tuple(not_deferred))
+        loaders: dict[str, Callable[[], nn.Module]] = {}
+        for name, placeholder in deferred.items():
+            loaders[name] = self._model_loader(recorded, placeholder.path)
+        rembg = pipeline.rembg_model
+        self.rembg = None
+        loaders["camera_estimator"] = lambda: self.gm.load_moge_model(self.device)
+        loaders["image_cond_backbone"] = self._build_extractors
+        loaders["naf"] = self._build_naf
+        loaders["rembg_model"] = lambda: self.rembg.build()
+        missing = sorted({n for ns in names.values() for n in ns} - set(loaders))
+        if missing:
+            raise PortError("pixal3d_version", f"pipeline.json of {self.model_path} lists no "
+                            f"{', '.join(missing)}; the {self.pipeline_type} plan needs them.",
+                            "Check the model folder (its pipeline.json) or the pipeline type.", tuple(missing))
+        self.models = StagedModels(loaders, names, events=self.events, preserve_rng=self.preserve_rng)
+        self.rembg = StagedRembg(self.models, rembg.cls, rembg.kwargs)
+        pipeline.models = self.models
+        pipeline.rembg_model = self.rembg
+        pipeline.low_vram = False
+        for attr in EXTRACTOR_KEYS.values():
+            setattr(pipeline, attr, PendingExtractor(attr))
+        self.pipeline = pipeline
+        self.enter("setup")
+        pipeline.to(self.device)
+
+    def _model_loader(self, from_pretrained: Callable, path: str) -> Callable[[], nn.Module]:
+        prefix = f"{self.model_path}/"
+        bare = path[len(prefix):] if path.startswith(prefix) else None
+
+        def load() -> nn.Module:
+            with _on_device(self.device):
+                try:
+                    model = from_pretrained(path)
+                except Exception:
+                    if bare is None:
+                        raise
+                    model = from_pretrained(bare)  # the port's base class does the same
+            model.eval()
+            return model.to(self.device)
+        return load
+
+    def _build_extractors(self) -> nn.Module:
+        """Loader of ``image_cond_backbone``: four extractors, one backbone; returns it."""
+        icp, configs = self.port.icp, self.gm.IMAGE_COND_CONFIGS
+        with share(icp.DINOv3ViTModel, "from_pretrained") as shared, _on_device(self.device):
+            extractors = {attr: self.gm.build_image_cond_model(configs[key], self.device)
+                          for key, attr in EXTRACTOR_KEYS.items()}
+        backbones = {id(e.model) for e in extractors.values()}
+        if len(backbones) != 1:
+            raise PortError("pixal3d_version", "The extractors did not get their backbone from "
+                            "DINOv3ViTModel.from_pretrained, so it could not be shared.",
+                            "Use --load eager with this port version.", ("DINOv3ViTModel.from_pretrained",))
+        self.share_stats["backbone"] = (shared.calls, shared.hits)
+        naf = self.models["naf"] if self.models is not None and "naf" in self.models.loaded() else None
+        for attr, extractor in extractors.items():
+            if naf is not None and getattr(extractor, "use_naf_upsample", False):
+                extractor.naf_model = naf
+            setattr(self.pipeline, attr, extractor)
+        return next(iter(extractors.values())).model
+
+    def _build_naf(self) -> nn.Module:
+        """Loader of ``naf``: one NAF for every extractor that upsamples; returns it."""
+        self.models["image_cond_backbone"]  # the extractors (and their device) first
+        import torch.hub
+        users = [getattr(self.pipeline, attr) for attr in EXTRACTOR_KEYS.values()
+                 if getattr(getattr(self.pipeline, attr), "use_naf_upsample", False)]
+        with share(torch.hub, "load") as shared, _on_device(self.device):
+            for extractor in users:
+                extractor.naf_model = None
+                extractor._load_naf()
+        self.share_stats["naf"] = (shared.calls, shared.hits)
+        nafs = {id(e.naf_model) for e in users}
+        if len(nafs) != 1:
+            raise PortError("pixal3d_version", "The extractors' NAF upsamplers did not come from one "
+                            "torch.hub.load call.", "Use --load eager with this port version.", ("_load_naf",))
+        return users[0].naf_model
+
+    def _build_eager(self) -> None:
+        """The port's own ``init_pipeline``, with each load reported as a ``load`` event."""
+        self.enter("setup")
+        port = self.port
+        real_models = port.models.from_pretrained
+        import torch.hub
+        counts: dict[str, int] = {}
+
+        def timed(kind: str, fn: Callable, name_of: Callable[..., str]):
+            def wrapper(*args, **kwargs):
+                start = time.perf_counter()
+                module = fn(*args, **kwargs)
+                seconds = time.perf_counter() - start
+                name = name_of(*args, **kwargs)
+                counts[name] = counts.get(name, 0) + 1
+                if counts[name] > 1:
+                    name = f"{name}#{counts[name]}"
+                self._emit("load", model=name, stage=self.stage, bytes=module_bytes(module) if isinstance(module, nn.Module) else 0,
+                           seconds=seconds, outside_stage=False)
+                return module
+            return wrapper
+
+        ckpt_names = {}
+        with _patched(port.models, "from_pretrained",
+                      timed("model", real_models, lambda path, **kw: ckpt_names.setdefault(path, Path(str(path)).name))), \
+                _patched(torch.hub, "load", timed("naf", torch.hub.load, lambda *a, **k: "naf")), \
+                _patched(port.icp.DINOv3ViTModel, "from_pretrained",
+                         staticmethod(timed("backbone", port.icp.DINOv3ViTModel.from_pretrained,
+                                            lambda *a, **k: "image_cond_backbone"))):
+            self.pipeline = self.gm.init_pipeline(self.model_path, self.device)
+        rembg = getattr(self.pipeline.rembg_model, "model", None)
+        if isinstance(rembg, nn.Module):
+            self._emit("load", model="rembg_model", stage="setup", bytes=module_bytes(rembg), seconds=0.0,
+                       outside_stage=False)
+
+    # ------------------------------------------------------------------ hooks
+    def _install_hooks(self) -> None:
+        p = self.pipeline
+
+        def shape_pass(image_cond_model, *args, **kwargs):
+            for attr, stage in SHAPE_PASS_STAGE.items():
+                if image_cond_model is getattr(p, attr):
+                    self.enter(stage)
+                    if self.models is not None:
+                        self.models["image_cond_backbone"]
+                        self.models["naf"]
+                    return
+            raise PortError("pixal3d_version", "get_proj_cond_shape was called with an extractor that is "
+                            "none of image_cond_model_shape_512/_shape_1024/_tex_1024.",
+                            "This port version calls it differently; use --load eager.",
+                            ("get_proj_cond_shape",))
+
+        def structure(*args, **kwargs):
+            self.enter("structure")
+            if self.models is not None:
+                self.models["image_cond_backbone"]
+
+        self._hooks = [
+            on_call(p, "preprocess_image", before=lambda *a, **k: self.enter("preprocess"),
+                    after=lambda *a, **k: self.enter("camera")),
+            on_call(p, "get_proj_cond_ss", before=structure),
+            on_call(p, "get_proj_cond_shape", before=shape_pass),
+            on_call(p, "decode_latent", before=lambda *a, **k: self.enter("decode")),
+        ]
+        for attr in ("sparse_structure_sampler", "shape_slat_sampler", "tex_slat_sampler"):
+            sampler = getattr(p, attr, None)
+            if sampler is not None and hasattr(sampler, "__dict__"):
+                self._hooks.append(on_call(sampler, "sample", after=self._record_sample))
+
+    def _record_sample(self, result, *args, **kwargs) -> None:
+        samples = getattr(result, "samples", None)
+        key = SAMPLER_STAGE_KEY.get(self.stage or "", self.stage or "unknown")
+        if samples is None:
+            return
+        name = key if key not in self.last_latents else f"{key}_{len(self.last_latents)}"
+        self.last_latents[name] = samples
+        if self._recorder is not None:
+            self._recorder.record(key, samples)
+
+    # ------------------------------------------------------------------ running
+    def camera_params(self, image, *, fov: Optional[float] = None, mesh_scale: float = 1.0,
+                      extend_pixel: int = 0, image_resolution: int = 512) -> dict:
+        """The ``camera`` stage as the port's ``main()`` does it: MoGe-2 on the preprocessed
+        image, or the manual field of view ``fov`` (radians, > 0) without MoGe."""
+        gm = self.gm
+        if self.stage != "camera":
+            self.enter("camera")
+        if fov is not None and fov > 0:
+            distance = gm.distance_from_fov(fov, torch.tensor([-1.0, 0.0, 0.0]),
+                                            torch.tensor([0 - extend_pixel, image_resolution - 1 + extend_pixel]),
+                                            mesh_scale, image_resolution)["distance_from_x"]
+            return {"camera_angle_x": float(fov), "distance": distance, "mesh_scale": mesh_scale}
+        if self.models is not None:
+            moge = self.models["camera_estimator"]
+        else:
+            start = time.perf_counter()
+            moge = gm.load_moge_model(self.device)
+            self._emit("load", model="camera_estimator", stage="camera", bytes=module_bytes(moge),
+                       seconds=time.perf_counter() - start, outside_stage=False)
+        with tempfile.TemporaryDirectory(prefix="pixal3d-camera-") as tmp:
+            path = Path(tmp) / "preprocessed.png"
+            image.save(path)
+            params = gm.get_camera_params_wild_moge(path, moge, device=self.device, mesh_scale=mesh_scale,
+                                                    extend_pixel=extend_pixel, image_resolution=image_resolution)
+        del moge
+        gm.maybe_empty_cache(self.device)
+        return params
+
+    def generate(self, image, output: os.PathLike | str, *, seed: int = 42, texture_size: int = 2048,
+                 fov: Optional[float] = None, steps: Optional[int] = None, max_num_tokens: int = 49152,
+                 no_texture: bool = False) -> dict:
+        """One image (a PIL image or a path) → a GLB at ``output``, as the port's ``main()``.
+
+        ``output`` must not exist (``FileExistsError``; the runner decides about overwriting and
+        passes a temporary name). Returns ``{"output", "vertices", "faces", "resolution",
+        "seconds", "resident_bytes", "kept", "latents": [keys], "fingerprint": folder|None}``.
+        """
+        from PIL import Image
+        output = Path(output)
+        if output.exists():
+            raise FileExistsError(f"{output} exists; the adapter never overwrites a file")
+        if not isinstance(image, Image.Image):
+            image = Image.open(image)
+        start = time.perf_counter()
+        self.last_latents = {}
+        self.resident_bytes = {}
+        if self.fingerprint_dir is not None:
+            folder = self.fingerprint_dir
+            if (folder / "fingerprint.json").exists():
+                n = 1
+                while (folder.parent / f"{folder.name}_{n}" / "fingerprint.json").exists():
+                    n += 1
+                folder = folder.parent / f"{folder.name}_{n}"
+            self._recorder = FingerprintRecorder(folder)
+        preprocessed = self.pipeline.preprocess_image(image)
+        camera = self.camera_params(preprocessed, fov=fov)
+        torch.manual_seed(seed)
+        ns = _Args(steps=steps)
+        overrides = {stage: self.gm.sampler_overrides(ns, stage) for stage in ("ss", "shape", "tex")}
+        meshes, (shape_slat, tex_slat, resolution) = self.pipeline.run(
+            preprocessed, camera_params=camera, seed=seed,
+            sparse_structure_sampler_params=overrides["ss"], shape_slat_sampler_params=overrides["shape"],
+            tex_slat_sampler_params=overrides["tex"], preprocess_image=False, return_latent=True,
+            pipeline_type=self.pipeline_type, max_num_tokens=max_num_tokens)
+        mesh = meshes[0]
+        vertices = mesh.vertices.detach().cpu().numpy()
+        faces = mesh.faces.detach().cpu().numpy()
+        if self._recorder is not None:
+            self._recorder.record("mesh", mesh)
+        self.enter("export")
+        if self.models is not None:
+            self.models.close()  # pinned ones too: export needs no weights
+        args = self._port_args(output, seed=seed, texture_size=texture_size, no_texture=no_texture)
+        has_voxels = getattr(mesh, "attrs", None) is not None and getattr(mesh, "coords", None) is not None
+        if args.no_texture or not has_voxels:
+            self.gm.export_geometry_only(vertices, faces, output)
+        elif not self.gm.try_export_native_o_voxel_glb(mesh, resolution, vertices, faces, output, args):
+            self.gm.export_fallback_texture_glb(mesh, vertices, faces, output, args)
+        if not output.is_file() or output.stat().st_size == 0:
+            raise RuntimeError(f"the port's export wrote no GLB at {output}")
+        self.resident_bytes["export"] = self._resident()
+        fingerprint = None
+        if self._recorder is not None:
+            fingerprint = str(self._recorder.close({"seed": seed, "load": self.load_mode,
+                                                    "pipeline_type": self.pipeline_type,
+                                                    "preserve_rng": self.preserve_rng,
+                                                    "resolution": int(resolution)}).parent)
+            self._recorder = None
+        return {"output": str(output), "vertices": int(len(vertices)), "faces": int(len(faces)),
+                "resolution": int(resolution), "seconds": time.perf_counter() - start,
+                "resident_bytes": dict(self.resident_bytes), "kept": dict(self.kept),
+                "latents": list(self.last_latents), "fingerprint": fingerprint}
+
+    def _port_args(self, output: Path, **values) -> Any:
+        """The port's own argument namespace (its defaults) for its export functions, from its
+        ``parse_args()`` with a command line built here."""
+        argv = [str(Path(self.gm.__file__)), "image.png", "--output", str(output), "--seed", str(values["seed"]),
+                "--texture-size", str(values["texture_size"]), "--pipeline-type", self.pipeline_type]
+        if values.get("no_texture"):
+            argv.append("--no-texture")
+        old = sys.argv
+        sys.argv = argv
+        try:
+            return self.gm.parse_args()
+        except SystemExit as exc:
+            raise ValueError(f"the port's parse_args rejected {argv[2:]} (texture size must be one of "
+                             f"512, 1024, 2048, 4096)") from exc
+        finally:
+            sys.argv = old
+
+    def close(self) -> None:
+        """Release every model and remove the hooks. The object cannot run afterwards."""
+        if self.models is not None:
+            self.models.close()
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+
+class _Args:
+    """The few attributes ``generate_mps.sampler_overrides`` reads (None: the port's default)."""
+
+    def __init__(self, steps: Optional[int] = None):
+        self.steps = steps
+
+    def __getattr__(self, name):
+        return None
