@@ -115,15 +115,18 @@ def make_figure(runs: list[Run], title: str | None = None):
                 bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75,
                       "edgecolor": "none"})
 
-    line_colours = []
+    line_colours, handles = [], []
     for i, run in enumerate(runs):
         p = run.summary["peak"]
         peak_txt = f"peak {gb(p['bytes'])}" if p["bytes"] else "no peak"
         if p.get("stage"):
             peak_txt += f" in {p['stage']}"
+        if p.get("source") == "hwm":
+            peak_txt += " (kernel high-water mark, ▼ between samples)"
         (line,) = ax.plot(run.times, run.gb, linewidth=1.8, zorder=3,
                           label=f"{run.label} — {peak_txt}")
         line_colours.append(line.get_color())
+        handles.append(line)
         if p["bytes"]:
             ax.plot([p["t"]], [p["bytes"] / GB], marker="v", markersize=9, zorder=5,
                     color=line.get_color(), markeredgecolor="black", markeredgewidth=0.6)
@@ -135,7 +138,9 @@ def make_figure(runs: list[Run], title: str | None = None):
     ax.set_xlim(0, x_max)
     ax.set_ylabel("footprint (GB)")
     ax.grid(True, axis="y", color="#d0d0d0", linewidth=0.6)
-    ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.90), fontsize=9, framealpha=0.9)
+    # outside the axes, under the chart: never hides a line, a band name or the peak label
+    fig.legend(handles=handles, loc="outside lower center", fontsize=9,
+               ncols=1 if len(runs) < 4 else 2, frameon=False)
     ax.set_title(title or ("Memory footprint over time" if len(runs) == 1 else
                            f"Memory footprint over time — {len(runs)} runs"), fontsize=12)
     if lane_ax is None:

@@ -30,13 +30,16 @@ _KB = 1024
 def _status(pid: int) -> dict[str, int]:
     """The ``Vm*`` lines of ``/proc/PID/status`` in bytes (kernel units are kB = 1024 bytes).
 
-    Raises ``FileNotFoundError`` / ``ProcessLookupError`` when the process is gone. A zombie
-    has no ``Vm*`` lines and gives ``{}``.
+    Raises ``FileNotFoundError`` / ``ProcessLookupError`` when the process is gone, and
+    ``ProcessLookupError`` for a zombie (it has exited and holds no memory; only its parent has
+    not collected its exit status yet).
     """
     values: dict[str, int] = {}
     with open(f"/proc/{int(pid)}/status", "rb") as f:
         data = f.read()
     for line in data.splitlines():
+        if line.startswith(b"State:") and line.split()[1:2] == [b"Z"]:
+            raise ProcessLookupError(f"process {pid} has exited (zombie)")
         if line.startswith(b"Vm"):
             key, _, rest = line.partition(b":")
             parts = rest.split()
@@ -46,7 +49,8 @@ def _status(pid: int) -> dict[str, int]:
 
 
 def process_footprint(pid: int) -> int:
-    """RSS + swap of one process (``VmRSS`` + ``VmSwap``), bytes; 0 for a zombie."""
+    """RSS + swap of one process (``VmRSS`` + ``VmSwap``), bytes. Raises
+    ``ProcessLookupError`` when it is gone or a zombie."""
     s = _status(pid)
     return s.get("VmRSS", 0) + s.get("VmSwap", 0)
 

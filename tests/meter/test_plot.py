@@ -12,6 +12,8 @@ FIXTURE = Path(__file__).with_name("fixtures") / "small_run.jsonl"
 
 def _texts(fig) -> set[str]:
     out = set()
+    for legend in fig.legends:
+        out |= {t.get_text() for t in legend.get_texts()}
     for ax in fig.axes:
         out |= {t.get_text() for t in ax.texts}
         out |= {t.get_text() for t in ax.get_yticklabels()}

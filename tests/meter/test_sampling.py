@@ -17,6 +17,9 @@ from stageload.summary import summarize
 from stageload.trace import TraceWriter, read_trace
 
 CHILD = Path(__file__).with_name("stage_child.py")
+# resettable high-water marks and /proc exist on Linux only (macOS marks are lifetime peaks)
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="needs Linux: /proc and a resettable VmHWM")
 MB = 10**6
 
 
@@ -63,6 +66,7 @@ def test_stage_peaks_within_ten_percent_and_no_carry_over(tmp_path):
     assert s["peak"]["stage"] == "alloc300"
 
 
+@linux_only
 def test_spike_between_samples_is_caught_by_the_high_water_mark(tmp_path):
     interval = 1.0  # long, so that the spike (~50 ms when the machine is idle) is far shorter
     trace, out = run_watched(tmp_path, "spike", interval, stdout=subprocess.PIPE)
@@ -130,6 +134,7 @@ def test_tree_footprint_includes_descendants(tmp_path):
             pass
 
 
+@linux_only
 def test_high_water_mark_reset_and_missing_process():
     child = subprocess.Popen([sys.executable, "-c",
                               "import numpy as np, sys, time\n"
@@ -151,17 +156,39 @@ def test_high_water_mark_reset_and_missing_process():
     assert reset_high_water_mark(child.pid) is False
 
 
+@linux_only
 def test_reset_refused_for_a_process_that_is_not_ours():
     if os.geteuid() == 0:
         pytest.skip("root may write any process's clear_refs")
     assert reset_high_water_mark(1) is False
 
 
+@linux_only
 def test_system_memory_figures_are_plausible():
     m = system_memory()
     assert m.total and m.available and 0 < m.available <= m.total
     assert m.swap_used is not None and m.swap_total is not None and m.swap_used <= m.swap_total
     assert m.pressure is None  # Linux
+
+
+@linux_only
+def test_an_exited_but_unreaped_child_counts_as_gone():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 10
+    while time.time() < deadline:  # wait until it is a zombie, without reaping it
+        with open(f"/proc/{child.pid}/status") as f:
+            if "\nState:\tZ" in f.read():
+                break
+        time.sleep(0.02)
+    try:
+        with pytest.raises(ProcessLookupError):
+            footprint(child.pid)
+        got = []
+        sampler = Sampler(child.pid, got.append).start()
+        sampler.stop()
+        assert got == [] and sampler.exited
+    finally:
+        child.wait()
 
 
 def test_sampler_stops_when_the_process_exits_and_rejects_bad_interval():
@@ -189,6 +216,7 @@ def test_broken_sink_ends_sampling_and_is_kept():
     sampler.stop()
 
 
+@linux_only
 def test_memory_meter_phase_peaks_in_process():
     with MemoryMeter(interval=0.05) as meter:
         with meter.phase("idle"):
