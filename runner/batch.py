@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from . import backends
-from .cli import (ArgumentParser, add_job_arguments, backend_options, guard_config, setup,
-                  usage_failure)
+from .cli import (ArgumentParser, add_job_arguments, backend_options, guard_config,
+                  internal_failure, setup, usage_failure)
 from .errors import RunnerError
 from .inputs import IMAGE_SUFFIXES
 from .protocol import make
@@ -191,5 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if counts["failed"] == 0 else RunnerError("batch_failed", "").exit_code
     except RunnerError as err:
         return fail(err)
+    except Exception as exc:  # a bug: one error event, the traceback on stderr only
+        return internal_failure(emitter, exc)
     finally:
         cancel.uninstall()

@@ -115,10 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     emitter.emit(hello)
     try:
         outcome = run_job(job, emitter.emit, cancel, config, preamble=[hello])
+    except Exception as exc:  # a bug: one error event, the traceback on stderr only
+        return internal_failure(emitter, exc)
     finally:
         cancel.uninstall()
     emitter.emit(outcome.final)
     return outcome.exit_code
+
+
+def internal_failure(emitter: Emitter, exc: BaseException) -> int:
+    """Report an unexpected exception: traceback on stderr, ``error`` kind ``internal``."""
+    import traceback
+
+    traceback.print_exc(file=sys.stderr)
+    err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
+    emitter.emit(make("error", **err.fields()))
+    return err.exit_code
 
 
 def usage_failure(err: RunnerError, mode: str) -> int:

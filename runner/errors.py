@@ -55,7 +55,7 @@ KINDS: dict[str, Kind] = {
     "output_exists": Kind(20, "Choose another output name, or pass --overwrite to replace it.",
                           "the output file exists (and --overwrite was not given)"),
     "output_unwritable": Kind(21, "Choose an output folder you can write to.",
-                              "the output folder does not exist or cannot be written"),
+                              "the output folder cannot be created or written"),
     "disk_full": Kind(22, "Free disk space on the output drive (or choose another folder) and "
                           "run again.", "no space left on the output (or trace) drive"),
     "output_invalid": Kind(23, "Give an output path ending in .glb that is not a folder.",

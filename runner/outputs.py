@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import tempfile
 from pathlib import Path
+
+import psutil
 
 from .errors import RunnerError
 
@@ -81,6 +84,25 @@ def temp_path(output: Path) -> Path:
     """A fresh hidden name next to ``output`` for the partial GLB (keeps the ``.glb`` suffix, so
     exporters that go by the suffix write glTF binary)."""
     return output.with_name(f".{output.stem}.partial-{os.getpid()}-{secrets.token_hex(4)}.glb")
+
+
+def sweep_stale_partials(output: Path) -> list[Path]:
+    """Remove partial files of ``output`` left by a supervisor that was killed outright
+    (SIGKILL leaves no chance to clean up): ``.<stem>.partial-<pid>-<hex>.glb`` whose ``pid``
+    is no longer running. A partial of a live runner (same output, another job) is kept.
+    Returns the removed paths; never raises."""
+    pattern = re.compile(r"^\." + re.escape(output.stem) + r"\.partial-(\d+)-[0-9a-f]+\.glb$")
+    removed = []
+    try:
+        names = os.listdir(output.parent)
+    except OSError:
+        return removed
+    for name in names:
+        match = pattern.match(name)
+        if match and not psutil.pid_exists(int(match.group(1))):
+            if discard(output.parent / name):
+                removed.append(output.parent / name)
+    return removed
 
 
 def discard(path: Path | None) -> bool:

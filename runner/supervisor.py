@@ -25,7 +25,7 @@ from .cancel import Cancel
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .outputs import (check_output, check_trace, commit, default_trace_path, discard,
-                      temp_path)
+                      sweep_stale_partials, temp_path)
 from .protocol import PROTOCOL_VERSION
 
 SAMPLE_INTERVAL = 0.1
@@ -318,6 +318,8 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
                                       f"within {guard_config.start_timeout:g} s."))
 
         # -- the worker --------------------------------------------------------------------------
+        for stale in sweep_stale_partials(output):
+            log(f"removed {stale.name}, left by a runner that was killed")
         partial = temp_path(output)
         payload = {"backend": backend.name, "image": str(Path(job.image).absolute()),
                    "output": str(partial), "seed": job.seed, "texture_size": job.texture_size,
@@ -368,12 +370,21 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
 
         guard_lock = threading.Lock()
         stopped: dict[str, str] = {}
+        next_check = [0.0]
 
         def on_sample(sample: dict) -> None:
             trace(sample)
+            if not sample.get("footprint"):
+                return  # the worker has exited (a zombie has no resident memory): no report
             memory = tracker.on_sample(sample)
             if memory is not None:
                 publish(make("memory", **memory))
+            # The budget is judged every --poll seconds (as `python -m stageload guard` does),
+            # on the latest sample, so --kill-samples keeps its documented meaning.
+            now = time.monotonic()
+            if now < next_check[0]:
+                return
+            next_check[0] = now + guard_config.poll
             with guard_lock:
                 if not stopped and not cancel:
                     decision = guard.check(sample)

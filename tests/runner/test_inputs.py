@@ -1,0 +1,91 @@
+"""runner.inputs in-process: each bad input of SPEC §3 gets its own kind; each odd but valid
+input is normalised to 8-bit RGBA the right way (values checked, not just the mode)."""
+import numpy as np
+import pytest
+
+from runner.errors import KINDS, RunnerError
+from runner.inputs import MIN_SIDE, load_image
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("zero", "input_empty"), ("text", "not_an_image"), ("truncated", "image_truncated"),
+    ("bomb", "image_too_large"), ("tiny", "image_too_small"),
+    ("transparent", "image_transparent"),
+])
+def test_bad_input_kind(samples, name, kind):
+    with pytest.raises(RunnerError) as info:
+        load_image(samples[name])
+    err = info.value
+    assert err.kind == kind
+    assert err.exit_code == KINDS[kind].exit_code
+    assert samples[name].name in err.message  # says which file
+    assert err.hint and err.hint.endswith(".")
+
+
+def test_missing_and_folder(tmp_path):
+    with pytest.raises(RunnerError) as info:
+        load_image(tmp_path / "nope.png")
+    assert info.value.kind == "input_missing"
+    with pytest.raises(RunnerError) as info:
+        load_image(tmp_path)
+    assert info.value.kind == "not_an_image"
+
+
+def test_grayscale_expanded(samples):
+    im, info = load_image(samples["gray"])
+    assert (im.mode, info.mode, info.had_alpha) == ("RGBA", "L", False)
+    px = np.asarray(im)
+    assert (px[..., 0] == px[..., 1]).all() and (px[..., 3] == 255).all()
+
+
+def test_palette_keeps_transparency(samples):
+    im, info = load_image(samples["palette"])
+    assert info.mode == "P" and info.had_alpha
+    a = np.asarray(im)[..., 3]
+    assert a[0, 0] == 0 and a[im.height * 2 // 3, im.width // 2] == 255
+
+
+def test_16_bit_scaled_not_clipped(samples):
+    im, info = load_image(samples["gray16"])
+    assert info.mode.startswith("I;16")
+    px = np.asarray(im)
+    assert px[2, 2, 0] == 128            # 32768 / 65535 * 255, rounded
+    assert px[20, 2, 0] == 255           # white background stays white
+    assert px[im.height * 2 // 3, im.width // 2, 0] < 200  # the dark body is not clipped to 255
+
+
+def test_cmyk_jpeg_converted(samples):
+    im, info = load_image(samples["cmyk"])
+    assert info.mode == "CMYK" and im.mode == "RGBA"
+    r, g, b, a = im.getpixel((2, 2))
+    assert min(r, g, b) > 230 and a == 255   # white background stays white after CMYK→RGB
+    r, g, b, _ = im.getpixel((im.width // 2, im.height * 2 // 3))
+    assert b > r + 60                          # the blue body stays blue
+
+
+@pytest.mark.parametrize("name", ["gif", "webp"])
+def test_animated_first_frame(samples, name):
+    im, info = load_image(samples[name])
+    assert info.frames == 3
+    r, g, b, _ = im.getpixel((im.width // 2, im.height * 2 // 3))
+    assert b > r and b > g  # the first frame's blue body, not the red or green ones
+
+
+def test_exif_orientation_applied(samples):
+    im, info = load_image(samples["exif"])
+    assert info.orientation == 6
+    assert (info.width, info.height) == (128, 192) == im.size
+    r, g, b, _ = im.getpixel((im.width // 2, 2))   # the red bar is now at the top
+    assert r > 200 and g < 80 and b < 80
+    r, g, b, _ = im.getpixel((2, im.height // 2))  # and not at the left
+    assert not (r > 200 and g < 80)
+
+
+def test_non_ascii_path(samples):
+    im, info = load_image(samples["unicode"])
+    assert im.size == (704, 704) and info.had_alpha
+    assert "漢字" in info.path
+
+
+def test_min_side_is_documented():
+    assert f"{MIN_SIDE} px" in KINDS["image_too_small"].summary
