@@ -155,10 +155,9 @@ def export_fallback_texture_glb(mesh, vertices, faces, glb_path: Path, args):
     colour = mesh.attrs.detach().cpu().float().numpy()[:, 0:3]
     grid = np.zeros((res, res, 3), dtype=np.float32)
     depth = np.full((res, res), -1, dtype=np.int64)
-    order = np.argsort(coords[:, 2], kind="stable")
-    for (x, y, z), c in zip(coords[order], colour[order]):
-        depth[x, y] = z
-        grid[x, y] = c
+    np.maximum.at(depth, (coords[:, 0], coords[:, 1]), coords[:, 2])
+    front = coords[:, 2] == depth[coords[:, 0], coords[:, 1]]
+    grid[coords[front, 0], coords[front, 1]] = colour[front]
     image = (np.clip(grid.transpose(1, 0, 2)[::-1], 0, 1) * 255).astype(np.uint8)
     texture = Image.fromarray(image).resize((args.texture_size, args.texture_size), Image.Resampling.NEAREST)
     uv = np.clip(vertices[:, :2] + 0.5, 0, 1)

@@ -11,7 +11,7 @@ from ._common import ballast
 
 
 class SparseStructureDecoder(nn.Module):
-    def __init__(self, latent_channels=8, model_channels=8, radius=0.28, ballast_numel=1):
+    def __init__(self, latent_channels=8, model_channels=8, radius=0.2, ballast_numel=1):
         super().__init__()
         self.inp = nn.Conv3d(latent_channels, model_channels, 1)
         self.out = nn.Conv3d(model_channels, 1, 1)

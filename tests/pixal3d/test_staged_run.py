@@ -1,0 +1,153 @@
+"""Staged vs eager on the stand-in port, on the CPU: latents and meshes bit-identical, RNG
+restore matters, one backbone and one NAF, loads only in their stages, resident bytes per stage
+equal the plan's sum, and the keep-resident budget decides whether the shape decoder is read
+twice."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import trimesh
+
+from stageload.pixal3d import Pixal3DRun, compare, plan_for
+from stageload.trace import TraceWriter, read_trace
+
+SEED = 7
+TEXTURE = 512
+
+
+def _run(standin_dir, image, out_dir, name, **kwargs):
+    events = []
+    trace_path = out_dir / f"{name}.trace.jsonl"
+    with TraceWriter(trace_path) as trace:
+        def sink(event):
+            events.append(event)
+            trace(event)
+        run = Pixal3DRun(standin_dir, device="cpu", events=sink, fingerprint=out_dir / f"{name}.fp", **kwargs)
+        result = run.generate(image, out_dir / f"{name}.glb", seed=SEED, texture_size=TEXTURE)
+    return {"run": run, "result": result, "events": events, "trace": trace_path,
+            "glb": out_dir / f"{name}.glb", "fp": out_dir / f"{name}.fp"}
+
+
+@pytest.fixture(scope="module")
+def runs(standin_dir, standin_weights, rgb_image, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pixal3d-runs")
+    return {
+        "staged": _run(standin_dir, rgb_image, out, "staged"),
+        "eager": _run(standin_dir, rgb_image, out, "eager", load="eager"),
+        "norestore": _run(standin_dir, rgb_image, out, "norestore", preserve_rng=False),
+        "keep": _run(standin_dir, rgb_image, out, "keep", keep_resident=10 ** 9),
+    }
+
+
+def _loads(events, model=None):
+    return [e for e in events if e["event"] in ("load", "reload") and (model is None or e["model"] == model)]
+
+
+def _glb_arrays(path):
+    scene = trimesh.load(path, force="scene")
+    (geom,) = scene.geometry.values()
+    image = geom.visual.material.baseColorTexture
+    return geom.vertices, geom.faces, np.asarray(image)
+
+
+def test_staged_latents_and_mesh_equal_eager_bit_for_bit(runs):
+    staged, eager = runs["staged"]["run"], runs["eager"]["run"]
+    assert list(staged.last_latents) == ["sparse_structure", "shape_512", "shape_1024", "texture"]
+    for key in staged.last_latents:
+        a, b = staged.last_latents[key], eager.last_latents[key]
+        a_parts = [a] if isinstance(a, torch.Tensor) else [a.feats, a.coords]
+        b_parts = [b] if isinstance(b, torch.Tensor) else [b.feats, b.coords]
+        for x, y in zip(a_parts, b_parts):
+            assert x.shape == y.shape and torch.equal(x, y), key
+    report = compare(runs["staged"]["fp"], runs["eager"]["fp"])
+    assert report["identical"], report
+    va, fa, ta = _glb_arrays(runs["staged"]["glb"])
+    vb, fb, tb = _glb_arrays(runs["eager"]["glb"])
+    assert len(fa) > 100
+    assert np.array_equal(va, vb) and np.array_equal(fa, fb)
+    assert ta.shape == (TEXTURE, TEXTURE, 3) or ta.shape == (TEXTURE, TEXTURE, 4)
+    assert ta.tobytes() == tb.tobytes()
+    assert ta.std() > 0  # a real bake, not a blank image
+
+
+def test_without_rng_restore_the_latents_differ(runs):
+    report = compare(runs["staged"]["fp"], runs["norestore"]["fp"])
+    assert not report["identical"]
+    assert not report["entries"]["sparse_structure"]["equal"]
+
+
+def test_one_backbone_and_one_naf_serve_all_four_extractors(runs):
+    staged = runs["staged"]["run"]
+    p = staged.pipeline
+    extractors = [p.image_cond_model_ss, p.image_cond_model_shape_512, p.image_cond_model_shape_1024,
+                  p.image_cond_model_tex_1024]
+    assert len({id(e) for e in extractors}) == 4  # separate extractor objects
+    assert all(e.model is extractors[0].model for e in extractors)
+    naf_users = [e for e in extractors if e.use_naf_upsample]
+    assert len(naf_users) == 3 and all(e.naf_model is naf_users[0].naf_model for e in naf_users)
+    assert staged.share_stats["backbone"] == (4, 3)  # four constructor calls, one real load
+    assert staged.share_stats["naf"] == (3, 2)
+    assert len(_loads(runs["staged"]["events"], "image_cond_backbone")) == 1
+    assert len(_loads(runs["staged"]["events"], "naf")) == 1
+    # the port's own loading reads the backbone four times and NAF three times
+    eager_backbones = [e for e in _loads(runs["eager"]["events"]) if e["model"].startswith("image_cond_backbone")]
+    assert len(eager_backbones) == 4
+
+
+def test_each_model_loads_only_in_its_planned_stages(runs):
+    plan = plan_for("1024_cascade")
+    events = read_trace(runs["staged"]["trace"])
+    loads = _loads(events)
+    assert loads, "no loads in the trace"
+    for e in loads:
+        assert e["outside_stage"] is False, e
+        assert e["model"] in plan[e["stage"]], e
+    assert runs["staged"]["run"].models.outside_stage == []
+    loaded = {e["model"] for e in loads}
+    assert loaded == {n for names in plan.values() for n in names}  # rembg and MoGe included
+    assert "tex_slat_flow_model_512" not in loaded
+    stages = [e["stage"] for e in events if e["event"] == "stage"]
+    assert stages == list(plan)
+
+
+def test_resident_bytes_per_stage_equal_the_plans_sum(runs):
+    plan = plan_for("1024_cascade")
+    staged = runs["staged"]
+    size = {e["model"]: e["bytes"] for e in _loads(staged["events"])}
+    resident = staged["run"].resident_bytes
+    for stage, names in plan.items():
+        assert resident[stage] == sum(size[n] for n in names), stage
+
+
+def test_loaded_bytes_match_the_weights_written(runs, standin_weights):
+    size = {e["model"]: e["bytes"] for e in _loads(runs["staged"]["events"])}
+    for name in ("sparse_structure_flow_model", "shape_slat_decoder", "tex_slat_flow_model_1024"):
+        assert size[name] == standin_weights.bytes[name]
+    assert size["image_cond_backbone"] == standin_weights.bytes["dinov3"]
+
+
+def test_keep_resident_budget_decides_whether_the_shape_decoder_is_read_twice(runs):
+    zero = [e["event"] for e in _loads(runs["staged"]["events"], "shape_slat_decoder")]
+    big = [e["event"] for e in _loads(runs["keep"]["events"], "shape_slat_decoder")]
+    assert zero == ["load", "reload"]
+    assert big == ["load"]
+    kept = runs["keep"]["run"].kept
+    assert kept["shape_1024"] == ["shape_slat_decoder"] and kept["texture"] == ["shape_slat_decoder"]
+    assert runs["staged"]["run"].kept["shape_1024"] == []
+    assert compare(runs["staged"]["fp"], runs["keep"]["fp"])["identical"]
+    plan = plan_for("1024_cascade")
+    for e in _loads(runs["keep"]["events"]):
+        assert e["model"] in plan[e["stage"]]
+
+
+def test_everything_is_released_before_export(runs):
+    events = runs["staged"]["events"]
+    export_at = next(i for i, e in enumerate(events) if e["event"] == "stage" and e["stage"] == "export")
+    assert not _loads(events[export_at:])
+    assert runs["staged"]["run"].models.loaded() == []
+    released = {e["model"] for e in events if e["event"] == "release"}
+    assert released == {e["model"] for e in _loads(events)}
+    # the background remover is released when preprocessing returns (camera begins)
+    camera_at = next(i for i, e in enumerate(events) if e["event"] == "stage" and e["stage"] == "camera")
+    assert events[camera_at + 1]["event"] == "release" and events[camera_at + 1]["model"] == "rembg_model"
