@@ -3,7 +3,7 @@
 - ``hog STEP CAP [PAUSE]``: allocate STEP bytes at a time up to CAP, writing one byte in every
   4 KiB page so the memory is really resident, printing the running total; then hold it.
 - ``tree PIDFILE TAG``: spawn grandchildren and write their pids, one a line, to PIDFILE:
-  a plain child (same process group), a child that ignores SIGTERM, a child that calls
+  a plain child (same process group), a child that ignores SIGTERM (waited for until its handler is in place), a child that calls
   ``setsid`` (leaves the group), and a daemon made by double fork + ``setsid`` whose parent exits
   at once (so no ancestry links it to us any more). Then sleep.
 - ``sleeper TAG``: sleep for a minute (the same command line as the tree's grandchildren).
@@ -39,7 +39,8 @@ def tree(pidfile: str, tag: str) -> None:
     pids = []
     plain = subprocess.Popen(sleeper_argv(tag))
     pids.append(plain.pid)
-    stubborn = subprocess.Popen(sleeper_argv(tag) + ["ignore-term"])
+    ready = pidfile + ".stubborn-ready"
+    stubborn = subprocess.Popen(sleeper_argv(tag) + ["ignore-term", ready])
     pids.append(stubborn.pid)
     escaped = subprocess.Popen(sleeper_argv(tag), start_new_session=True)
     pids.append(escaped.pid)
@@ -60,7 +61,9 @@ def tree(pidfile: str, tag: str) -> None:
     daemon_pid = int(os.read(read_end, 64).decode().strip())
     os.close(read_end)
     pids.append(daemon_pid)
-    time.sleep(0.3)  # let the stubborn one install its handler before anyone signals
+    deadline = time.monotonic() + 30  # the stubborn one must ignore SIGTERM before anyone signals
+    while not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(0.02)
     tmp = pidfile + ".tmp"
     with open(tmp, "w") as handle:
         handle.write("\n".join(str(p) for p in [os.getpid()] + pids) + "\n")
@@ -71,6 +74,7 @@ def tree(pidfile: str, tag: str) -> None:
 def sleeper(args: list[str]) -> None:
     if "ignore-term" in args:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open(args[args.index("ignore-term") + 1], "w").close()
     time.sleep(60)
 
 

@@ -72,3 +72,13 @@ def test_start_errors(env, tmp_path):
             guard.start(["sleep", "30"], env=env)
     finally:
         guard.stop("test over")
+
+
+def test_unknown_readings_mean_do_not_start(env):
+    """The meter cannot be made to fail on this machine, so the readings are injected."""
+    events = []
+    unknown = {"available": None, "total": 24 * GB, "swap": 0, "swap_total": 0, "pressure": None}
+    guard = Guard(GuardConfig(start_timeout=0.3, poll=0.1), log=events.append, human=None, read=lambda: unknown)
+    assert guard.wait_for_admission() is False
+    assert [e["state"] for e in events] == ["waiting", "timeout"]
+    assert "available cannot be read" in events[0]["reason"]
