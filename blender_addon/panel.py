@@ -23,7 +23,7 @@ BACKEND_ITEMS = [
      "Pixal3D-mac folder in the preferences"),
 ]
 TEXTURE_ITEMS = [(s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
-                 for s in ("256", "512", "1024", "2048")]
+                 for s in ("512", "1024", "2048")]
 PIPELINE_ITEMS = [(p, p, f"Pixal3D pipeline type {p}")
                   for p in ("512", "1024", "1024_cascade", "1536_cascade")]
 ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT"}

@@ -1,0 +1,313 @@
+"""Blender scenarios for tests/blender/test_addon.py, one per fresh process (bpy can be
+imported only once per process).
+
+Usage: ``python scenarios.py NAME ZIP WORKDIR [ARGS…]``. Each scenario installs the built zip
+through Blender's own extension install operator into a temporary repository (the process runs
+with ``BLENDER_USER_RESOURCES`` pointing into WORKDIR, so the user's Blender config is never
+touched), does its work with the real runner, and prints one line ``VERDICT {json}`` last.
+Facts are measured here; the assertions live in the test module.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+import bpy
+
+REPO_MODULE = "test_repo"
+PKG = f"bl_ext.{REPO_MODULE}.image_to_mesh"
+
+
+def verdict(**facts) -> None:
+    print("VERDICT " + json.dumps(facts, default=str), flush=True)
+
+
+def install(zip_path: str, work: Path) -> dict:
+    """Create a local repository in ``work/repo`` and install + enable the zip into it."""
+    prefs = bpy.context.preferences
+    prefs.use_preferences_save = False
+    prefs.extensions.repos.new(name="Test Repo", module=REPO_MODULE,
+                               custom_directory=str(work / "repo"), source="USER")
+    result = bpy.ops.extensions.package_install_files(filepath=zip_path, repo=REPO_MODULE,
+                                                      enable_on_install=True)
+    return {"install_result": sorted(result), "enabled": PKG in prefs.addons.keys()}
+
+
+def mod(name: str):
+    return sys.modules[f"{PKG}.{name}"]
+
+
+def addon_prefs():
+    return bpy.context.preferences.addons[PKG].preferences
+
+
+def descendants() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def settings(image: str, texture: str = "512", seed: int = 7):
+    s = bpy.context.scene.image_to_mesh
+    s.image, s.texture_size, s.seed, s.backend = image, texture, seed, "builtin"
+    return s
+
+
+def drive(timeout: float, on_tick=None) -> bool:
+    """Call the registered timer callback like Blender's event loop would, until it stops."""
+    tick = mod("controller").tick
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not bpy.app.timers.is_registered(tick):
+            return True
+        if on_tick:
+            on_tick()
+        if tick() is None:
+            bpy.app.timers.unregister(tick)
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def object_facts(obj) -> dict:
+    imp = mod("importer")
+    img = imp.base_color_image(obj)
+    return {
+        "name": obj.name, "type": obj.type,
+        "collections": [c.name for c in obj.users_collection],
+        "location": list(obj.location),
+        "parent": obj.parent.name if obj.parent else None,
+        "base_color_image_size": list(img.size) if img else None,
+        "base_color_image_packed": bool(img and img.packed_file),
+        "props": {k: obj[k] for k in obj.keys() if k.startswith("image_to_mesh_")},
+        "vertices": len(obj.data.vertices) if obj.type == "MESH" else 0,
+    }
+
+
+# --------------------------------------------------------------------------- scenarios
+def sc_register(zip_path, work):
+    facts = install(zip_path, work)
+    ops = ["generate", "cancel", "batch", "open_chart", "check"]
+    facts["ops"] = {o: _op_registered(o) for o in ops}
+    facts["panel"] = hasattr(bpy.types, "VIEW3D_PT_image_to_mesh")
+    facts["prefs_type"] = type(addon_prefs()).__name__
+    facts["scene_settings"] = hasattr(bpy.context.scene, "image_to_mesh")
+    facts["installed_files"] = sorted(os.listdir(work / "repo" / "image_to_mesh"))
+    facts["runtime"] = str(mod("config").runtime_dir())
+    facts["default_python"] = mod("config").default_interpreter()
+    facts["output_dir"] = str(mod("preferences").output_dir(addon_prefs()))
+    facts["torch_in_blender"] = "torch" in sys.modules
+    facts["runner_in_blender"] = any(m == "runner" or m.startswith(("runner.", "stageload"))
+                                     for m in sys.modules)
+    result = bpy.ops.preferences.addon_disable(module=PKG)
+    facts["disable_result"] = sorted(result)
+    facts["after_disable"] = {
+        "enabled": PKG in bpy.context.preferences.addons.keys(),
+        "panel": hasattr(bpy.types, "VIEW3D_PT_image_to_mesh"),
+        "ops": [o for o in ops if _op_registered(o)],
+        "scene_settings": hasattr(bpy.types.Scene, "image_to_mesh"),
+    }
+    verdict(**facts)
+
+
+def _op_registered(name: str) -> bool:
+    try:
+        getattr(bpy.ops.image_to_mesh, name).get_rna_type()
+        return True
+    except (KeyError, AttributeError):
+        return False
+
+
+def sc_generate(zip_path, work, image):
+    facts = install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    # addon_prefs().python stays empty: the default interpreter must be found by itself.
+    settings(image, texture="512", seed=7)
+    cursor = (1.5, -2.0, 0.75)
+    bpy.context.scene.cursor.location = cursor
+    before = set(o.name for o in bpy.data.objects)
+    result = bpy.ops.image_to_mesh.generate()
+    ctl = mod("controller")
+    facts["result"] = sorted(result)
+    facts["timer_registered"] = bpy.app.timers.is_registered(ctl.tick)
+    facts["running_after_start"] = ctl.CONTROLLER.running
+    seen = {"statuses": [], "progress": [], "rows": [], "memory_texts": 0}
+
+    def look():
+        v = ctl.CONTROLLER.state.view()
+        if not seen["statuses"] or seen["statuses"][-1] != v.status:
+            seen["statuses"].append(v.status)
+        if not seen["progress"] or seen["progress"][-1] != v.progress:
+            seen["progress"].append(v.progress)
+        rows = [r[1] for r in v.stage_rows]
+        if not seen["rows"] or seen["rows"][-1] != rows:
+            seen["rows"].append(rows)
+        seen["memory_texts"] += bool(v.memory_text)
+
+    facts["finished"] = drive(120, look)
+    look()
+    view = ctl.CONTROLLER.state.view()
+    facts["final"] = {"status": view.status, "error": view.error_text, "hint": view.hint_text,
+                      "result_text": view.result_text, "progress": view.progress}
+    facts["seen"] = seen
+    new = [o for o in bpy.data.objects if o.name not in before]
+    facts["new_objects"] = [object_facts(o) for o in new]
+    facts["cursor"] = list(cursor)
+    facts["output_files"] = sorted(p.name for p in (work / "out").iterdir())
+    facts["children_alive"] = [p.pid for p in descendants() if p.status() != "zombie"]
+    # The memory chart of the last run.
+    chart = bpy.ops.image_to_mesh.open_chart()
+    facts["chart_result"] = sorted(chart)
+    png = mod("operators").chart_path(ctl.CONTROLLER.last_trace)
+    facts["chart_png"] = str(png)
+    facts["chart_loaded"] = any(Path(bpy.path.abspath(i.filepath)) == png
+                                for i in bpy.data.images)
+    # A second Generate never overwrites the first result.
+    facts["second_output_free"] = str(mod("config").free_output_paths(work / "out",
+                                                                      Path(image).stem)[0])
+    verdict(**facts)
+
+
+def sc_cancel(zip_path, work, image):
+    facts = install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    settings(image, texture="1024")
+    before = set(o.name for o in bpy.data.objects)
+    bpy.ops.image_to_mesh.generate()
+    ctl = mod("controller")
+    tick = ctl.tick
+    # Run until the worker has begun a stage: the job is really mid-run.
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        tick()
+        if ctl.CONTROLLER.state.stage is not None or not ctl.CONTROLLER.running:
+            break
+        time.sleep(0.02)
+    facts["status_at_cancel"] = ctl.CONTROLLER.state.status
+    facts["stage_at_cancel"] = ctl.CONTROLLER.state.stage
+    tree = [p.pid for p in descendants()]
+    facts["processes_before_cancel"] = len(tree)
+    t0 = time.monotonic()
+    facts["cancel_result"] = sorted(bpy.ops.image_to_mesh.cancel())
+    facts["ui_blocked_s"] = time.monotonic() - t0
+    facts["finished"] = drive(30)
+    remaining = 2.0 - (time.monotonic() - t0)
+    if remaining > 0:
+        time.sleep(remaining)
+    facts["alive_2s_after_cancel"] = alive(tree)
+    facts["status"] = ctl.CONTROLLER.state.view().status
+    facts["headline"] = ctl.CONTROLLER.state.view().headline
+    facts["new_objects"] = [o.name for o in bpy.data.objects if o.name not in before]
+    verdict(**facts)
+
+
+def sc_batch(zip_path, work, folder):
+    facts = install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    s = settings("", texture="512")
+    s.batch_folder = folder
+    before = set(o.name for o in bpy.data.objects)
+    facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
+    ctl = mod("controller")
+    progress = []
+
+    def look():
+        b = ctl.CONTROLLER.batch
+        if b is not None and (not progress or progress[-1] != b.progress_text()):
+            progress.append(b.progress_text())
+
+    facts["finished"] = drive(240, look)
+    look()
+    facts["progress_texts"] = progress
+    facts["summary"] = ctl.CONTROLLER.batch_summary
+    new = [o for o in bpy.data.objects if o.name not in before]
+    facts["new_objects"] = [object_facts(o) for o in new]
+    root = bpy.data.collections.get("Image to Mesh")
+    facts["root_children"] = [c.name for c in root.children] if root else None
+    facts["children_alive"] = [p.pid for p in descendants() if p.status() != "zombie"]
+    verdict(**facts)
+
+
+def sc_bad_interpreter(zip_path, work, image):
+    facts = install(zip_path, work)
+    addon_prefs().python = str(work / "no-such-venv" / "bin" / "python")
+    settings(image)
+    ops = mod("operators")
+    facts["preflight"] = ops.preflight_error(bpy.context)
+    try:
+        facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
+    except RuntimeError as exc:  # operator errors are raised in background mode
+        facts["result"] = ["CANCELLED"]
+        facts["raised"] = str(exc)
+    ctl = mod("controller")
+    v = ctl.CONTROLLER.state.view()
+    facts["panel_error"] = v.error_text
+    facts["status"] = v.status
+    facts["timer_registered"] = bpy.app.timers.is_registered(ctl.tick)
+    facts["children"] = [p.pid for p in descendants()]
+    facts["job"] = ctl.CONTROLLER.job is not None
+    # The Check button says the same.
+    try:
+        bpy.ops.image_to_mesh.check()
+    except RuntimeError:
+        pass  # reported as an error; the text is in the preferences
+    facts["check_report"] = addon_prefs().check_report
+    verdict(**facts)
+
+
+def sc_disable_while_running(zip_path, work, image):
+    facts = install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    settings(image, texture="1024")
+    bpy.ops.image_to_mesh.generate()
+    ctl = mod("controller")
+    end = time.monotonic() + 60
+    while time.monotonic() < end and len(descendants()) < 2:
+        ctl.tick()
+        time.sleep(0.05)
+    tree = [p.pid for p in descendants()]
+    facts["processes_before"] = len(tree)
+    t0 = time.monotonic()
+    facts["disable_result"] = sorted(bpy.ops.preferences.addon_disable(module=PKG))
+    facts["disable_seconds"] = time.monotonic() - t0
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
+    facts["alive_after"] = alive(tree)
+    facts["timer_registered"] = bpy.app.timers.is_registered(ctl.tick)
+    verdict(**facts)
+
+
+def sc_quit_while_running(zip_path, work, image):
+    """Start a job, report the process tree, then exit the interpreter (Blender quitting)."""
+    install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    settings(image, texture="1024")
+    bpy.ops.image_to_mesh.generate()
+    ctl = mod("controller")
+    end = time.monotonic() + 60
+    while time.monotonic() < end and len(descendants()) < 2:
+        ctl.tick()
+        time.sleep(0.05)
+    verdict(tree=[p.pid for p in descendants()])
+    sys.exit(0)  # no unregister: only the atexit hook / closed pipe can stop the runner
+
+
+SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}
+
+if __name__ == "__main__":
+    name, zip_path, work = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    SCENARIOS[name](zip_path, work, *sys.argv[4:])

@@ -1,0 +1,176 @@
+"""The built extension inside the real ``bpy`` 4.5 module, driving a real runner subprocess.
+
+Each scenario runs in a fresh interpreter (``scenarios.py``; bpy loads once per process) with
+``BLENDER_USER_RESOURCES`` in a temporary folder, installs the zip through Blender's own
+``extensions.package_install_files`` into a temporary repository, and prints a JSON verdict that
+is checked here. The built-in backend needs no weights; each run takes a few seconds (mostly
+the worker importing torch).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.blender
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def built_zip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return Path(proc.stdout.strip())
+
+
+def scenario(name: str, zip_path: Path, work: Path, *args: str, timeout: float = 180) -> dict:
+    env = dict(os.environ, BLENDER_USER_RESOURCES=str(work / "user"))
+    proc = subprocess.run([PY, str(HERE / "scenarios.py"), name, str(zip_path), str(work), *args],
+                          cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERDICT ")]
+    assert lines, f"scenario {name} gave no verdict (exit {proc.returncode}):\n" \
+                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1][len("VERDICT "):])
+
+
+def image(shared_images, stem):
+    return str(next(p for p in shared_images if p.stem == stem))
+
+
+def test_zip_installs_registers_and_unregisters(built_zip, tmp_path):
+    v = scenario("register", built_zip, tmp_path)
+    assert v["install_result"] == ["FINISHED"] and v["enabled"]
+    assert all(v["ops"].values()), v["ops"]
+    assert v["panel"] and v["scene_settings"]
+    assert v["prefs_type"] == "ImageToMeshPreferences"
+    assert {"__init__.py", "blender_manifest.toml", "headless.py", "runtime"} <= set(v["installed_files"])
+    assert "build.py" not in v["installed_files"]
+    assert v["runtime"] == str(tmp_path / "repo" / "image_to_mesh" / "runtime")
+    # The default interpreter is the .venv the zip was built from, not Blender's own Python.
+    assert v["default_python"] == str(REPO / ".venv" / "bin" / "python")
+    # Output defaults to Blender's per-extension user folder, never the extension's own folder.
+    assert v["output_dir"].startswith(str(tmp_path / "user"))
+    assert "/repo/image_to_mesh" not in v["output_dir"]
+    assert not v["torch_in_blender"] and not v["runner_in_blender"]
+    assert v["disable_result"] == ["FINISHED"]
+    assert v["after_disable"] == {"enabled": False, "panel": False, "ops": [],
+                                  "scene_settings": False}
+
+
+@pytest.mark.slow
+def test_generate_imports_one_textured_object_at_the_cursor(built_zip, tmp_path, shared_images):
+    img = image(shared_images, "typical_humanoid_dwarf")
+    v = scenario("generate", built_zip, tmp_path, img)
+    assert v["result"] == ["FINISHED"] and v["timer_registered"] and v["running_after_start"]
+    assert v["finished"], v["final"]
+    assert v["final"]["status"] == "done", v["final"]
+    # The panel went through the stages in order and the bar only moved forward.
+    assert v["seen"]["statuses"][-2:] == ["importing", "done"]
+    assert "running" in v["seen"]["statuses"]
+    rows = v["seen"]["rows"]
+    assert rows[-1] == ["done"] * 4
+    assert ["done", "running", "pending", "pending"] in rows
+    assert v["seen"]["progress"] == sorted(v["seen"]["progress"])
+    assert v["seen"]["progress"][-1] == 1.0
+    assert v["seen"]["memory_texts"] > 0
+    # One new object, named after the image, in "Image to Mesh", at the cursor, textured.
+    assert len(v["new_objects"]) == 1, v["new_objects"]
+    obj = v["new_objects"][0]
+    assert obj["name"] == "typical_humanoid_dwarf" and obj["type"] == "MESH"
+    assert obj["collections"] == ["Image to Mesh"] and obj["parent"] is None
+    assert obj["location"] == pytest.approx(v["cursor"], abs=1e-5)
+    assert obj["base_color_image_size"] == [512, 512]
+    assert obj["base_color_image_packed"]
+    assert obj["vertices"] > 1000
+    props = obj["props"]
+    assert props["image_to_mesh_backend"] == "builtin"
+    assert props["image_to_mesh_seed"] == 7
+    assert props["image_to_mesh_peak_footprint"] > 10 * 2**20
+    assert props["image_to_mesh_trace"] == str(tmp_path / "out" / "typical_humanoid_dwarf.trace.jsonl")
+    assert Path(props["image_to_mesh_trace"]).stat().st_size > 0
+    assert v["output_files"] == ["typical_humanoid_dwarf.glb", "typical_humanoid_dwarf.trace.jsonl"]
+    assert v["children_alive"] == []
+    # The memory chart was plotted by the runner's interpreter and loaded into Blender.
+    assert v["chart_result"] == ["FINISHED"] and v["chart_loaded"]
+    assert Path(v["chart_png"]).stat().st_size > 1000
+    assert v["second_output_free"].endswith("typical_humanoid_dwarf_2.glb")
+
+
+def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images):
+    v = scenario("cancel", built_zip, tmp_path, image(shared_images, "typical_humanoid_goblin"))
+    assert v["status_at_cancel"] == "running" and v["stage_at_cancel"] is not None, v
+    assert v["processes_before_cancel"] >= 2  # supervisor and worker
+    assert v["ui_blocked_s"] < 0.5  # Cancel does not freeze Blender
+    assert v["finished"]
+    assert v["alive_2s_after_cancel"] == []
+    assert v["status"] == "cancelled" and v["headline"] == "Cancelled"
+    assert v["new_objects"] == []
+    assert not (tmp_path / "out" / "typical_humanoid_goblin.glb").exists()
+
+
+@pytest.mark.slow
+def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images):
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    stems = ["typical_humanoid_goblin", "typical_humanoid_dwarf", "goblin_on_white"]
+    for stem in stems:
+        src = Path(image(shared_images, stem))
+        shutil.copy(src, folder / src.name)
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(2000))
+    v = scenario("batch", built_zip, tmp_path, str(folder), timeout=300)
+    assert v["result"] == ["FINISHED"] and v["finished"]
+    assert v["progress_texts"] == ["1 / 4", "2 / 4", "3 / 4", "4 / 4"]
+    assert sorted(o["name"] for o in v["new_objects"]) == sorted(stems)
+    assert all(o["collections"] == ["Batch batch"] for o in v["new_objects"])
+    assert all(o["base_color_image_size"] == [512, 512] for o in v["new_objects"])
+    assert v["root_children"] == ["Batch batch"]
+    assert v["summary"].startswith("Batch: 3 of 4 done, 1 failed: broken.png (")
+    assert "not_an_image" in v["summary"] or "image_truncated" in v["summary"]
+    assert v["children_alive"] == []
+
+
+def test_wrong_interpreter_is_reported_and_nothing_spawns(built_zip, tmp_path, shared_images):
+    v = scenario("bad_interpreter", built_zip, tmp_path, image(shared_images, "typical_humanoid_dwarf"))
+    bad = str(tmp_path / "no-such-venv" / "bin" / "python")
+    assert v["preflight"].startswith(f"Runner Python not found: {bad}")
+    assert v["result"] == ["CANCELLED"]
+    assert v["panel_error"] == v["preflight"] and v["status"] == "failed"
+    assert ".venv/bin/python" in v["panel_error"]  # says what to set it to
+    assert v["children"] == [] and not v["job"] and not v["timer_registered"]
+    assert v["check_report"].startswith("ERROR: Runner Python not found")
+
+
+def test_disabling_the_addon_stops_the_runner(built_zip, tmp_path, shared_images):
+    v = scenario("disable_while_running", built_zip, tmp_path,
+                 image(shared_images, "typical_humanoid_dwarf"))
+    assert v["processes_before"] >= 2
+    assert v["disable_result"] == ["FINISHED"]
+    assert v["alive_after"] == [] and not v["timer_registered"]
+
+
+def test_quitting_blender_stops_the_runner(built_zip, tmp_path, shared_images):
+    v = scenario("quit_while_running", built_zip, tmp_path,
+                 image(shared_images, "typical_humanoid_dwarf"))
+    assert len(v["tree"]) >= 2
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end and any(psutil.pid_exists(p) for p in v["tree"]):
+        time.sleep(0.05)
+    left = []
+    for pid in v["tree"]:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    assert left == []

@@ -1,0 +1,94 @@
+"""The build step and the add-on's import boundaries, without bpy."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from blender_addon import build
+
+REPO = Path(__file__).resolve().parents[2]
+ADDON = REPO / "blender_addon"
+PY = sys.executable
+
+
+def blender_ext_cli() -> Path:
+    """Blender's own extension command-line tool, shipped inside the bpy wheel."""
+    import importlib.util
+    spec = importlib.util.find_spec("bpy")
+    assert spec and spec.submodule_search_locations
+    root = Path(next(iter(spec.submodule_search_locations)))
+    found = sorted(root.glob("*/scripts/addons_core/bl_pkg/cli/blender_ext.py"))
+    assert found, f"blender_ext.py not found under {root}"
+    return found[-1]
+
+
+def test_build_writes_a_zip_blender_validates(tmp_path):
+    proc = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    zpath = Path(proc.stdout.strip())
+    manifest = build.read_manifest()
+    assert zpath == tmp_path / f"image_to_mesh-{manifest['version']}.zip"
+    names = set(zipfile.ZipFile(zpath).namelist())
+    assert {"blender_manifest.toml", "__init__.py", "headless.py", "runtime/build_info.json",
+            "runtime/runner/__main__.py", "runtime/runner/PROTOCOL.md",
+            "runtime/stageload/__main__.py"} <= names
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    assert "build.py" not in names
+    info = json.loads(zipfile.ZipFile(zpath).read("runtime/build_info.json"))
+    assert info["version"] == manifest["version"]
+    assert info["venv_python"] == str(REPO / ".venv" / "bin" / "python")
+    # Blender's own validator accepts the package.
+    check = subprocess.run([PY, str(blender_ext_cli()), "validate", str(zpath)],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_manifest_fields():
+    m = build.read_manifest()
+    assert m["schema_version"] == "1.0.0" and m["type"] == "add-on"
+    assert m["name"] == "Image to Mesh" and m["id"] == "image_to_mesh"
+    assert m["blender_version_min"] == "4.2.0" and m["license"] == ["SPDX:MIT"]
+    assert set(m["permissions"]) == {"files"} and m["permissions"]["files"]
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert f'version = "{m["version"]}"' in pyproject
+
+
+def test_broken_manifest_is_a_clear_build_error(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "blender_addon").mkdir(parents=True)
+    (repo / "blender_addon" / "__init__.py").write_text("")
+    (repo / "blender_manifest.toml").write_text('schema_version = "1.0.0"\nid = "x"\n')
+    with pytest.raises(build.BuildError, match="lacks version"):
+        build.build(tmp_path / "dist", repo=repo)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text("utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_addon_never_imports_torch_runner_or_stageload():
+    for f in ADDON.glob("*.py"):
+        assert not _imports(f) & {"torch", "runner", "stageload", "numpy"}, f.name
+
+
+def test_pure_modules_load_without_bpy():
+    code = ("import sys, blender_addon, blender_addon.build, blender_addon.state, "
+            "blender_addon.batch, blender_addon.config, blender_addon.process; "
+            "print(sorted(m for m in ('bpy', 'torch', 'runner', 'stageload') if m in sys.modules))")
+    proc = subprocess.run([PY, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
