@@ -1,0 +1,92 @@
+"""The runner's ``pixal3d`` backend: staged Pixal3D-mac through ``stageload.pixal3d``.
+
+Everything Pixal3D-specific lives in ``stageload.pixal3d``; this module only maps the runner's
+job (a validated image, a partial output path, seed, texture size, the backend options
+``--pixal3d-dir``, ``--pipeline-type``, ``--load``, ``--keep-resident``) onto
+``Pixal3DRun.generate`` and passes every stage/load/release event to the runner's stream.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+#: The stage plan, in order (the same for 1024_cascade and 1536_cascade; stageload.pixal3d.plan).
+STAGES = ("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024", "texture",
+          "decode", "export")
+NAME = "Pixal3D (staged)"
+TEXTURE_SIZES = (512, 1024, 2048, 4096)
+#: the adapter's own exception classes → runner error kinds (PortError also carries ``kind``).
+ERRORS = {"PortError": "pixal3d_missing"}
+
+
+def _bytes(value) -> int:
+    """``--keep-resident`` value: bytes as an int, or with a K/M/G suffix (powers of 1024)."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().upper().removesuffix("B")
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        n = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+    except (ValueError, KeyError):
+        n = -1
+    if n < 0:
+        from ..errors import RunnerError
+        raise RunnerError("usage", f"--keep-resident {value!r} is not a size in bytes.",
+                          "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing resident.")
+    return n
+
+
+def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: int = 2048,
+             emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
+             pipeline_type: str = "1024_cascade", load: str = "staged", keep_resident=0,
+             device: Optional[str] = None, height_m: Optional[float] = None) -> dict:
+    """One image → GLB at ``output`` (the runner's partial path; must not exist yet).
+
+    Args:
+        image: validated PIL image (RGBA); with ``had_alpha`` False its alpha is opaque and the
+            port's background remover runs.
+        seed: the port's seed. texture_size: 512, 1024, 2048 or 4096 px (the port's choices).
+        emit: the runner's event sink (stage, ready, load, reload, release events).
+        pixal3d_dir: the Pixal3D-mac folder (None: ``$PIXAL3D_DIR``).
+        pipeline_type: ``1024_cascade`` or ``1536_cascade``. load: ``staged`` or ``eager``.
+        keep_resident: bytes (or ``"1G"``) the shape decoder may stay loaded across the gap.
+        device: ``mps``/``cuda``/``cpu`` (default mps when available; ``$PIXAL3D_DEVICE``).
+        height_m: not supported (Pixal3D exports in its own unit box): given → usage error.
+
+    Returns ``{"backend", "vertices", "faces", "resolution", "seconds", "resident_bytes",
+    "kept", "load", "pipeline_type"}``. Raises ``PortError`` (kinds ``pixal3d_missing`` /
+    ``pixal3d_version``) before loading anything when the folder is unusable, ``RunnerError``
+    (``usage``) for a bad option.
+    """
+    from ..errors import RunnerError
+    if height_m is not None:
+        raise RunnerError("usage", "--height is not supported by the pixal3d backend.",
+                          "Leave --height out; scale the imported mesh in Blender.")
+    if int(texture_size) not in TEXTURE_SIZES:
+        raise RunnerError("usage", f"--texture-size {texture_size} is not one Pixal3D offers.",
+                          f"Choose one of {', '.join(map(str, TEXTURE_SIZES))}.")
+    if load not in ("staged", "eager"):
+        raise RunnerError("usage", f"--load {load!r} is not staged or eager.", "Use --load staged or --load eager.")
+    from stageload.pixal3d import Pixal3DRun
+    run = Pixal3DRun(pixal3d_dir or None, device=device or os.environ.get("PIXAL3D_DEVICE") or None, load=load,
+                     pipeline_type=pipeline_type or "1024_cascade", keep_resident=_bytes(keep_resident),
+                     events=emit)
+    try:
+        result = run.generate(image, output, seed=int(seed), texture_size=int(texture_size))
+    finally:
+        run.close()
+    return {"backend": NAME, "vertices": result["vertices"], "faces": result["faces"],
+            "resolution": result["resolution"], "seconds": result["seconds"],
+            "resident_bytes": result["resident_bytes"], "kept": result["kept"], "load": load,
+            "pipeline_type": pipeline_type}
+
+
+def check(pixal3d_dir: Optional[str] = None, **_options) -> dict:
+    """Can a port folder be used? Imports it and checks every name the adapter relies on (no
+    weights are read; seconds). ``{"ok", "reason", "hint", "root", "version", "missing"}``."""
+    from stageload.pixal3d import check_port
+    report = check_port(pixal3d_dir or None)
+    return {"ok": report["ok"], "reason": report["reason"], "hint": report["hint"], "root": report["root"],
+            "version": report["version"], "missing": report["missing"]}
