@@ -118,6 +118,8 @@ BACKENDS: dict[str, Backend] = {
                    default="1024_cascade"),
             Option("--load", "load", "staged: load each model when its stage needs it; eager: "
                    "the port's own loading (for comparison)", ("staged", "eager"), "staged"),
+            Option("--keep-resident", "keep_resident", "bytes (or 1G) a model needed again later "
+                   "may stay loaded across stages that do not use it (default 0)", default="0"),
         ),
         install_hint="The Pixal3D backend is not installed in this version of the runner.",
     ),
