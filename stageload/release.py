@@ -92,6 +92,9 @@ def release(module: nn.Module, *, name: Optional[str] = None, stage: Optional[st
 
     Raises:
         TypeError: ``module`` is not an ``nn.Module``.
+
+    A released module stays marked (its hooks raise) even if weights are put back into it by
+    hand: build a new module instead, which is what ``StagedModels`` loaders do.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"release() needs a torch.nn.Module, got {type(module).__name__}")

@@ -10,7 +10,8 @@ Saved: torch's CPU generator, every CUDA device's generator (when CUDA is availa
 generator (when MPS is available), Python's ``random`` and NumPy's global generator
 (``numpy.random.get_state``). The CUDA and MPS parts are not exercised on this project's CPU-only
 Linux test machine; they use the documented ``torch.cuda.get/set_rng_state_all`` and
-``torch.mps.get/set_rng_state``.
+``torch.mps.get/set_rng_state``. On a machine where CUDA is available, the first save
+initialises CUDA (reading its generators needs it); a pipeline that runs there uses CUDA anyway.
 """
 from __future__ import annotations
 

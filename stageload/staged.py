@@ -134,7 +134,11 @@ class StagedModels(MutableMapping):
         """
         module = self._loaded.get(name)
         if module is not None:
-            return module
+            if not is_released(module):
+                return module
+            # released behind our back (release(models[name]) by the caller): count it as released
+            del self._loaded[name]
+            self._released[name] = (getattr(module, "_stageload_released", None) or (None, None))[1]
         if not isinstance(name, str) or name not in self._loaders:
             raise UnknownModelError(f"no model named {name!r}; known models: "
                                     f"{', '.join(map(repr, self._loaders)) or 'none'}")

@@ -75,6 +75,7 @@ def test_load_module_peak_is_one_copy(run_json, written):
         f"high-water mark grew {result['growth'] / result['bytes']:.2f}x the checkpoint")
 
 
+@pytest.mark.slow
 def test_fallback_on_a_built_module_and_naive_control(run_json, written):
     folder, checksum = written
     fallback = run_json(LOAD.replace("{mode}", "fallback"), cwd=folder)

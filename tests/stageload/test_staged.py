@@ -291,3 +291,15 @@ def test_unknown_name_is_a_key_error(setup):
     with pytest.raises(KeyError):
         models["nope"]
     assert models.get("nope") is None
+
+
+def test_model_released_by_the_caller_is_reloaded(setup):
+    from stageload import release
+
+    models, count, events = setup
+    models.enter("one")
+    a = models["a"]
+    release(a, name="a")
+    again = models["a"]
+    assert again is not a and not is_released(again) and count.builds["a"] == 2
+    assert events[-1]["event"] == "reload"
