@@ -37,6 +37,9 @@ EXIT_SIGNAL_BASE = 128
 _LABELS = {"waiting": "waiting", "started": "start", "stopped": "stop", "timeout": "timeout"}
 #: While the verdict does not change, repeat the "waiting" decision this often (seconds).
 WAITING_REPEAT = 10.0
+#: How often check() re-reads the command's process tree (seconds); one pass over the process
+#: table costs a few milliseconds, so a 10 Hz sampler must not trigger it every time.
+REFRESH_EVERY = 0.5
 _SLICE = 0.05  # seconds; the longest a signal or an exit goes unnoticed
 
 
@@ -75,6 +78,7 @@ class Guard:
         self._cancelled = False
         self._sink_failed = False
         self._admission: tuple[Verdict, dict] | None = None
+        self._next_refresh = 0.0
 
     # -- logging -----------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -220,7 +224,10 @@ class Guard:
         if self.tree is None or self.budget is None or self.stop_report is not None:
             return None
         readings = readings_mod.from_sample(sample) if sample is not None else self._read()
-        self.tree.refresh()
+        now = time.monotonic()
+        if now >= self._next_refresh:  # at most every REFRESH_EVERY s, however fast samples come
+            self._next_refresh = now + REFRESH_EVERY
+            self.tree.refresh()
         reason = self.budget.observe(readings)
         if reason is None:
             return None

@@ -145,19 +145,23 @@ class ProcessTree:
         return found
 
     def refresh(self) -> int:
-        """Record the current descendants and group members; return how many are known alive.
+        """Record the command's current descendants; return how many processes are known alive.
 
-        Call it at every poll so that a descendant is remembered while its ancestry still shows.
+        Call it at every poll so that a descendant is remembered while its ancestry still
+        shows. Walks down from each known process whose parent is not itself known (usually
+        just the leader) with psutil's ``children(recursive=True)``: one pass over the process
+        table per such root, a few milliseconds.
         """
-        roots = [p for p in self._known.values() if not _gone(p)]
-        for proc in roots:
+        known = [p for p in self._known.values() if not _gone(p)]
+        pids = {p.pid for p in known}
+        for proc in known:
             try:
+                if proc.ppid() in pids:
+                    continue  # reached from its parent's walk
                 for child in proc.children(recursive=True):
                     self._remember(child)
             except psutil.Error:
                 continue
-        for proc in self._ours_by_scan(with_marker=False):
-            self._remember(proc)
         return len(self.members(scan=False))
 
     def members(self, scan: bool = True) -> list[psutil.Process]:
