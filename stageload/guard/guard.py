@@ -251,6 +251,19 @@ class Guard:
             self.stopped_by = self.stopped_by or reason
         return self._stop_tree()
 
+    def stop_leftovers(self) -> StopReport | None:
+        """After the command's leader has exited by itself: stop whatever it left running in
+        its group or tree (no ``stopped`` decision — the command was not stopped; a human line
+        says how many). Returns the :class:`StopReport`, or None when nothing was left."""
+        if self.tree is None:
+            return None
+        leftovers = self.tree.members(scan=True)
+        if not leftovers:
+            return None
+        code = self.tree.poll()
+        self._say(f"guard: the command exited ({code}) leaving {len(leftovers)} process(es); stopping them")
+        return self._stop_tree()
+
     def _stop_tree(self) -> StopReport:
         report = self.tree.stop(self.config.grace)
         if self.stop_report is None:
@@ -295,10 +308,7 @@ class Guard:
                     if self.check() is not None:
                         return EXIT_STOPPED
                 time.sleep(_SLICE)
-            leftovers = self.tree.members(scan=True)
-            if leftovers:
-                self._say(f"guard: the command exited ({code}) leaving {len(leftovers)} process(es); stopping them")
-                self._stop_tree()
+            self.stop_leftovers()
             if self._cancelled:
                 return self._cancel_code()
             return code if code >= 0 else EXIT_SIGNAL_BASE - code
