@@ -239,7 +239,8 @@ def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
     group.add_argument("--quiet-for", dest="guard_quiet_for", metavar="SECONDS", default=d["quiet_for"].default,
                        type=_type(_seconds, "--quiet-for"),
                        help="seconds without any --busy match before starting (default: %(default)s); "
-                            "counted from the guard's start or the last sighting, whichever is later")
+                            "counted from the first poll that no longer sees one, or from the guard's "
+                            "start when none was seen, so a gap between two jobs of a chain is not quiet")
     group.add_argument("--swap-limit", dest="guard_swap_limit", metavar="SIZE", default=None,
                        type=_type(parse_size, "--swap-limit"),
                        help="do not start while swap in use is above this size")
