@@ -40,7 +40,7 @@ class GuardConfig:
       end under the stop threshold. None = no prediction.
     - ``busy``: regular expressions matched (``re.search``) against whole command lines of
       other processes; ``quiet_for`` seconds must pass with none of them seen, counted from the
-      later of the guard's start and the last sighting.
+      first poll that no longer sees one (or from the guard's start when none was seen).
     - ``swap_limit``: swap in use must be at most this many bytes; None = no limit.
     - ``start_timeout``: give up after this many seconds (exit 4); None = wait for ever.
 
