@@ -19,7 +19,7 @@ from runner.backends.builtin import (
     generate,
 )
 from runner.backends.builtin.grid import Grid, remove_pinches
-from runner.backends.builtin.inflate import inflate, solve_height
+from runner.backends.builtin.inflate import inflate_body, solve_height
 from runner.backends.builtin.matte import compute_matte
 
 MAGENTA = np.array([255, 0, 255])
@@ -109,8 +109,9 @@ def test_no_background_colour_bleeds_into_the_texture(shared_images, tmp_path, k
     tex = np.asarray(mesh.visual.material.baseColorTexture.convert("RGB")).astype(float)
     magenta = np.linalg.norm(tex - MAGENTA, axis=2) < 60
     assert magenta.sum() <= (10 if keyed else 0), f"{magenta.sum()} magenta texels"
-    depth = np.abs(mesh.vertices[:, 2])
-    rim = depth <= depth.min() + 1e-9  # the vertices where front and back meet
+    # The silhouette's edge: vertices of faces seen edge-on from the front (|normal z| < 0.3).
+    rim = np.zeros(len(mesh.vertices), bool)
+    rim[mesh.faces[np.abs(mesh.face_normals[:, 2]) < 0.3].ravel()] = True
     uv = mesh.visual.uv[rim]
     size = tex.shape[0]
     for dx in (-1, 0, 1):  # the texels a bilinear lookup at the rim reads
@@ -168,7 +169,7 @@ def drawn_silhouettes() -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name", list(drawn_silhouettes()))
 def test_hard_silhouettes_make_closed_manifold_bodies(name):
     cells = remove_pinches(drawn_silhouettes()[name])
-    body = inflate(Grid(cells=cells, x0=0.0, y0=0.0, cell=1.0))
+    body = inflate_body(Grid(cells=cells, x0=0.0, y0=0.0, cell=1.0))
     mesh = trimesh.Trimesh(body.vertices, body.faces, process=False)
     assert mesh.is_watertight and mesh.is_winding_consistent and mesh.volume > 0, name
     # Manifold vertices: around each vertex the faces form one fan (one connected piece).
@@ -195,3 +196,13 @@ def test_depth_follows_width():
     narrow, wide = middle_depth(10), middle_depth(20)
     assert abs(narrow - 5) < 0.5 and abs(wide - 10) < 0.7, (narrow, wide)
     assert 1.8 < wide / narrow < 2.2
+
+
+def test_error_kinds_are_known_to_the_runner():
+    """The runner maps these exceptions to error events by kind (runner/errors.py KINDS)."""
+    errors = pytest.importorskip("runner.errors")
+    import runner.backends.builtin as builtin
+
+    for cls in (EmptyMatteError, BackgroundNotPlainError):
+        assert builtin.ERRORS[cls.__name__] == cls.kind
+        assert cls.kind in errors.KINDS, cls.kind

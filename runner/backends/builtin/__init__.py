@@ -21,12 +21,12 @@ from PIL import Image
 from .errors import BackgroundNotPlainError, BuiltinBackendError, EmptyMatteError
 from .export import build_mesh, write_glb
 from .grid import DEFAULT_MAX_CELLS, make_grid
-from .inflate import DEFAULT_DEPTH_SCALE, inflate
+from .inflate import DEFAULT_DEPTH_SCALE, inflate_body
 from .matte import compute_matte
 from .texture import make_texture
 
 __all__ = [
-    "NAME", "STAGES", "generate",
+    "NAME", "STAGES", "ERRORS", "generate",
     "BuiltinBackendError", "EmptyMatteError", "BackgroundNotPlainError",
 ]
 
@@ -34,6 +34,12 @@ __all__ = [
 NAME = "Silhouette inflation (built-in)"
 #: the stage plan, in order.
 STAGES = ("matte", "shape", "texture", "export")
+#: exception class name → the runner's error kind (runner/errors.py); each class also carries
+#: the same ``kind`` attribute and a ``hint``.
+ERRORS = {
+    "EmptyMatteError": EmptyMatteError.kind,
+    "BackgroundNotPlainError": BackgroundNotPlainError.kind,
+}
 
 
 def generate(
@@ -109,7 +115,7 @@ def generate(
     stage(1)
     grid = make_grid(matte.mask, max_cells)
     progress(1, 0.2)
-    body = inflate(grid, depth_scale=depth_scale)
+    body = inflate_body(grid, depth_scale=depth_scale)
     progress(1, 1.0)
     done(1)
 

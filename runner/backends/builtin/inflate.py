@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import trimesh
 from scipy import sparse
 from scipy.sparse.linalg import spsolve
+from trimesh.smoothing import filter_taubin
 
 from .grid import Grid
 
@@ -27,6 +29,16 @@ from .grid import Grid
 DEFAULT_DEPTH_SCALE = 0.8
 #: half-thickness of the rim where front and back meet, in cells.
 RIM_CELLS = 0.5
+#: Taubin smoothing of the silhouette outline (Taubin, "A signal processing approach to fair
+#: surface design", SIGGRAPH 1995): passes, and the shrink / inflate factors of each pass. Turns
+#: the cell staircase into a smooth outline while keeping its area; vertices move < 0.5 cell.
+OUTLINE_PASSES = 4
+OUTLINE_LAMBDA, OUTLINE_MU = 0.5, -0.53
+#: then Taubin smoothing of the whole surface (trimesh.smoothing.filter_taubin, which follows
+#: Vollmer et al. 1999): iterations and factors (1/λ − 1/ν = 0.077, inside their 0..0.1 range).
+#: Removes the ripples the cell staircase leaves where the body curves steeply into the rim.
+SURFACE_ITERATIONS = 10
+SURFACE_LAMBDA, SURFACE_NU = 0.5, 0.52
 
 
 @dataclass
@@ -37,7 +49,9 @@ class Body:
         vertices: float64 ``(N, 3)``: x = column (right), y = −row (up), z = depth (towards the
             viewer on the front sheet).
         faces: int64 ``(F, 3)``, counter-clockwise seen from outside.
-        rows, cols: int ``(N,)`` the grid corner each vertex sits on (for texture coordinates).
+        rows, cols: float ``(N,)`` where each vertex sits on the grid, in cells (its corner; on the
+            outline, the smoothed position), for texture coordinates: ``vertices[:, 0] == cols``
+            and ``vertices[:, 1] == -rows``.
         front: bool ``(N,)`` True for the front sheet's vertices.
     """
 
@@ -86,13 +100,16 @@ def solve_height(cells: np.ndarray) -> np.ndarray:
     return h
 
 
-def inflate(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: float = RIM_CELLS) -> Body:
+def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: float = RIM_CELLS,
+                 smooth: int = SURFACE_ITERATIONS) -> Body:
     """Build the closed body over the grid.
 
     Args:
         grid: the working grid (no diagonal-only contacts).
         depth_scale: multiplies √h (1.0 = circular cross-sections of thin parts).
         rim: half-thickness at the silhouette's edge, cells (> 0 keeps front and back apart).
+        smooth: Taubin iterations over the whole surface (0 = none); the connectivity, and so
+            watertightness, never changes.
 
     Returns:
         A :class:`Body` in grid units.
@@ -106,10 +123,6 @@ def inflate(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: float 
     front_index[used] = np.arange(n)
     vr, vc = np.nonzero(used)
     d = depth[vr, vc]
-    vertices = np.concatenate([
-        np.stack([vc, -vr, d], axis=1),
-        np.stack([vc, -vr, -d], axis=1),
-    ]).astype(np.float64)
 
     ci, cj = np.nonzero(cells)
     a = front_index[ci, cj]
@@ -133,11 +146,46 @@ def inflate(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: float 
     v = np.concatenate([a[up], c[down], e[left], b[right]])
     wall = np.concatenate([np.stack([v, u, u + n], 1), np.stack([v, u + n, v + n], 1)])
 
+    x, y = smooth_outline(vc.astype(np.float64), vr.astype(np.float64), u, v)
+    vertices = np.concatenate([np.stack([x, -y, d], axis=1), np.stack([x, -y, -d], axis=1)])
     faces = np.concatenate([front, back, wall]).astype(np.int64)
+    if smooth > 0:
+        mesh = trimesh.Trimesh(vertices, faces, process=False)
+        filter_taubin(mesh, lamb=SURFACE_LAMBDA, nu=SURFACE_NU, iterations=smooth)
+        vertices = np.asarray(mesh.vertices, dtype=np.float64)
+        x, y = vertices[:n, 0], -vertices[:n, 1]
+        # Front and back vertices of one corner may drift apart in x, y; each keeps its own
+        # position for texture coordinates below.
+        return Body(vertices=vertices, faces=faces, rows=-vertices[:, 1].copy(), cols=vertices[:, 0].copy(),
+                    front=np.concatenate([np.ones(n, bool), np.zeros(n, bool)]))
     return Body(
         vertices=vertices,
         faces=faces,
-        rows=np.concatenate([vr, vr]),
-        cols=np.concatenate([vc, vc]),
+        rows=np.concatenate([y, y]),
+        cols=np.concatenate([x, x]),
         front=np.concatenate([np.ones(n, bool), np.zeros(n, bool)]),
     )
+
+
+def smooth_outline(x: np.ndarray, y: np.ndarray, u: np.ndarray, v: np.ndarray,
+                   passes: int = OUTLINE_PASSES) -> tuple[np.ndarray, np.ndarray]:
+    """Taubin-smooth the outline vertices in the image plane; other vertices stay.
+
+    Args:
+        x, y: float ``(N,)`` vertex positions (cells).
+        u, v: int ``(E,)`` the outline's directed edges ``u → v``; every outline vertex has
+            exactly one edge out and one in (no diagonal-only contacts).
+
+    Returns:
+        New ``(x, y)`` arrays.
+    """
+    if u.size == 0:
+        return x, y
+    nxt = np.empty(len(x), np.int64)
+    prv = np.empty(len(x), np.int64)
+    nxt[u], prv[v] = v, u
+    p = np.stack([x, y], axis=1)
+    for _ in range(passes):
+        for factor in (OUTLINE_LAMBDA, OUTLINE_MU):
+            p[u] += factor * ((p[prv[u]] + p[nxt[u]]) / 2 - p[u])
+    return p[:, 0].copy(), p[:, 1].copy()
