@@ -17,7 +17,8 @@ that is thrown away.
    which *assigns* the checkpoint's tensors as the parameters instead of copying into existing
    ones.
 
-So each weight exists once. Measured on this project's Linux test machine (see
+So each weight exists once. On the CPU the weights stay backed by the file's mapping: do not
+overwrite or truncate the checkpoint while the model is loaded. Measured on this project's Linux test machine (see
 ``tests/stageload/test_loading_memory.py``): the process high-water mark grows by about 1.0× the
 checkpoint's bytes; the test allows 1.2×.
 
@@ -54,7 +55,10 @@ def load_module(build: Callable[[], nn.Module], checkpoint: PathLike, *, device:
         checkpoint: path of a ``.safetensors`` file whose names match ``module.state_dict()``.
         device: where the weights go (``"cpu"``, ``"cuda:0"``, ``"mps"``).
         dtype: convert floating-point tensors to this dtype while loading (one tensor at a
-            time); None keeps the checkpoint's dtypes.
+            time; the converted tensors are new memory and the file's pages read so far stay
+            mapped until loading ends, so the peak is up to the checkpoint plus the converted
+            bytes); None keeps the checkpoint's dtypes (the module takes them, as with
+            ``assign=True``).
         strict: names must match exactly (as in ``load_state_dict``).
         meta: False builds the module normally on ``device`` and loads with
             :func:`load_checkpoint` (for modules whose construction cannot run on ``meta``,

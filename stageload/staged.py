@@ -286,6 +286,21 @@ class StagedModels(MutableMapping):
         """Emit a ``progress`` event (``fraction`` 0..1, clamped) for the current stage."""
         emit(self.events, "progress", stage=self._stage, fraction=min(1.0, max(0.0, float(fraction))))
 
+    def release(self, name: str) -> int:
+        """Release one model now, keeping its name (it loads again on access); return the bytes.
+
+        For a model a stage needs only briefly (e.g. a background remover, released when its
+        method returns). The ``release`` event carries the current stage. Returns 0 when the
+        model is not loaded; raises ``UnknownModelError`` for an unknown name.
+        """
+        if name not in self._loaders:
+            raise UnknownModelError(f"cannot release unknown model {name!r}")
+        if name not in self._loaded:
+            return 0
+        freed = self._release(name, self._stage)
+        empty_allocator_cache()
+        return freed
+
     def _release(self, name: str, stage: Optional[str]) -> int:
         module = self._loaded.pop(name)
         freed = release(module, name=name, stage=stage, empty_cache=False, events=self.events)

@@ -140,9 +140,9 @@ def test_pin_keeps_a_model_across_stages(setup):
 def test_pinned_at_construction(setup):
     models = StagedModels({"x": lambda: nn.Linear(2, 2)}, {"s": []}, pinned=["x"])
     x = models["x"]
-    models.enter("s")
-    assert not is_released(x)
-    assert models.close() == module_bytes(x) or is_released(x)
+    size = module_bytes(x)
+    assert models.enter("s") == 0 and not is_released(x)
+    assert models.close() == size
     assert is_released(x) and models.stage is None
 
 
@@ -303,3 +303,17 @@ def test_model_released_by_the_caller_is_reloaded(setup):
     again = models["a"]
     assert again is not a and not is_released(again) and count.builds["a"] == 2
     assert events[-1]["event"] == "reload"
+
+
+def test_release_one_model_now_and_reload_it(setup):
+    models, count, events = setup
+    models.enter("two")
+    b = models["b"]
+    size = module_bytes(b)
+    assert models.release("b") == size
+    assert is_released(b) and models.loaded() == []
+    assert events[-1]["event"] == "release" and events[-1]["model"] == "b" and events[-1]["stage"] == "two"
+    assert models.release("b") == 0
+    assert models["b"] is not b and events[-1]["event"] == "reload"
+    with pytest.raises(UnknownModelError):
+        models.release("nope")
