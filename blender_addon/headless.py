@@ -76,10 +76,10 @@ def script_argv() -> list[str]:
     return sys.argv[1:]
 
 
-def _interpreter(ns, config, bpy) -> str:
+def _interpreter(ns, config, inside_blender: bool) -> str:
     if ns.python:
         return config.resolve_interpreter(ns.python)
-    if not bpy.app.binary_path:  # the bpy module inside an ordinary interpreter: use it
+    if not inside_blender:  # an ordinary interpreter with the bpy module: it runs the runner too
         return sys.executable
     return config.resolve_interpreter("")
 
@@ -167,10 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         ns = parse_args(script_argv() if argv is None else argv)
     except SystemExit as exc:  # argparse already printed usage and one error line
         return int(exc.code or 0)
+    inside_blender = "bpy" in sys.modules  # `blender -b -P` has imported it before this script
     mods = _package()
     config = mods["config"]
-    import bpy
-    import mathutils
     tmp = None
     try:
         try:
@@ -191,10 +190,13 @@ def main(argv: list[str] | None = None) -> int:
             glb = tmp / f"{ns.image.stem}.glb"
         trace = ns.trace or glb.with_name(f"{glb.stem}.trace.jsonl")
         try:
-            python = _interpreter(ns, config, bpy)
+            python = _interpreter(ns, config, inside_blender)
         except config.ConfigError as exc:
             raise Failure(str(exc), 30) from None
         st = run_runner(ns, glb, trace, mods, python)
+
+        import bpy  # heavy: only once there is a mesh to import
+        import mathutils
 
         importer = importlib.import_module(f"{PACKAGE_DIR.name}.importer")
         bpy.ops.wm.read_factory_settings(use_empty=True)

@@ -25,7 +25,7 @@ BACKEND_ITEMS = [
 TEXTURE_ITEMS = [(s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                  for s in ("512", "1024", "2048")]
 PIPELINE_ITEMS = [(p, p, f"Pixal3D pipeline type {p}")
-                  for p in ("512", "1024", "1024_cascade", "1536_cascade")]
+                  for p in ("1024_cascade", "1536_cascade")]  # stageload.pixal3d's plans
 ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT"}
 
 

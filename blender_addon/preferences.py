@@ -49,27 +49,30 @@ def guard_settings(prefs) -> config.GuardSettings:
 
 
 def summarize_check(stdout: str) -> str:
-    """One short line per finding from the JSON of ``runner check`` (unknown fields ignored)."""
-    data = json.loads(stdout)
+    """Lines for people from the JSON object ``runner check`` prints: Python and torch versions,
+    available devices, and each backend ready or not with the reason (unknown fields ignored).
+    Raises ``ValueError`` when ``stdout`` holds no JSON object."""
+    data = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
+    if not isinstance(data, dict):
+        raise ValueError("runner check printed no JSON object")
     lines = []
     py = data.get("python")
     if isinstance(py, dict):
         py = py.get("version") or py.get("executable")
     torch = data.get("torch")
     if isinstance(torch, dict):
-        torch = torch.get("version") if torch.get("version") else torch.get("error", "missing")
+        torch = torch.get("version") or torch.get("reason") or torch.get("error") or "missing"
     lines.append(f"Python {py or '?'} · torch {torch or 'not found'}")
     devices = data.get("devices")
-    if devices:
-        names = [d if isinstance(d, str) else d.get("name") or d.get("device") or str(d)
-                 for d in devices] if isinstance(devices, list) else [str(devices)]
-        lines.append("devices: " + ", ".join(map(str, names)))
+    if isinstance(devices, dict):  # {"cpu": {"available": true, …}, "mps": {…}}
+        names = [n for n, d in devices.items() if isinstance(d, dict) and d.get("available")]
+        lines.append("devices: " + (", ".join(names) or "none"))
     backends = data.get("backends") or {}
     if isinstance(backends, dict):
         for name, info in backends.items():
             if isinstance(info, dict):
-                ok = info.get("available", info.get("ok"))
-                why = info.get("reason") or info.get("why") or ""
+                ok = info.get("ok", info.get("available"))
+                why = info.get("reason") or ""
                 lines.append(f"{name}: {'ready' if ok else 'not available'}"
                              + (f" — {why}" if why and not ok else ""))
     return "\n".join(lines)
@@ -82,10 +85,12 @@ class _CheckResult:
     text = ""
 
 
-def _check_worker(python: str, runtime: Path) -> None:
+def _check_worker(python: str, runtime: Path, pixal3d_dir: str) -> None:
+    argv = [python, "-m", "runner", "check"]
+    if pixal3d_dir.strip():
+        argv += ["--pixal3d-dir", str(Path(pixal3d_dir.strip()).expanduser())]
     try:
-        rc, out, err = run_quick([python, "-m", "runner", "check"], runner_env(runtime),
-                                 cwd=runtime, timeout=120)
+        rc, out, err = run_quick(argv, runner_env(runtime), cwd=runtime, timeout=120)
         if rc is None:
             text = "ERROR: `runner check` did not answer within 120 s."
         else:
@@ -145,7 +150,8 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
         with _CheckResult.lock:
             _CheckResult.pending = True
         prefs.check_report = f"Checking {python} …"
-        threading.Thread(target=_check_worker, args=(python, runtime), daemon=True,
+        threading.Thread(target=_check_worker, args=(python, runtime, prefs.pixal3d_dir),
+                         daemon=True,
                          name="image-to-mesh-check").start()
         bpy.app.timers.register(check_poll, first_interval=0.2)
         return {"FINISHED"}
@@ -207,7 +213,7 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
             box = col.box()
             box.alert = self.check_report.startswith("ERROR")
             for i, line in enumerate(self.check_report.splitlines()):
-                box.label(text=line, icon="INFO" if i == 0 else "BLANK1")
+                wrap_label(box, line, icon="INFO" if i == 0 else "BLANK1")
         col.prop(self, "pixal3d_dir")
         col.prop(self, "output_dir")
         if not self.output_dir.strip():

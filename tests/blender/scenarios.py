@@ -177,6 +177,13 @@ def sc_generate(zip_path, work, image):
     facts["chart_png"] = str(png)
     facts["chart_loaded"] = any(Path(bpy.path.abspath(i.filepath)) == png
                                 for i in bpy.data.images)
+    # The preferences' Check button, answered by the real `runner check`.
+    bpy.ops.image_to_mesh.check()
+    prefs_mod = mod("preferences")
+    end = time.monotonic() + 120
+    while time.monotonic() < end and prefs_mod.check_poll() is not None:
+        time.sleep(0.1)
+    facts["check_report"] = addon_prefs().check_report
     # A second Generate never overwrites the first result.
     facts["second_output_free"] = str(mod("config").free_output_paths(work / "out",
                                                                       Path(image).stem)[0])
@@ -198,6 +205,10 @@ def sc_cancel(zip_path, work, image):
         if ctl.CONTROLLER.state.stage is not None or not ctl.CONTROLLER.running:
             break
         time.sleep(0.02)
+    log = []
+    bpy.types.VIEW3D_PT_image_to_mesh.draw(type("P", (), {"layout": RecordingLayout(log)})(),
+                                           bpy.context)
+    facts["buttons_while_running"] = [x[1] for x in log if x[0] == "operator"]
     facts["status_at_cancel"] = ctl.CONTROLLER.state.status
     facts["stage_at_cancel"] = ctl.CONTROLLER.state.stage
     tree = [p.pid for p in descendants()]
@@ -304,6 +315,83 @@ def sc_quit_while_running(zip_path, work, image):
         time.sleep(0.05)
     verdict(tree=[p.pid for p in descendants()])
     sys.exit(0)  # no unregister: only the atexit hook / closed pipe can stop the runner
+
+
+class RecordingLayout:
+    """Stands in for ``bpy.types.UILayout``, which exists only while Blender draws a region (never
+    in background mode). Records what a draw() call asks for and checks each request against
+    the real RNA: property names exist on the data, operators are registered, icons are valid
+    enum items, ``progress`` gets a factor in 0..1."""
+
+    ICONS = set(bpy.types.UILayout.bl_rna.functions["label"].parameters["icon"].enum_items.keys())
+
+    def __init__(self, log):
+        self.log = log
+        self.alert = self.enabled = False
+        self.scale_y = 1.0
+
+    def _icon(self, icon):
+        if icon not in self.ICONS:
+            self.log.append(("BAD_ICON", icon))
+
+    def _child(self, *a, **k):
+        return RecordingLayout(self.log)
+
+    row = column = box = grid_flow = split = _child
+
+    def label(self, text="", icon="NONE"):
+        self._icon(icon)
+        self.log.append(("label", text))
+
+    def prop(self, data, name, text=None, **k):
+        ok = name in data.bl_rna.properties.keys()
+        self.log.append(("prop", name) if ok else ("BAD_PROP", name))
+
+    def operator(self, idname, text=None, icon="NONE", **k):
+        self._icon(icon)
+        cat, name = idname.split(".")
+        self.log.append(("operator", idname) if _op_registered(name) and cat == "image_to_mesh"
+                        else ("BAD_OPERATOR", idname))
+
+    def progress(self, factor=0.0, type="BAR", text=""):
+        self.log.append(("progress", round(factor, 4), text) if 0 <= factor <= 1
+                        else ("BAD_PROGRESS", factor))
+
+
+def sc_draw(zip_path, work, fixture):
+    """Draw the panel and the preferences in each state the UI can be in."""
+    install(zip_path, work)
+    ctl = mod("controller").CONTROLLER
+    panel_cls = bpy.types.VIEW3D_PT_image_to_mesh
+    draws = {}
+
+    def draw_panel(key):
+        log = []
+        panel = type("P", (), {"layout": RecordingLayout(log)})()
+        panel_cls.draw(panel, bpy.context)
+        draws[key] = log
+
+    draw_panel("idle")
+    events = [json.loads(x) for x in Path(fixture).read_text().splitlines() if x.strip()]
+    ctl.state.begin("goblin.png", now=events[0]["t"])
+    for ev in events[:-1]:
+        ctl.state.apply(ev)
+    ctl.state.stage_fraction = 0.5  # mid-stage
+    draw_panel("running")
+    ctl.state.apply(events[-1])
+    ctl.state.mark_done()
+    ctl.batch_summary = "Batch: 3 of 4 done, 1 failed: broken.png (not_an_image: …)"
+    draw_panel("done")
+    addon_prefs().python = "/no/such/python"
+    draw_panel("bad_python")
+    plog = []
+    prefs = addon_prefs()
+    prefs.check_report = "Python 3.11.7 · torch 2.13.0\nbuiltin: ready"
+    proxy = type("P", (), {"layout": RecordingLayout(plog),
+                           "__getattr__": lambda self, name: getattr(prefs, name)})()
+    type(prefs).draw(proxy, bpy.context)
+    draws["preferences"] = plog
+    verdict(draws=draws, expected_progress=round(ctl.state.progress(), 4))
 
 
 SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}

@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from blender_addon.state import human_bytes
+
 pytestmark = pytest.mark.blender
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
@@ -105,11 +107,18 @@ def test_generate_imports_one_textured_object_at_the_cursor(built_zip, tmp_path,
     assert v["chart_result"] == ["FINISHED"] and v["chart_loaded"]
     assert Path(v["chart_png"]).stat().st_size > 1000
     assert v["second_output_free"].endswith("typical_humanoid_dwarf_2.glb")
+    report = v["check_report"].splitlines()
+    assert report[0].startswith("Python 3.") and "torch 2." in report[0], report
+    assert "builtin: ready" in report
+    assert any(r.startswith("pixal3d: not available — ") for r in report), report
 
 
 def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images):
     v = scenario("cancel", built_zip, tmp_path, image(shared_images, "typical_humanoid_goblin"))
     assert v["status_at_cancel"] == "running" and v["stage_at_cancel"] is not None, v
+    # While running, Generate has become Cancel (and batch cannot start).
+    assert "image_to_mesh.cancel" in v["buttons_while_running"]
+    assert "image_to_mesh.generate" not in v["buttons_while_running"]
     assert v["processes_before_cancel"] >= 2  # supervisor and worker
     assert v["ui_blocked_s"] < 0.5  # Cancel does not freeze Blender
     assert v["finished"]
@@ -174,3 +183,34 @@ def test_quitting_blender_stops_the_runner(built_zip, tmp_path, shared_images):
         except psutil.NoSuchProcess:
             pass
     assert left == []
+
+
+def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
+    """The panel's draw() in each state, on a recording stand-in for UILayout (a real UILayout
+    exists only while Blender's UI draws; background mode has none). Every property, operator
+    and icon it asks for is checked against the real RNA inside the scenario."""
+    fixture = HERE / "fixtures" / "builtin_goblin_512.ndjson"
+    v = scenario("draw", built_zip, tmp_path, str(fixture))
+    draws = v["draws"]
+    bad = [(k, e) for k, log in draws.items() for e in log if e[0].startswith("BAD_")]
+    assert bad == []
+    ops = lambda k: [e[1] for e in draws[k] if e[0] == "operator"]
+    labels = lambda k: [e[1] for e in draws[k] if e[0] == "label"]
+    assert ops("idle") == ["image_to_mesh.generate", "image_to_mesh.open_chart",
+                           "image_to_mesh.batch"]
+    assert not [e for e in draws["idle"] if e[0] == "progress"]
+    events = [json.loads(x) for x in fixture.read_text().splitlines()]
+    last_mem = [e for e in events if e["event"] == "memory"][-1]
+    # Mid-way through the last stage (3 of 4 done + half of the 4th).
+    assert ["progress", 0.875, "export (4/4) 50 %"] in draws["running"]
+    assert "Running: export" in labels("running")
+    assert (f"footprint {human_bytes(last_mem['footprint'])} · peak {human_bytes(last_mem['peak'])}"
+            f" · export peak {human_bytes(last_mem['stage_peak'])}") in labels("running")
+    assert ["progress", 1.0, "done"] in draws["done"]
+    assert any("in 4.4 s, peak 360 MB" in l for l in labels("done"))
+    assert "Batch: 3 of 4 done, 1 failed: broken.png" in labels("done")
+    assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
+    assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
+        "python", "pixal3d_dir", "output_dir", "wait_free_percent", "kill_free_percent",
+        "swap_budget_gb", "start_timeout", "busy", "quiet_for"]
+    assert "builtin: ready" in labels("preferences")

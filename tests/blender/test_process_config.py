@@ -1,0 +1,146 @@
+"""The add-on's runner plumbing without bpy: the reader thread, cancel escalation, interpreter
+resolution, command lines (checked against the real option parsers of stageload.guard)."""
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from blender_addon import config
+from blender_addon.batch import BatchRun
+from blender_addon.process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
+
+PY = sys.executable
+
+# A stand-in "runner" for the plumbing tests only (the real runner is exercised in
+# test_addon.py): prints two events and a stray line, then ignores SIGTERM when asked to.
+FAKE = textwrap.dedent("""
+    import json, signal, sys, time
+    if "--ignore-term" in sys.argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(json.dumps({"v": 1, "event": "hello", "t": time.time(), "stages": ["a"]}), flush=True)
+    print("oops, not json", flush=True)
+    print(json.dumps({"v": 1, "event": "stage", "t": time.time(), "stage": "a", "index": 0,
+                      "count": 1}), flush=True)
+    if "--hang" in sys.argv:
+        time.sleep(600)
+""")
+
+
+def fake(tmp_path, *flags):
+    script = tmp_path / "fake_runner.py"
+    script.write_text(FAKE)
+    return RunnerProcess([PY, str(script), *flags], runner_env(tmp_path), cwd=tmp_path)
+
+
+def test_reader_thread_queues_events_bad_lines_and_eof(tmp_path):
+    job = fake(tmp_path)
+    job.start()
+    items = list(job.iter_blocking())
+    kinds = [k for k, _ in items]
+    assert kinds == [EVENT, BAD_LINE, EVENT, EOF]
+    assert items[0][1]["event"] == "hello" and items[2][1]["stage"] == "a"
+    assert "oops, not json" in items[1][1]
+    assert job.poll() == 0
+
+
+def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(tmp_path):
+    job = fake(tmp_path, "--hang", "--ignore-term")
+    job.start()
+    while not any(k == EVENT and p["event"] == "stage" for k, p in job.drain()):
+        time.sleep(0.02)  # the handler is installed before the first line is printed
+    t0 = time.monotonic()
+    job.cancel(grace=0.5, block=True)
+    assert not job.alive
+    assert 0.4 < time.monotonic() - t0 < 5
+    assert job.poll() == -9
+    assert not psutil.pid_exists(job.pid) or psutil.Process(job.pid).status() == "zombie"
+
+
+def test_cancel_without_blocking_returns_at_once(tmp_path):
+    job = fake(tmp_path, "--hang")
+    job.start()
+    t0 = time.monotonic()
+    job.cancel(grace=5)
+    assert time.monotonic() - t0 < 0.2
+    assert job.wait(timeout=5) is not None  # SIGTERM's default action ends it
+
+
+def test_spawn_error_names_the_interpreter(tmp_path):
+    job = RunnerProcess([str(tmp_path / "nope" / "python"), "-m", "runner"], runner_env(tmp_path),
+                        cwd=tmp_path)
+    with pytest.raises(SpawnError, match="nope/python"):
+        job.start()
+
+
+def test_runner_env_puts_the_runtime_first_and_keeps_bytecode_out(tmp_path):
+    env = runner_env(tmp_path, {"PYTHONPATH": "/elsewhere", "PYTHONHOME": "/blender/python"})
+    assert env["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/elsewhere"
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONHOME" not in env
+
+
+def test_resolve_interpreter_messages(tmp_path):
+    with pytest.raises(config.ConfigError, match="Runner Python not found: .*make setup"):
+        config.resolve_interpreter(str(tmp_path / "missing" / "python"))
+    with pytest.raises(config.ConfigError, match="is a folder"):
+        config.resolve_interpreter(str(tmp_path))
+    f = tmp_path / "python"
+    f.write_text("#!/bin/sh\n")
+    f.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    with pytest.raises(config.ConfigError, match="not executable"):
+        config.resolve_interpreter(str(f))
+    with pytest.raises(config.ConfigError, match="not on PATH"):
+        config.resolve_interpreter("python-that-does-not-exist-3.99")
+    assert config.resolve_interpreter(PY) == PY
+
+
+def test_default_interpreter_in_a_checkout_is_the_venv():
+    repo = Path(config.__file__).resolve().parents[1]
+    assert config.default_interpreter() == str(repo / ".venv" / "bin" / "python")
+    assert config.runtime_dir() == repo
+
+
+def test_guard_settings_parse_with_the_real_guard_options():
+    from stageload.guard.config import GuardConfig, add_guard_arguments
+
+    g = config.GuardSettings(wait_free_percent=40, kill_free_percent=10, swap_budget_gb=6,
+                             start_timeout=300, busy="ffmpeg|blender_render", quiet_for=180)
+    ap = argparse.ArgumentParser()
+    add_guard_arguments(ap)
+    cfg = GuardConfig.from_args(ap.parse_args(g.argv()))
+    assert cfg.wait_free.percent == 40 and cfg.kill_free.percent == 10
+    assert cfg.swap_budget == 6 * 1024**3
+    assert cfg.start_timeout == 300 and cfg.busy == ["ffmpeg|blender_render"]
+    assert cfg.quiet_for == 180
+    off = GuardConfig.from_args(ap.parse_args(
+        config.GuardSettings(kill_free_percent=0, swap_budget_gb=0).argv()))
+    assert off.kill_free is None and off.swap_budget is None and off.wait_free is None
+
+
+def test_free_output_paths_never_reuse_a_name(tmp_path):
+    glb, trace = config.free_output_paths(tmp_path / "out", "goblin")
+    assert (glb.name, trace.name) == ("goblin.glb", "goblin.trace.jsonl")
+    trace.write_text("")  # a failed run left only its trace
+    assert config.free_output_paths(tmp_path / "out", "goblin")[0].name == "goblin_2.glb"
+
+
+def test_batch_bookkeeping(tmp_path):
+    imgs = [tmp_path / f"{n}.png" for n in ("a", "b", "c")]
+    b = BatchRun(tmp_path, imgs)
+    assert b.progress_text() == "1 / 3" and b.next_image() == imgs[0]
+    b.record("done", "a")
+    b.record("failed", "not_an_image: b.png is not an image")
+    assert b.progress_text() == "3 / 3" and b.next_image() == imgs[2]
+    b.record("done", "c")
+    assert b.finished and b.next_image() is None
+    assert b.summary() == "Batch: 2 of 3 done, 1 failed: b.png (not_an_image: b.png is not an image)"
+    assert config.list_images(tmp_path) == []
+    with pytest.raises(config.ConfigError, match="Batch folder not found"):
+        config.list_images(tmp_path / "nope")
