@@ -2,7 +2,8 @@
 
 - ``run IMAGE -o OUT.glb [--pixal3d-dir DIR] [--model-path P] [--device D] [--load staged|eager]
   [--pipeline-type T] [--seed N] [--texture-size N] [--fov RAD] [--steps N]
-  [--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE] [--no-rng-restore]``:
+  [--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE] [--no-rng-restore]
+  [--no-direct-load]``:
   one image through the port; events as JSON lines on stdout (and in ``--trace``).
 - ``check [--pixal3d-dir DIR]``: import the port and check every name the adapter relies on
   (no weights read); prints JSON; exit 0 when usable, 1 otherwise.
@@ -52,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="bytes a model needed later may stay loaded across a gap (e.g. 1G; default 0)")
     run.add_argument("--fingerprint", default=None, help="folder for latent hashes and copies")
     run.add_argument("--trace", default=None, help="JSONL trace file to write (must not exist)")
+    run.add_argument("--no-direct-load", action="store_true",
+                     help="build and read models on the CPU, then move them (not straight to the device)")
     run.add_argument("--no-rng-restore", action="store_true", help="control run: do not restore RNG after loads")
     check = sub.add_parser("check", help="validate a port folder without loading weights")
     check.add_argument("--pixal3d-dir", default=None)
@@ -110,7 +113,7 @@ def _run(ns) -> int:
         run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
                          pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
                          events=fan_out(stdout_sink, trace), preserve_rng=not ns.no_rng_restore,
-                         fingerprint=ns.fingerprint)
+                         fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load)
         result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size, fov=ns.fov,
                               steps=ns.steps)
         run.close()

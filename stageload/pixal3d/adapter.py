@@ -190,6 +190,9 @@ class Pixal3DRun:
         events: sink for stage/ready/load/reload/release events (see ``stageload.events``).
         preserve_rng: restore every generator after each load (False only for the control run).
         fingerprint: folder for a fingerprint of each run (see ``fingerprint.py``), or None.
+        direct_to_device: build models under ``torch.device(device)`` and read safetensors
+            straight to it (default True; False builds and reads on the CPU, then moves: a
+            transient second copy, for a port whose constructors dislike a device context).
 
     Raises ``PortError`` before anything is loaded when the port lacks a name it relies on.
     Attributes after a run: ``resident_bytes`` (stage → bytes of models loaded at the end of the
@@ -200,7 +203,8 @@ class Pixal3DRun:
     def __init__(self, port_dir: Optional[os.PathLike | str] = None, *, device: Optional[str] = None,
                  model_path: Optional[str] = None, load: str = "staged", pipeline_type: str = "1024_cascade",
                  keep_resident: int = 0, events: Optional[EventSink] = None, preserve_rng: bool = True,
-                 fingerprint: Optional[os.PathLike | str] = None, port: Optional[Port] = None):
+                 fingerprint: Optional[os.PathLike | str] = None, port: Optional[Port] = None,
+                 direct_to_device: bool = True):
         if load not in ("staged", "eager"):
             raise ValueError(f"load must be 'staged' or 'eager', got {load!r}")
         if keep_resident < 0:
@@ -213,9 +217,10 @@ class Pixal3DRun:
         self.load_mode = load
         self.pipeline_type = pipeline_type
         self.keep_resident = int(keep_resident)
-        self.events = events
+        self._events = events
         self.preserve_rng = preserve_rng
         self.fingerprint_dir = Path(fingerprint) if fingerprint else None
+        self.direct_to_device = direct_to_device
         self.resident_bytes: dict[str, int] = {}
         self.kept: dict[str, list[str]] = {}
         self.last_latents: dict[str, Any] = {}
@@ -232,6 +237,17 @@ class Pixal3DRun:
         self._install_hooks()
 
     # ------------------------------------------------------------------ events and stages
+    @property
+    def events(self) -> Optional[EventSink]:
+        """The event sink; assigning it also redirects the staged models' events."""
+        return self._events
+
+    @events.setter
+    def events(self, sink: Optional[EventSink]) -> None:
+        self._events = sink
+        if getattr(self, "models", None) is not None:
+            self.models.events = sink
+
     def _emit(self, kind: str, **fields) -> None:
         if self.events is not None:
             self.events(make_event(kind, **fields))
@@ -323,12 +339,15 @@ class Pixal3DRun:
         self.enter("setup")
         pipeline.to(self.device)
 
+    def _building(self):
+        return _on_device(self.device if self.direct_to_device else torch.device("cpu"))
+
     def _model_loader(self, from_pretrained: Callable, path: str) -> Callable[[], nn.Module]:
         prefix = f"{self.model_path}/"
         bare = path[len(prefix):] if path.startswith(prefix) else None
 
         def load() -> nn.Module:
-            with _on_device(self.device):
+            with self._building():
                 try:
                     model = from_pretrained(path)
                 except Exception:
@@ -342,7 +361,7 @@ class Pixal3DRun:
     def _build_extractors(self) -> nn.Module:
         """Loader of ``image_cond_backbone``: four extractors, one backbone; returns it."""
         icp, configs = self.port.icp, self.gm.IMAGE_COND_CONFIGS
-        with share(icp.DINOv3ViTModel, "from_pretrained") as shared, _on_device(self.device):
+        with share(icp.DINOv3ViTModel, "from_pretrained") as shared, self._building():
             extractors = {attr: self.gm.build_image_cond_model(configs[key], self.device)
                           for key, attr in EXTRACTOR_KEYS.items()}
         backbones = {id(e.model) for e in extractors.values()}
@@ -364,7 +383,7 @@ class Pixal3DRun:
         import torch.hub
         users = [getattr(self.pipeline, attr) for attr in EXTRACTOR_KEYS.values()
                  if getattr(getattr(self.pipeline, attr), "use_naf_upsample", False)]
-        with share(torch.hub, "load") as shared, _on_device(self.device):
+        with share(torch.hub, "load") as shared, self._building():
             for extractor in users:
                 extractor.naf_model = None
                 extractor._load_naf()

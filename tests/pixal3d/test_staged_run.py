@@ -151,3 +151,44 @@ def test_everything_is_released_before_export(runs):
     # the background remover is released when preprocessing returns (camera begins)
     camera_at = next(i for i, e in enumerate(events) if e["event"] == "stage" and e["stage"] == "camera")
     assert events[camera_at + 1]["event"] == "release" and events[camera_at + 1]["model"] == "rembg_model"
+
+
+def test_compare_command_exit_codes(runs, tmp_path):
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "stageload.pixal3d", "compare"]
+    same = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(runs["eager"]["fp"])],
+                          capture_output=True, text=True, timeout=120)
+    assert same.returncode == 0 and same.stdout.strip().endswith("identical"), same.stdout + same.stderr
+    differ = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(runs["norestore"]["fp"])],
+                            capture_output=True, text=True, timeout=120)
+    assert differ.returncode == 1 and "sparse_structure: DIFFERENT" in differ.stdout
+    missing = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(tmp_path)], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "not a fingerprint folder" in missing.stderr
+
+
+def test_second_image_rearms_the_plan_and_reproduces_the_run(runs, rgb_image, tmp_path):
+    staged = runs["staged"]
+    again = []
+    staged["run"].events = again.append  # the first run's trace file is closed
+    staged["run"].generate(rgb_image, tmp_path / "again.glb", seed=SEED, texture_size=TEXTURE)
+    assert [e["stage"] for e in again if e["event"] == "stage"] == list(plan_for("1024_cascade"))[1:]
+    assert {e["event"] for e in _loads(again)} == {"reload"}  # every model read again, none outside
+    assert all(not e["outside_stage"] for e in _loads(again))
+    assert compare(staged["fp"], str(staged["fp"]) + "_1")["identical"]
+
+
+@pytest.mark.slow
+def test_1536_cascade_uses_the_same_plan_and_matches_eager(standin_dir, standin_weights, rgb_image, tmp_path):
+    staged = _run(standin_dir, rgb_image, tmp_path, "s1536", pipeline_type="1536_cascade")
+    eager = _run(standin_dir, rgb_image, tmp_path, "e1536", pipeline_type="1536_cascade", load="eager")
+    assert staged["result"]["resolution"] == 1536
+    plan = plan_for("1536_cascade")
+    assert [e["stage"] for e in staged["events"] if e["event"] == "stage"] == list(plan)
+    assert all(e["model"] in plan[e["stage"]] for e in _loads(staged["events"]))
+    p = staged["run"].pipeline
+    # get_proj_cond_shape switched the 1024/texture extractors to grid 96 and back
+    assert int(staged["run"].last_latents["shape_1024"].coords[:, 1:].max()) >= 64
+    assert p.image_cond_model_shape_1024.grid_resolution == 64 and p.image_cond_model_tex_1024.grid_resolution == 64
+    assert compare(staged["fp"], eager["fp"])["identical"]
