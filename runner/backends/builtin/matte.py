@@ -147,12 +147,13 @@ def key_border(rgb: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int], float
     labels, _ = ndimage.label(candidate)
     touching = np.unique(labels[ring & candidate])
     touching = touching[touching > 0]
-    index = np.arange(1, labels.max() + 1)
-    if index.size:
-        sizes = ndimage.sum_labels(np.ones_like(dist), labels, index)
-        medians = ndimage.median(dist, labels, index)
-        exact = index[(sizes >= ENCLOSED_MIN_PIXELS) & (medians <= max(ENCLOSED_MATCH, noise))]
-        touching = np.union1d(touching, exact)
+    sizes = np.bincount(labels.ravel())
+    enclosed = np.flatnonzero(sizes >= ENCLOSED_MIN_PIXELS)
+    enclosed = enclosed[(enclosed > 0) & ~np.isin(enclosed, touching)]
+    if enclosed.size:  # few regions: take the medians over their pixels only
+        inside = np.isin(labels, enclosed)
+        medians = np.asarray(ndimage.median(dist[inside], labels[inside], enclosed))
+        touching = np.union1d(touching, enclosed[medians <= max(ENCLOSED_MATCH, noise)])
     background_mask = np.isin(labels, touching)
     mask = ~background_mask
     if not mask.any():
