@@ -144,10 +144,8 @@ class Controller:
             elif kind == EOF:
                 self._eof = True
         _redraw()
-        if self._eof and job.wait(timeout=0) is None and job.poll() is None:
-            return TICK_SECONDS  # stdout closed, process still exiting
-        if not self._eof:
-            return TICK_SECONDS
+        if not self._eof or job.poll() is None:
+            return TICK_SECONDS  # still running, or stdout closed and the process exiting
         self._finish_job()
         if self.batch is not None and not self.batch.finished and self.launch is not None:
             self._next_in_batch(self.launch)

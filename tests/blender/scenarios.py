@@ -281,17 +281,23 @@ def sc_bad_interpreter(zip_path, work, image):
     verdict(**facts)
 
 
+def start_until_worker(image) -> list[int]:
+    """Press Generate and tick until the runner has started its worker; the process ids."""
+    settings(image, texture="1024")
+    bpy.ops.image_to_mesh.generate()
+    tick = mod("controller").tick
+    end = time.monotonic() + 60
+    while time.monotonic() < end and len(descendants()) < 2:
+        tick()
+        time.sleep(0.05)
+    return [p.pid for p in descendants()]
+
+
 def sc_disable_while_running(zip_path, work, image):
     facts = install(zip_path, work)
     addon_prefs().output_dir = str(work / "out")
-    settings(image, texture="1024")
-    bpy.ops.image_to_mesh.generate()
+    tree = start_until_worker(image)
     ctl = mod("controller")
-    end = time.monotonic() + 60
-    while time.monotonic() < end and len(descendants()) < 2:
-        ctl.tick()
-        time.sleep(0.05)
-    tree = [p.pid for p in descendants()]
     facts["processes_before"] = len(tree)
     t0 = time.monotonic()
     facts["disable_result"] = sorted(bpy.ops.preferences.addon_disable(module=PKG))
@@ -306,14 +312,7 @@ def sc_quit_while_running(zip_path, work, image):
     """Start a job, report the process tree, then exit the interpreter (Blender quitting)."""
     install(zip_path, work)
     addon_prefs().output_dir = str(work / "out")
-    settings(image, texture="1024")
-    bpy.ops.image_to_mesh.generate()
-    ctl = mod("controller")
-    end = time.monotonic() + 60
-    while time.monotonic() < end and len(descendants()) < 2:
-        ctl.tick()
-        time.sleep(0.05)
-    verdict(tree=[p.pid for p in descendants()])
+    verdict(tree=start_until_worker(image))
     sys.exit(0)  # no unregister: only the atexit hook / closed pipe can stop the runner
 
 

@@ -136,6 +136,9 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
     for stem in stems:
         src = Path(image(shared_images, stem))
         shutil.copy(src, folder / src.name)
+    # A non-ASCII name with spaces travels through the command line, the GLB and the import.
+    (folder / "goblin_on_white.jpg").rename(folder / "gobelin sur blanc é.jpg")
+    stems[2] = "gobelin sur blanc é"
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(2000))
     v = scenario("batch", built_zip, tmp_path, str(folder), timeout=300)
     assert v["result"] == ["FINISHED"] and v["finished"]

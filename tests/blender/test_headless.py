@@ -94,3 +94,27 @@ def test_missing_outputs_is_a_usage_error(tmp_path, shared_images):
     proc = run(shared_images[0], timeout=60)
     assert proc.returncode == 2
     assert "give at least one of --glb, --blend, --preview" in proc.stderr
+
+
+def test_headless_runs_from_the_unpacked_extension(tmp_path):
+    """Inside the installed extension the package is named image_to_mesh and the runner comes
+    from its runtime/ folder; a missing image is refused there with the same single line."""
+    import zipfile
+
+    dist = tmp_path / "dist"
+    built = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(dist)], cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr
+    ext = tmp_path / "extensions" / "image_to_mesh"
+    zipfile.ZipFile(built.stdout.strip()).extractall(ext)
+    proc = subprocess.run([PY, str(ext / "headless.py"), str(tmp_path / "nope.png"), "--glb",
+                           str(tmp_path / "x.glb")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 11
+    assert proc.stderr.strip().splitlines() == [
+        f"image-to-mesh: error: Input image not found: {tmp_path / 'nope.png'}"]
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import image_to_mesh.config as c; "
+            "print(c.runtime_dir())")
+    where = subprocess.run([PY, "-c", code, str(ext.parent)], capture_output=True, text=True,
+                           timeout=60)
+    assert where.stdout.strip() == str(ext / "runtime")
