@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from statistics import median
 
+from stageload.meter._window import window_peak  # the placement rule summarize uses
 from stageload.summary import summarize
 
 
@@ -141,6 +142,34 @@ def resident_weights(records: list[dict]) -> dict:
         elif kind == "release":
             resident.pop(e["model"], None)
     return {"per_stage": per_stage, "double_loads": doubles}
+
+
+def load_transients(records: list[dict], interval: float) -> list[dict]:
+    """How much memory each ``load``/``reload`` took while it ran, in copies of its weights.
+
+    For a load of ``bytes`` that ended at ``t`` after ``seconds``: ``before`` = the last sampled
+    footprint at or before ``t - seconds``; ``during`` = the peak (sampled footprint or placed
+    high-water mark) in ``[t - seconds, t + interval]``; ``copies`` = (during - before) /
+    bytes. A loader that allocates the weights once reads about 1.0 (more when the stage also
+    allocates other memory meanwhile); one that builds a randomly initialised model and then
+    copies a loaded state dict into it reads about 2.0 — two copies of those weights at once.
+    Loads under 1 MB or without samples around them are skipped (too small to read).
+    """
+    samples, events = split(records)
+    out = []
+    for e in events:
+        if e["event"] not in ("load", "reload") or int(e.get("bytes") or 0) < 2**20:
+            continue
+        start, end = e["t"] - float(e.get("seconds") or 0.0), e["t"] + interval
+        prior = [x for x in samples if x["t"] <= start and x.get("footprint") is not None]
+        peak = window_peak(samples, start, end)["peak"]
+        if not prior or peak is None:
+            continue
+        before = prior[-1]["footprint"]
+        out.append({"model": e["model"], "stage": e.get("stage"), "bytes": int(e["bytes"]),
+                    "seconds": e.get("seconds"), "before": before, "during": peak,
+                    "copies": (peak - before) / int(e["bytes"])})
+    return out
 
 
 def span(values: list[float | int | None]) -> dict:

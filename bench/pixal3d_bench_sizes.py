@@ -3,15 +3,14 @@
 Every figure here is in bytes (1 GB = 1e9 bytes) unless a name says otherwise.
 
 Sources:
-- SPEC §1 (measured on a 48 GB M5 Pro with Activity Monitor's footprint): the staged peak per
-  stage, eight loads reading 13.2 GB (seven models, the shape decoder twice), the texture flow
-  model 2.6 GB; the issue adds the shape decoder ~0.9 GB and the DINOv3 ViT-L backbone ~1.2 GB
-  (fp32).
-- Assumed here (no measured figure in the sources; each is stated in docs/benchmark.md): the
-  other three flow models are the same 1.3 B-parameter bf16 DiT size as the texture flow model
-  (2.6 GB each); the sparse-structure decoder 0.15 GB; the texture decoder 0.85 GB, which makes
-  the seven models 12.3 GB and the eight loads 13.2 GB as SPEC §1 says; BiRefNet/RMBG-2 0.88 GB
-  (220 M parameters fp32); MoGe-2 ViT-L 1.3 GB (326 M fp32); the NAF upsampler 0.02 GB.
+- Weight sizes: the stand-in port's ``make_weights.REAL_BYTES`` (tests/pixal3d/standin_port),
+  which writes the files the benchmark loads. From SPEC §1 and the issue: texture flow 2.6 GB,
+  shape decoder 0.9 GB, DINOv3 ViT-L fp32 1.2 GB, 13.2 GB over the eight loads of a staged run;
+  the rest of the split is that module's stated assumption. Names are mapped to the adapter's
+  plan names (``stageload.pixal3d.plan``): ``rembg_model`` = BiRefNet, ``camera_estimator`` =
+  MoGe-2, ``image_cond_backbone`` = DINOv3, ``naf`` = NAF.
+- The plan: ``stageload.pixal3d.plan.PLAN_1024`` (SPEC §2.5).
+- Staged peaks per stage: SPEC §1 (48 GB M5 Pro, Activity Monitor's footprint).
 
 Working memory of a stage (the memory the stage needs besides its weights: activations, the
 sampler's latents, the mesh) is derived from SPEC §1's staged column:
@@ -25,21 +24,26 @@ machine's own runtime baseline instead. Ranges in SPEC §1 (e.g. 11.4–11.5 GB)
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+from stageload.pixal3d.plan import PLAN_1024
+
+STANDIN = Path(__file__).resolve().parents[1] / "tests" / "pixal3d" / "standin_port"
+if str(STANDIN) not in sys.path:
+    sys.path.insert(0, str(STANDIN))
+import make_weights  # noqa: E402  the stand-in's weights writer (sizes and files)
+
 GB = 10**9
 
-#: Weight bytes of each model in the real pipeline (see the module docstring for sources).
+#: Adapter plan name -> stand-in ``make_weights.REAL_BYTES`` key, where they differ.
+STANDIN_KEY = {"rembg_model": "birefnet", "camera_estimator": "moge",
+               "image_cond_backbone": "dinov3", "naf": "naf"}
+
+#: Weight bytes of each model of the plan in the real pipeline (adapter names).
 REAL_WEIGHT_BYTES: dict[str, int] = {
-    "sparse_structure_flow_model": int(2.6 * GB),
-    "sparse_structure_decoder": int(0.15 * GB),
-    "shape_slat_flow_model_512": int(2.6 * GB),
-    "shape_slat_flow_model_1024": int(2.6 * GB),
-    "shape_slat_decoder": int(0.9 * GB),
-    "tex_slat_flow_model_1024": int(2.6 * GB),
-    "tex_slat_decoder": int(0.85 * GB),
-    "image_cond_backbone": int(1.2 * GB),  # DINOv3 ViT-L/16, fp32
-    "naf_upsampler": int(0.02 * GB),
-    "rembg": int(0.88 * GB),  # BiRefNet / RMBG-2
-    "camera": int(1.3 * GB),  # MoGe-2 ViT-L
+    name: make_weights.REAL_BYTES[STANDIN_KEY.get(name, name)]
+    for name in sorted({m for models in PLAN_1024.values() for m in models})
 }
 
 #: The seven pipeline models of 1024_cascade (SPEC §2.5).
@@ -50,18 +54,7 @@ SEVEN_MODELS = (
 )
 
 #: The stage plan of SPEC §2.5, in run order: stage -> models it lists.
-REAL_PLAN: dict[str, tuple[str, ...]] = {
-    "setup": (),
-    "preprocess": ("rembg",),
-    "camera": ("camera",),
-    "structure": ("image_cond_backbone", "sparse_structure_flow_model", "sparse_structure_decoder"),
-    "shape_512": ("image_cond_backbone", "naf_upsampler", "shape_slat_flow_model_512",
-                  "shape_slat_decoder"),
-    "shape_1024": ("image_cond_backbone", "naf_upsampler", "shape_slat_flow_model_1024"),
-    "texture": ("image_cond_backbone", "naf_upsampler", "tex_slat_flow_model_1024"),
-    "decode": ("shape_slat_decoder", "tex_slat_decoder"),
-    "export": (),
-}
+REAL_PLAN: dict[str, tuple[str, ...]] = dict(PLAN_1024)
 
 #: SPEC §1 table, bytes: stage -> (eager text, staged peak bytes as (low, high)).
 SPEC_TABLE: dict[str, tuple[str, tuple[int, int] | None]] = {

@@ -13,7 +13,6 @@ and page granularity included).
 """
 from __future__ import annotations
 
-import gc
 import time
 
 import torch
@@ -57,9 +56,9 @@ class WorkingMemory:
         return n
 
     def free(self) -> None:
-        """Drop the buffer now (no hold)."""
+        """Drop the buffer now (no hold). The tensor's only reference goes, so its memory is
+        returned at once (a large block is its own mapping); no ``gc.collect`` is needed."""
         self._buffer = None
-        gc.collect()
 
     def finish(self) -> None:
         """End of the stage: keep the full state ``hold`` seconds, then free the buffer."""

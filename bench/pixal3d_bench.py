@@ -1,0 +1,283 @@
+"""Benchmark: eager vs staged vs staged+budget loading of the Pixal3D stand-in, against the
+physical limit of every stage (the table of SPEC §1, reproduced on this machine).
+
+Usage (from the repository root, see docs/benchmark.md)::
+
+    .venv/bin/python bench/pixal3d_bench.py                      # full scale 1/8, 2 rounds
+    .venv/bin/python bench/pixal3d_bench.py --scale 0.002 --rounds 1 --hold 0.3 --out /tmp/b
+
+What it does, in order:
+
+1. writes the stand-in port's weights at ``--scale`` of the real sizes (real safetensors files
+   under ``--work``; kept between runs when the scale is unchanged);
+2. measures the cold sequential read throughput of those files (evicted from the page cache
+   first, see ``pixal3d_bench_disk``);
+3. runs the stages' working memory alone in one process (the "alone" run) to measure each
+   stage's working memory over baseline on this machine;
+4. runs eager, staged and staged+budget, alternating, ``--rounds`` times, each in its own
+   process under ``python -m stageload guard``, sampled from this process at ``--interval``
+   (default 0.05 s = 20 Hz), the weight files evicted from the page cache before each run;
+5. writes ``summary.json``, ``table.md`` and ``chart.png`` (``python -m stageload plot``) and
+   the traces to ``--out`` (default ``bench/results/<UTC date>/``).
+
+Exit codes: 0 done (targets met or not: they are reported, not enforced), 1 a run failed,
+2 bad arguments or an output folder that exists (use ``--force`` to replace the benchmark's own
+files there).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import pixal3d_bench_disk as disk  # noqa: E402  (light: no torch)
+import pixal3d_bench_report as report  # noqa: E402  (light: no torch)
+
+# Heavier modules (torch, the stand-in port, the meter) are imported in main() after the
+# arguments are checked, so a bad command line is answered at once.
+analysis = sizes = run_traced = None
+
+MODES = ("eager", "staged", "budget")
+MODE_TITLES = {"eager": "eager", "staged": "staged", "budget": "staged+budget"}
+OUTPUT_FILES = ("summary.json", "table.md", "chart.png")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="pixal3d_bench.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scale", type=float, default=0.125,
+                   help="size factor for weights and working memory (default 0.125 = 1/8)")
+    p.add_argument("--rounds", type=int, default=2, help="eager/staged/budget rounds (default 2)")
+    p.add_argument("--hold", type=float, default=1.0,
+                   help="seconds each stage holds its full state so the sampler sees it (default 1)")
+    p.add_argument("--interval", type=float, default=0.05,
+                   help="sampling period in seconds (default 0.05 = 20 Hz; must be <= 0.1)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/pixal3d_bench"),
+                   help="folder for the written weights (default /tmp/pixal3d_bench)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result folder (default bench/results/<UTC date>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace summary.json/table.md/chart.png/traces in an existing --out")
+    p.add_argument("--budget", type=int, default=None,
+                   help="keep-resident budget in bytes for the budget mode "
+                        "(default: the shape decoder's bytes at --scale, plus 10 %%)")
+    p.add_argument("--image", type=Path, default=REPO / "examples" / "goblin.png",
+                   help="input image (default examples/goblin.png)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="sampler steps per flow stage (default: the port's own; 1 for a quick check)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
+    p.add_argument("--guard-arg", action="append", default=[],
+                   help="extra option for python -m stageload guard (repeatable)")
+    p.add_argument("--docs", type=Path, default=None,
+                   help="also refresh the generated table in this markdown file "
+                        "(e.g. docs/benchmark.md)")
+    args = p.parse_args(argv)
+    if not 0 < args.scale <= 1:
+        p.error(f"--scale must be in (0, 1], got {args.scale}; e.g. 0.125 for 1/8")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if not 0 < args.interval <= 0.1:
+        p.error(f"--interval must be in (0, 0.1] seconds (>= 10 Hz), got {args.interval}")
+    if args.hold < 0:
+        p.error("--hold must be >= 0 seconds")
+    if not args.image.is_file():
+        p.error(f"--image {args.image} does not exist; give a PNG or JPEG")
+    if args.out is None:
+        args.out = REPO / "bench" / "results" / dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    existing = [n for n in OUTPUT_FILES if (args.out / n).exists()]
+    if existing and not args.force:
+        p.error(f"{args.out} already holds {', '.join(existing)}; pass --force to replace them "
+                f"or choose another --out")
+    return args
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    import psutil
+    import torch
+
+    return {"platform": platform.platform(), "python": platform.python_version(),
+            "torch": torch.__version__, "cpus": os.cpu_count(),
+            "memory_total": psutil.virtual_memory().total,
+            "drop_caches_writable": disk.drop_caches_allowed()}
+
+
+def guard_args(args, need: int, log: Path) -> list[str]:
+    """Guard options for one run: admit only when available memory covers ``need`` bytes (the
+    run's predicted peak) plus the guard's --kill-free floor, give up after 300 s, log every
+    decision to ``log``, then the user's ``--guard-arg`` options."""
+    return ["--need", str(int(need)), "--start-timeout", "300", "--log", str(log),
+            *args.guard_arg]
+
+
+def _log(t0: float, text: str) -> None:
+    print(f"[bench {time.time() - t0:6.1f} s] {text}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    global analysis, sizes, run_traced
+    import pixal3d_bench_analysis as analysis
+    import pixal3d_bench_pipeline as pipeline
+    import pixal3d_bench_sizes as sizes
+    from pixal3d_bench_run import run_traced
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    traces = args.out / "traces"
+    traces.mkdir(exist_ok=True)
+    t_start = time.time()
+
+    _log(t_start, f"writing weights at scale {args.scale} under {args.work}")
+    weights = pipeline.write_weights(args.work, args.scale)
+    files = weights["files"]
+    budget = args.budget if args.budget is not None else int(
+        weights["model_bytes"]["shape_slat_decoder"] * 1.1)
+
+    _log(t_start, "cold read of the weight files")
+    cold = [disk.cold_read(files) for _ in range(2)]
+
+    working = sizes.scaled_working_bytes(args.scale)
+    need = int(sum(weights["model_bytes"].values()) * 2 + max(working.values()))
+    common = ["--scale", str(args.scale), "--hold", str(args.hold), "--weights",
+              str(weights["root"]), "--image", str(args.image)]
+    if args.steps is not None:
+        common += ["--steps", str(args.steps)]
+    _log(t_start, "load time breakdown of the texture flow model")
+    breakdown = pipeline.load_breakdown(weights)
+    runs = []
+
+    def one(mode: str, rnd: int) -> dict:
+        trace = traces / f"{mode}_{rnd}.jsonl"
+        eviction = disk.evict(files)
+        (traces / f"{mode}_{rnd}.guard.jsonl").unlink(missing_ok=True)  # the guard appends
+        extra = ["--budget", str(budget)] if mode == "budget" else []
+        _log(t_start, f"{mode} run {rnd} ...")
+        res = run_traced(["--mode", mode, *common, *extra], trace,
+                         guard_args=guard_args(args, need, traces / f"{mode}_{rnd}.guard.jsonl"),
+                         interval=args.interval,
+                         log_path=traces / f"{mode}_{rnd}.log", timeout=args.timeout)
+        res.update(mode=mode, round=rnd, trace=str(trace.relative_to(args.out)),
+                   eviction=eviction.as_dict())
+        _log(t_start, f"{mode} run {rnd}: rc {res['rc']}, {res['samples']} samples, "
+                      f"{res['wall_seconds']:.1f} s")
+        runs.append(res)
+        return res
+
+    one("alone", 0)
+    for rnd in range(args.rounds):
+        for mode in MODES:
+            one(mode, rnd)
+
+    _log(t_start, "summary, table and chart")
+    summary = build_summary(args, weights, cold, working, budget, runs, t_start)
+    summary["loading"]["breakdown"] = breakdown
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (args.out / "table.md").write_text(report.table_markdown(summary))
+    chart = [str(args.out / r["trace"]) for r in runs if r["mode"] in MODES and r["round"] == 0]
+    plot = subprocess.run([sys.executable, "-m", "stageload", "plot", *chart, "-o",
+                           str(args.out / "chart.png")], cwd=REPO, capture_output=True, text=True)
+    if plot.returncode != 0:
+        _log(t_start, f"chart failed: {plot.stderr.strip()}")
+    if args.docs is not None:
+        report.refresh_docs(args.docs, summary)
+    print((args.out / "table.md").read_text())
+    failed = [r for r in runs if r["rc"] != 0]
+    return 1 if failed or plot.returncode != 0 else 0
+
+
+def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
+    """Everything the table and the docs quote, from the traces (bytes, seconds)."""
+    def records(run):
+        with open(args.out / run["trace"], encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    alone_run = next(r for r in runs if r["mode"] == "alone")
+    alone = analysis.working_alone(records(alone_run))
+    runtime = alone.get("setup", {}).get("baseline")
+    per_mode = {m: [r for r in runs if r["mode"] == m] for m in MODES}
+    data = {m: [records(r) for r in per_mode[m]] for m in MODES}
+    peaks = {m: [analysis.stage_peaks(recs) for recs in data[m]] for m in MODES}
+    plan = weights["plan"]
+    model_bytes = weights["model_bytes"]
+
+    stages = []
+    for stage in plan:
+        listed = plan[stage]
+        wbytes = sum(model_bytes[m] for m in listed)
+        work = (alone.get(stage) or {}).get("working")
+        limit = None if runtime is None or work is None else runtime + wbytes + work
+        row = {"stage": stage, "plan_models": listed, "plan_weight_bytes": wbytes,
+               "working_alone": work, "working_target": working.get(stage, 0),
+               "limit": limit, "limit_excl_runtime": None if work is None else wbytes + work}
+        for m in MODES:
+            row[m] = analysis.span([(p.get(stage) or {}).get("peak") for p in peaks[m]])
+            row[f"{m}_release_seconds"] = analysis.span(
+                [(p.get(stage) or {}).get("release_seconds") for p in peaks[m]])
+        row["staged_over_limit"] = (row["staged"]["max"] / limit
+                                    if limit and row["staged"]["max"] else None)
+        row["budget_over_limit"] = (row["budget"]["max"] / limit
+                                    if limit and row["budget"]["max"] else None)
+        # What the staged peak holds beyond the limit, next to the largest weight of the stage
+        # (a second copy of that weight would show as an excess at least this large).
+        row["excess_over_limit"] = (None if limit is None or row["staged"]["max"] is None
+                                    else row["staged"]["max"] - limit)
+        row["largest_weight"] = max((model_bytes[m] for m in listed), default=0)
+        spec = sizes.SPEC_TABLE.get(stage)
+        row["spec"] = None if spec is None else {"eager": spec[0], "staged": list(spec[1])}
+        stages.append(row)
+
+    resident = {m: [analysis.resident_weights(recs) for recs in data[m]] for m in ("staged", "budget")}
+    for row in stages:
+        listed_sum = row["plan_weight_bytes"]
+        for m in ("staged", "budget"):
+            vals = [(r["per_stage"].get(row["stage"]) or {}).get("max_bytes") for r in resident[m]]
+            row[f"{m}_resident_weight_bytes"] = analysis.span(vals)
+        row["staged_resident_within_plan"] = all(
+            v is None or v <= listed_sum for v in row["staged_resident_weight_bytes"]["runs"])
+
+    overall = {m: analysis.span([analysis.overall_peak(recs) for recs in data[m]]) for m in MODES}
+    no_export = {m: analysis.span([max([(p.get(s) or {}).get("peak") or 0 for s in plan
+                                        if s != "export"] or [0]) for p in peaks[m]])
+                 for m in MODES}
+    loading = {m: [analysis.loads(recs) for recs in data[m]] for m in MODES}
+    cold_tp = analysis.span([c["throughput"] for c in cold])
+    summary = {
+        "schema": 1,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "config": {"scale": args.scale, "rounds": args.rounds, "hold": args.hold,
+                   "interval": args.interval, "budget": budget, "image": str(args.image),
+                   "modes": list(MODES), "wall_seconds": time.time() - t_start},
+        "sizes": {"real_weight_bytes": sizes.REAL_WEIGHT_BYTES, "model_bytes": model_bytes,
+                  "plan": plan, "working_real": sizes.real_working_bytes(),
+                  "working_scaled": working, "totals": sizes.check_totals()},
+        "runtime_baseline": runtime,
+        "alone": alone,
+        "stages": stages,
+        "overall": {"peak": overall, "peak_excluding_export": no_export},
+        "loading": {"cold_read": cold, "cold_throughput": cold_tp,
+                    **{m: loading[m] for m in MODES}},
+        "runs": [{k: v for k, v in r.items() if k != "command"} | {"command": " ".join(r["command"])}
+                 for r in runs],
+    }
+    summary["load_transients"] = {
+        m: [dict(x, round=i) for i, recs in enumerate(data[m])
+            for x in analysis.load_transients(recs, args.interval)] for m in MODES}
+    summary["double_loads"] = {m: [d for r in resident[m] for d in r["double_loads"]]
+                               for m in resident}
+    summary["targets"] = report.targets(summary)
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main())

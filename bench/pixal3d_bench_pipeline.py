@@ -1,0 +1,156 @@
+"""The stand-in Pixal3D port under the benchmark's three loading modes, with per-stage working
+memory.
+
+- ``write_weights(work, scale)`` (parent process): the stand-in's own writer
+  (``tests/pixal3d/standin_port/make_weights.py``) at ``scale`` of the real sizes; real
+  safetensors files on disk.
+- ``run(args, working, emit)`` (worker process): ``stageload.pixal3d.Pixal3DRun`` on the
+  stand-in port, on the CPU, ``load="eager"`` (the port's own ``init_pipeline``: every model up
+  front, four backbones, three NAFs, ``low_vram`` as the port sets it) or ``load="staged"``
+  (``keep_resident=0``, or ``--budget`` bytes for the budget mode), one image through the port's
+  own ``run()`` and export.
+
+Working memory: the stand-in's stages use almost none, so ``WorkingMemory`` adds each stage's
+scaled share (SPEC §1, see ``pixal3d_bench_sizes``). It is allocated at the *end* of each
+stage, after the stage's models are loaded and used (where the real port's activations live),
+held ``--hold`` seconds, and freed — by a per-instance ``on_call`` hook on the adapter's
+``enter`` (which every stage change goes through), i.e. before the next stage's ``stage``
+event, inside the ending stage's memory window. The export stage's share is allocated after
+``generate`` returns, still inside the export window. Neither the adapter nor the stand-in is
+edited.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STANDIN = REPO / "tests" / "pixal3d" / "standin_port"
+
+
+def write_weights(work: Path, scale: float) -> dict:
+    """Write (or reuse) the stand-in weights at ``scale`` under ``work/scale_<scale>``.
+
+    Returns ``{"root": Path, "env": {HF_HOME, TORCH_HOME}, "files": [safetensors paths],
+    "model_bytes": {plan model name: bytes as written}, "plan": {stage: [models]},
+    "written_bytes": {stand-in key: bytes}}``. A folder whose ``weights.json`` records the
+    same scale is reused (the files are deterministic: seed 0). Raises ``ValueError`` for a
+    scale outside (0, 1].
+    """
+    import pixal3d_bench_sizes as sizes
+
+    root = Path(work) / f"scale_{scale:g}"
+    record = root / "weights.json"
+    info = None
+    if record.is_file():
+        info = json.loads(record.read_text())
+        if info.get("scale") != scale or not all(Path(f).is_file() for f in info["files"]):
+            info = None
+    if info is None:
+        written = sizes.make_weights.make_weights(root, scale=scale)
+        files = sorted(str(p) for p in root.rglob("*.safetensors"))
+        info = {"scale": scale, "env": written.env, "files": files, "written_bytes": written.bytes}
+        record.write_text(json.dumps(info, indent=1))
+    model_bytes = {name: int(info["written_bytes"][sizes.STANDIN_KEY.get(name, name)])
+                   for name in sizes.REAL_WEIGHT_BYTES}
+    return {"root": root, "env": info["env"], "files": [Path(f) for f in info["files"]],
+            "model_bytes": model_bytes, "written_bytes": info["written_bytes"],
+            "plan": {stage: list(models) for stage, models in sizes.REAL_PLAN.items()}}
+
+
+def open_port_only(args) -> None:
+    """What the "alone" process imports besides torch: the adapter and the stand-in port's
+    modules (``open_port`` loads no weights), so its baseline matches the pipeline modes'."""
+    from stageload.pixal3d import open_port
+
+    if args.weights:
+        env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]
+        os.environ.update(env)
+    open_port(STANDIN)
+
+
+def run(args, working, emit) -> dict:
+    """One image through the stand-in port in ``args.mode`` (eager / staged / budget).
+
+    ``working``: a ``WorkingMemory``; ``emit``: the event sink (stdout JSON lines). Emits a
+    final ``bench_done`` event with the adapter's own figures (resident bytes per stage, models
+    kept across gaps, backbone/NAF sharing) and returns the same dict.
+    """
+    from stageload import make_event, on_call
+    from stageload.pixal3d import Pixal3DRun
+
+    env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]
+    os.environ.update(env)  # HF_HOME / TORCH_HOME: where the stand-in port finds its weights
+    load = "eager" if args.mode == "eager" else "staged"
+    keep = int(args.budget) if args.mode == "budget" else 0
+    pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=emit)
+
+    def stage_end(*_args, **_kwargs) -> None:
+        if pipeline.stage is not None:
+            working.allocate(pipeline.stage)
+            working.finish()
+
+    hook = on_call(pipeline, "enter", before=stage_end)
+    with tempfile.TemporaryDirectory(prefix="pixal3d-bench-") as tmp:
+        result = pipeline.generate(args.image, Path(tmp) / "out.glb", seed=42, texture_size=512,
+                                   steps=args.steps)
+        stage_end()  # export's working memory, inside the export window
+    hook.remove()
+    pipeline.close()
+    done = make_event("bench_done", mode=args.mode, load=load, keep_resident=keep,
+                      resident_bytes=result["resident_bytes"], kept=result["kept"],
+                      share_stats=pipeline.share_stats, vertices=result["vertices"],
+                      faces=result["faces"], seconds=result["seconds"])
+    emit(done)
+    return done
+
+
+def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dict:
+    """Where one model's load time goes, cold, as the port's ``from_pretrained`` does it, and
+    as a meta-device build with ``assign=True`` would do it (SPEC §2.1 "loading without a second
+    copy"). Runs in the calling process; the file is evicted from the page cache first.
+
+    Returns bytes and seconds: ``{"model", "bytes", "port": {"build", "read", "copy",
+    "total"}, "meta_assign": {"build", "read", "assign", "total"}, "eviction": {...}}`` (each
+    read is cold: the file is evicted again before it). The first meta-device build in a
+    process pays a one-time setup of several seconds, so a warm-up build precedes the timed one.
+    """
+    import time
+
+    import pixal3d_bench_disk as disk
+    import torch
+    from safetensors.torch import load_file
+
+    import pixal3d.models as models  # the stand-in's (on sys.path via pixal3d_bench_sizes)
+
+    ckpt = Path(weights["root"]) / "hf" / "hub" / "models--TencentARC--Pixal3D" / "ckpts" / name
+    config = json.loads(ckpt.with_suffix(".json").read_text())
+    path = ckpt.with_suffix(".safetensors")
+    cls = getattr(models, config["name"])
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        value = fn()
+        return value, time.perf_counter() - t0
+
+    with torch.random.fork_rng(devices=[]):
+        eviction = disk.evict([path])
+        model, build = timed(lambda: cls(**config["args"]))
+        state, read = timed(lambda: load_file(str(path)))
+        _, copy = timed(lambda: model.load_state_dict(state))
+        nbytes = sum(t.numel() * t.element_size() for t in state.values())
+        del model, state
+        disk.evict([path])
+        with torch.device("meta"):
+            cls(**config["args"])  # warm-up: torch's first meta build pays a one-time setup
+            meta, mbuild = timed(lambda: cls(**config["args"]))
+        state, mread = timed(lambda: load_file(str(path)))
+        _, assign = timed(lambda: meta.load_state_dict(state, assign=True))
+        del meta, state
+    return {"model": name, "bytes": nbytes,
+            "port": {"build": build, "read": read, "copy": copy, "total": build + read + copy},
+            "meta_assign": {"build": mbuild, "read": mread, "assign": assign,
+                            "total": mbuild + mread + assign},
+            "eviction": eviction.as_dict()}

@@ -1,0 +1,78 @@
+"""One benchmark process: ``alone`` (working memory only), ``eager``, ``staged`` or ``budget``.
+
+Started by ``bench/pixal3d_bench.py`` under ``python -m stageload guard``; never run by hand
+except for debugging. Writes one JSON object per line on stdout (flushed per line): first
+``{"event": "bench_hello", "pid": ..., "mode": ...}`` so the parent can start sampling this
+process from outside, then every stageload event (``stage``, ``ready``, ``load``, ``reload``,
+``release``) and the benchmark's own ``bench_*`` events. Human messages go to stderr.
+
+Exit codes: 0 done, 2 bad arguments (argparse), 1 anything else (message on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _emit(event: dict) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _hello(mode: str) -> None:
+    _emit({"event": "bench_hello", "t": time.time(), "pid": os.getpid(), "mode": mode})
+
+
+def run_alone(args, working) -> None:
+    """Every stage's working memory alone: ``stage``, a ``--hold`` wait (the baseline window),
+    ``ready``, allocate, hold, free — no weights, no pipeline."""
+    from stageload.events import make_event
+
+    stages = list(working.sizes)
+    for index, stage in enumerate(stages):
+        _emit(make_event("stage", stage=stage, index=index, count=len(stages)))
+        t0 = time.perf_counter()
+        time.sleep(args.hold)  # baseline window: nothing of this stage allocated yet
+        _emit(make_event("ready", stage=stage, seconds=time.perf_counter() - t0, released_bytes=0))
+        working.allocate(stage)
+        working.finish()
+    _emit(make_event("bench_done", mode="alone"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", required=True, choices=["alone", "eager", "staged", "budget"])
+    p.add_argument("--weights", help="folder the stand-in's weights were written to")
+    p.add_argument("--scale", type=float, required=True, help="size factor, e.g. 0.125")
+    p.add_argument("--hold", type=float, default=1.0, help="seconds each stage holds its peak")
+    p.add_argument("--budget", type=int, default=0, help="keep-resident budget, bytes (budget mode)")
+    p.add_argument("--image", help="input image for the pipeline modes")
+    p.add_argument("--steps", type=int, default=None,
+                   help="sampler steps (default: the port's own, from pipeline.json)")
+    args = p.parse_args(argv)
+    _hello(args.mode)
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pixal3d_bench_sizes as sizes
+    from pixal3d_bench_working import WorkingMemory
+
+    working = WorkingMemory(sizes.scaled_working_bytes(args.scale), args.hold)
+    import pixal3d_bench_pipeline
+
+    if args.mode == "alone":
+        pixal3d_bench_pipeline.open_port_only(args)  # same imports as the pipeline modes
+        run_alone(args, working)
+        return 0
+
+    pixal3d_bench_pipeline.run(args, working, _emit)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
