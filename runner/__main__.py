@@ -11,6 +11,7 @@ from .errors import RunnerError
 from .protocol import Emitter, make
 
 _DEPENDENCIES = ("PIL", "numpy", "psutil")
+"""Third-party packages the supervisor itself needs (torch is the worker's business)."""
 
 
 def _missing_dependency(exc: ImportError, mode: str) -> int:
@@ -32,6 +33,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = argv[0] if argv and argv[0] in ("batch", "check") else "single"
     try:
+        import importlib
+
+        for name in _DEPENDENCIES:  # before anything else, so a missing one is one clear error
+            importlib.import_module(name)
         if mode == "batch":
             from .batch import main as command
         elif mode == "check":

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m runner batch DIR -o OUTDIR …``: returns 0 when every image is done or
     skipped, ``batch_failed`` (5) when any failed, another kind's code for a batch-level error
     (missing folder, cancel …)."""
-    from .supervisor import RUNNER_VERSION, Job, run_job
+    from .supervisor import RUNNER_VERSION, Job, Outcome, run_job
 
     try:
         ns = build_parser().parse_args(argv)
@@ -162,8 +162,18 @@ def main(argv: list[str] | None = None) -> int:
                       overwrite=ns.overwrite, options=backend_options(ns))
             item_hello = {**hello, "mode": "batch_item", "image": str(image),
                           "output": str(output), "trace": str(trace), "item": index}
-            outcome = run_job(job, emitter.emit, cancel, config, preamble=[item_hello],
-                              tag={"item": index})
+            began = time.time()
+            try:
+                outcome = run_job(job, emitter.emit, cancel, config, preamble=[item_hello],
+                                  tag={"item": index})
+            except Exception as exc:  # a bug on this image must not stop the others
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
+                err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
+                outcome = Outcome(ok=False, final=err.fields(), exit_code=err.exit_code,
+                                  output=None, trace=None, seconds=time.time() - began,
+                                  peak=None, error=err)
             if outcome.error is not None and outcome.error.kind == "cancelled":
                 status = "cancelled"
             else:

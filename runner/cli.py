@@ -34,9 +34,11 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
                         help="which image-to-mesh method runs (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--texture-size", type=int, default=1024, metavar="PX",
-                        help="base-colour texture side in pixels (default: 1024)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed (default: the backend's: builtin 0, pixal3d 42)")
+    parser.add_argument("--texture-size", type=int, default=None, metavar="PX",
+                        help="base-colour texture side in pixels (default: the backend's: "
+                             "builtin 1024, pixal3d 2048)")
     parser.add_argument("--height", type=float, default=None, metavar="M", dest="height_m",
                         help="height of the mesh in metres (default: the backend's, 1 m)")
     parser.add_argument("--overwrite", action="store_true",

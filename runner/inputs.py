@@ -76,6 +76,9 @@ def _open_checked(path: Path) -> Image.Image:
     except PermissionError:
         raise RunnerError("input_missing", f"{_name(path)} cannot be read (permission denied).",
                           "Check the file's permissions.") from None
+    except Exception:  # OSError, SyntaxError, struct.error … from a format's header parser
+        raise RunnerError("image_truncated", f"{_name(path)} starts like an image but its "
+                          "header is damaged or cut short.") from None
 
 
 def _verify_and_load(path: Path) -> Image.Image:

@@ -52,15 +52,15 @@ def log(text: str) -> None:
 class Job:
     """One image → GLB job. Paths as given (made absolute during validation); ``trace`` None
     means ``OUT.trace.jsonl`` next to the output; ``options`` are the backend's own options
-    (``dest`` → value); ``seed`` (int), ``texture_size`` (px), ``height_m`` (metres or None for
-    the backend's default)."""
+    (``dest`` → value); ``seed`` (int), ``texture_size`` (px), ``height_m`` (metres) — each
+    None for the backend's own default."""
 
     image: Path
     output: Path
     backend: str = backends.DEFAULT
     trace: Path | None = None
-    seed: int = 0
-    texture_size: int = 1024
+    seed: int | None = None
+    texture_size: int | None = None
     height_m: float | None = None
     overwrite: bool = False
     options: dict = field(default_factory=dict)
@@ -301,6 +301,12 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
         trace.open(trace_path)
     except RunnerError as err:
         return finish(err)
+    except Exception as exc:  # a bug in validation: this job fails, the process goes on
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        return finish(RunnerError("internal", f"Unexpected {type(exc).__name__} while checking "
+                                  f"the input: {exc}"))
     publish(make("input", **info.as_dict()))
     if cancel:
         return finish(RunnerError("cancelled", f"Cancelled ({cancel.reason}) before the start."))

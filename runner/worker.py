@@ -118,17 +118,19 @@ def _devices(torch) -> dict:
 
 
 def _classify(exc: BaseException, module) -> RunnerError:
-    """Turn a backend's exception into a ``RunnerError``: its own ``kind`` attribute, the
-    module's ``ERRORS`` table (class name → kind), ``ENOSPC`` anywhere in the chain →
-    ``disk_full``, else ``backend_failed``."""
+    """Turn a backend's exception into a ``RunnerError``: its own ``kind`` attribute when that
+    is a known kind, else the module's ``ERRORS`` table (class name → kind), ``ENOSPC``
+    anywhere in the chain → ``disk_full``, else ``backend_failed``. The exception's ``hint``
+    (if any) is kept."""
     if isinstance(exc, RunnerError):
         return exc
     kind = getattr(exc, "kind", None)
-    table = getattr(module, "ERRORS", {}) if module is not None else {}
-    for cls in type(exc).__mro__:
-        if cls.__name__ in table:
-            kind = table[cls.__name__]
-            break
+    if not (isinstance(kind, str) and kind in KINDS):  # the exception's own kind wins
+        table = getattr(module, "ERRORS", {}) if module is not None else {}
+        for cls in type(exc).__mro__:
+            if cls.__name__ in table:
+                kind = table[cls.__name__]
+                break
     text = str(getattr(exc, "message", None) or exc) or type(exc).__name__
     if isinstance(kind, str) and kind in KINDS:
         return RunnerError(kind, text, getattr(exc, "hint", None))
@@ -148,7 +150,8 @@ def _classify(exc: BaseException, module) -> RunnerError:
 
 def run_job(job: dict, emit) -> int:
     """Run one job dict (``backend``, ``image``, ``output`` = partial GLB path, ``seed``,
-    ``texture_size``, ``options``) sending events to ``emit``; returns the exit status."""
+    ``texture_size``, ``height_m`` — each None for the backend's default — and ``options``)
+    sending events to ``emit``; returns the exit status."""
     from . import backends
     from .inputs import load_image
 
@@ -164,12 +167,11 @@ def run_job(job: dict, emit) -> int:
         image, info = load_image(job["image"])
         module = backend.load()
         kwargs = dict(job.get("options") or {})
-        if job.get("height_m") is not None:
-            kwargs["height_m"] = float(job["height_m"])
-        result = module.generate(image, job["output"], had_alpha=info.had_alpha,
-                                 seed=int(job.get("seed", 0)),
-                                 texture_size=int(job.get("texture_size", 1024)),
-                                 emit=emit, **kwargs)
+        for key, cast in (("seed", int), ("texture_size", int), ("height_m", float)):
+            if job.get(key) is not None:  # unset: the backend's own default
+                kwargs[key] = cast(job[key])
+        result = module.generate(image, job["output"], had_alpha=info.had_alpha, emit=emit,
+                                 **kwargs)
         emit({"event": "worker_done", "output": job["output"], "info": result or {}})
         return 0
     except BaseException as exc:  # everything becomes one error event, never a traceback on stdout

@@ -90,16 +90,6 @@ class Backend:
         return result
 
 
-def _pixal3d_stages(options: dict) -> tuple[str, ...]:
-    # The stage plan of SPEC §2.5 for the 1024_cascade pipeline; other pipeline types drop the
-    # 1024 shape pass. The pixal3d module, when present, is the authority (its STAGES).
-    if options.get("pipeline_type") in ("512",):
-        return ("setup", "preprocess", "camera", "structure", "shape_512", "texture", "decode",
-                "export")
-    return ("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024", "texture",
-            "decode", "export")
-
-
 BACKENDS: dict[str, Backend] = {
     "builtin": Backend(
         name="builtin",
@@ -111,11 +101,15 @@ BACKENDS: dict[str, Backend] = {
         name="pixal3d",
         module="runner.backends.pixal3d",
         title="Pixal3D (staged through stageload; needs a Pixal3D-mac checkout and its weights)",
-        stages=_pixal3d_stages,
+        # SPEC §2.5's plan; the same for both pipeline types (runner.backends.pixal3d.STAGES,
+        # checked by tests/runner/test_contract.py).
+        stages=("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024",
+                "texture", "decode", "export"),
         options=(
-            Option("--pixal3d-dir", "pixal3d_dir", "folder of the Pixal3D-mac checkout"),
+            Option("--pixal3d-dir", "pixal3d_dir", "folder of the Pixal3D-mac checkout "
+                   "(default: $PIXAL3D_DIR)"),
             Option("--pipeline-type", "pipeline_type", "Pixal3D pipeline type",
-                   default="1024_cascade"),
+                   ("1024_cascade", "1536_cascade"), "1024_cascade"),
             Option("--load", "load", "staged: load each model when its stage needs it; eager: "
                    "the port's own loading (for comparison)", ("staged", "eager"), "staged"),
             Option("--keep-resident", "keep_resident", "bytes (or 1G) a model needed again later "

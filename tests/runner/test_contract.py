@@ -34,19 +34,50 @@ def test_every_event_name_is_documented(repo_root):
         assert f"`{name}`" in text, name
 
 
-def test_builtin_stage_plan_matches_the_backend():
-    from runner.backends import builtin
+def test_stage_plans_match_the_backends():
+    """The registry's static plan (the supervisor announces it in `hello` without importing
+    the backend) is each installed backend module's own STAGES."""
+    import importlib
 
-    assert backends.get("builtin").planned_stages() == list(builtin.STAGES)
+    checked = 0
+    for name in backends.names():
+        entry = backends.get(name)
+        if entry.installed():
+            module = importlib.import_module(entry.module)
+            assert entry.planned_stages() == list(module.STAGES), name
+            checked += 1
+    assert checked >= 1
 
 
-def test_pixal3d_not_installed_is_clean():
+def test_a_backend_that_is_not_installed_says_so():
+    ghost = backends.Backend(name="ghost", module="runner.backends.no_such_backend",
+                             title="not here", stages=("a",), install_hint="Install it.")
+    assert not ghost.installed()
+    assert ghost.check() == {"ok": False, "reason": "not installed", "hint": "Install it."}
+
+
+def test_pixal3d_entry_options():
     entry = backends.get("pixal3d")
-    if entry.installed():  # the Pixal3D helper's module has landed; its own tests cover it
-        return
-    verdict = entry.check()
-    assert verdict == {"ok": False, "reason": "not installed", "hint": entry.install_hint}
-    assert [o.flag for o in entry.options] == ["--pixal3d-dir", "--pipeline-type", "--load"]
+    assert [o.flag for o in entry.options] == ["--pixal3d-dir", "--pipeline-type", "--load",
+                                               "--keep-resident"]
+
+
+def test_backend_exception_kinds():
+    """An exception's own `kind` wins over the module's ERRORS table; the hint travels."""
+    import types
+
+    from runner.worker import _classify
+
+    class PortError(Exception):
+        def __init__(self, message, kind, hint):
+            super().__init__(message)
+            self.kind, self.hint = kind, hint
+
+    module = types.SimpleNamespace(ERRORS={"PortError": "pixal3d_missing"})
+    err = _classify(PortError("version 9 unknown", "pixal3d_version", "Use 1.x."), module)
+    assert (err.kind, err.hint) == ("pixal3d_version", "Use 1.x.")
+    err = _classify(PortError("gone", None, "Pass --pixal3d-dir."), module)
+    assert err.kind == "pixal3d_missing" and err.exit_code == 32
 
 
 def test_supervisor_modules_do_not_import_torch():

@@ -89,3 +89,13 @@ def test_non_ascii_path(samples):
 
 def test_min_side_is_documented():
     assert f"{MIN_SIDE} px" in KINDS["image_too_small"].summary
+
+
+def test_damaged_header(tmp_path):
+    """A PNG signature followed by garbage: Pillow's header parser raises OSError inside
+    Image.open — still our own kind, not a traceback."""
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 10)
+    with pytest.raises(RunnerError) as info:
+        load_image(bad)
+    assert info.value.kind == "image_truncated"

@@ -1,0 +1,104 @@
+"""`python -m runner check`, and an interpreter without torch or without Pillow: a real
+virtual environment made here whose site-packages holds links to Pillow, NumPy and psutil of
+the project's environment, and nothing else (no torch)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def test_check_reports_python_torch_devices_backends(rt):
+    fin = rt.run(["check"])
+    assert fin.returncode == 0, fin.stderr[-2000:]
+    assert fin.kinds() == ["check"]
+    c = fin.last()
+    assert c["python"]["executable"] == rt.PY and c["python"]["version"].startswith("3.")
+    import torch
+
+    assert c["torch"] == {"version": torch.__version__, "ok": True}
+    assert set(c["devices"]) == {"cpu", "cuda", "mps"}
+    assert c["devices"]["cpu"]["available"] is True
+    assert c["devices"]["cuda"]["available"] == torch.cuda.is_available()
+    assert c["backends"]["builtin"]["ok"] is True and c["ok"] is True
+    pix = c["backends"]["pixal3d"]
+    if not pix["ok"]:
+        assert pix["reason"] and pix["hint"]
+
+
+def test_check_for_a_backend_that_cannot_run(rt, tmp_path):
+    from runner import backends
+
+    if backends.get("pixal3d").installed():
+        pytest.skip("the pixal3d backend is installed; its own tests cover its check")
+    fin = rt.run(["check", "--backend", "pixal3d"])
+    assert fin.returncode == 31 and fin.last()["ok"] is False
+    assert fin.last()["backends"]["pixal3d"]["reason"] == "not installed"
+    run = rt.run([Path(__file__).parents[2] / "examples" / "goblin.png", "-o",
+                  tmp_path / "a.glb", "--backend", "pixal3d"])
+    assert run.last()["kind"] == "backend_unavailable" and run.returncode == 31
+
+
+@pytest.fixture(scope="module")
+def python_without_torch(tmp_path_factory):
+    """A venv (``python -m venv --without-pip`` from the base interpreter) that can import
+    Pillow, NumPy and psutil (linked from the project's venv) and the repository, not torch."""
+    import numpy
+    import PIL
+    import psutil
+
+    root = tmp_path_factory.mktemp("venv")
+    base = getattr(sys, "_base_executable", sys.executable)
+    r = subprocess.run([base, "-m", "venv", "--without-pip", str(root / "env")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot create a venv: {r.stderr[-300:]}")
+    py = root / "env" / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    links = root / "links"
+    links.mkdir()
+    for module in (PIL, numpy, psutil):
+        pkg = Path(module.__file__).parent
+        (links / pkg.name).symlink_to(pkg)
+        for extra in pkg.parent.glob(f"{pkg.name.lower().replace('pil', 'pillow')}.libs"):
+            (links / extra.name).symlink_to(extra)
+    (site / "links.pth").write_text(f"{links}\n{Path(__file__).resolve().parents[2]}\n")
+    probe = subprocess.run([str(py), "-c", "import PIL, numpy, psutil, runner, stageload"],
+                           capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0
+    return str(py)
+
+
+def test_run_without_torch(rt, python_without_torch, shared_images, tmp_path, sentinel_output):
+    fin = rt.run([shared_images[0], "-o", sentinel_output, "--overwrite"],
+                 python=python_without_torch)
+    err = fin.last()
+    assert err["kind"] == "no_torch" and fin.returncode == 30, (err, fin.stderr[-2000:])
+    assert python_without_torch in err["message"] and python_without_torch in err["hint"]
+    assert err["details"]["python"] == python_without_torch
+    assert "Traceback" not in fin.stdout
+    assert sentinel_output.read_bytes() == b"not touched by the runner\n"
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_check_without_torch(rt, python_without_torch):
+    fin = rt.run(["check"], python=python_without_torch)
+    c = fin.last()
+    assert fin.returncode == 30 and c["torch"]["ok"] is False and c["torch"]["version"] is None
+    assert python_without_torch in c["torch"]["hint"]
+    assert c["backends"]["builtin"]["ok"] is False
+
+
+def test_interpreter_without_pillow(rt, tmp_path):
+    """The bare base interpreter (no Pillow/NumPy/psutil): `missing_dependency`, no traceback."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    if subprocess.run([base, "-c", "import PIL"], capture_output=True).returncode == 0:
+        pytest.skip("the base interpreter has Pillow")
+    fin = rt.run([tmp_path / "x.png", "-o", tmp_path / "x.glb"], python=base)
+    assert fin.kinds() == ["hello", "error"]
+    assert fin.last()["kind"] == "missing_dependency" and fin.returncode == 34
+    assert base in fin.last()["hint"]
