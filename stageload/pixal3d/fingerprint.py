@@ -19,16 +19,14 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
-from safetensors.torch import load_file, save_file
-
 INDEX = "fingerprint.json"
 
 
-def tensor_parts(value: Any) -> dict[str, torch.Tensor]:
+def tensor_parts(value: Any) -> dict:
     """The tensors of a sampler output or mesh: a tensor → ``{"samples": t}``; an object with
     ``feats``/``coords`` (a sparse tensor) → both; a mesh → its ``vertices``, ``faces`` and, when
     present, ``attrs``/``coords``. Raises ``TypeError`` for anything else."""
+    import torch
     if isinstance(value, torch.Tensor):
         return {"samples": value}
     parts = {}
@@ -41,8 +39,10 @@ def tensor_parts(value: Any) -> dict[str, torch.Tensor]:
     return parts
 
 
-def tensor_sha256(t: torch.Tensor) -> str:
-    """SHA-256 of dtype, shape and bytes of ``t`` (moved to the CPU, made contiguous)."""
+def tensor_sha256(t) -> str:
+    """SHA-256 of dtype, shape and bytes of the torch tensor ``t`` (moved to the CPU, made
+    contiguous)."""
+    import torch
     t = t.detach().to("cpu").contiguous()
     h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
     h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
@@ -68,6 +68,7 @@ class FingerprintRecorder:
         name, n = key, 1
         while name in self.entries:
             name, n = f"{key}_{n}", n + 1
+        from safetensors.torch import save_file
         parts = {k: v.detach().to("cpu").contiguous() for k, v in tensor_parts(value).items()}
         save_file(parts, str(self.folder / f"{name}.safetensors"))
         info = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "sha256": tensor_sha256(v)} for k, v in parts.items()}
@@ -96,7 +97,10 @@ def read_fingerprint(folder: os.PathLike | str) -> dict:
 def compare(a: os.PathLike | str, b: os.PathLike | str) -> dict:
     """Compare two fingerprint folders. Returns ``{"identical": bool, "entries": {key:
     {"equal": bool, "max_abs_diff": float|None, "note": str|None}}}``; a key in only one folder
-    counts as different. ``max_abs_diff`` is computed from the stored copies when shapes match."""
+    counts as different. ``max_abs_diff`` is computed from the stored copies when shapes match
+    (read with ``safetensors.numpy``, so comparing needs no torch)."""
+    import numpy as np
+    from safetensors.numpy import load_file
     ia, ib = read_fingerprint(a), read_fingerprint(b)
     out = {}
     for key in sorted(set(ia["entries"]) | set(ib["entries"])):
@@ -115,6 +119,6 @@ def compare(a: os.PathLike | str, b: os.PathLike | str) -> dict:
                 note = f"{part}: shapes differ ({None if x is None else tuple(x.shape)} vs {None if y is None else tuple(y.shape)})"
                 diff = None
                 break
-            diff = max(diff, float((x.double() - y.double()).abs().max()) if x.numel() else 0.0)
+            diff = max(diff, float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) if x.size else 0.0)
         out[key] = {"equal": False, "max_abs_diff": diff, "note": note}
     return {"identical": all(e["equal"] for e in out.values()) and bool(out), "entries": out}
