@@ -200,3 +200,36 @@ def list_images(folder: str | os.PathLike) -> list[Path]:
         raise ConfigError(f"Batch folder not found: {p}")
     return sorted((f for f in p.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES),
                   key=lambda f: f.name.lower())
+
+
+def summarize_check(stdout: str) -> str:
+    """Lines for people from the last JSON line ``runner check`` prints (its ``check`` event,
+    runner/PROTOCOL.md): Python and torch versions, available devices, and each backend ready or
+    not with the reason (unknown fields ignored); or ``"ERROR: …"`` when the runner answered
+    with an ``error`` event. Raises ``ValueError`` when ``stdout`` holds no JSON object."""
+    data = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
+    if not isinstance(data, dict):
+        raise ValueError("runner check printed no JSON object")
+    if data.get("event") == "error":  # e.g. the interpreter lacks Pillow: no check was made
+        return f"ERROR: {data.get('message', '')} {data.get('hint', '')}".rstrip()
+    lines = []
+    py = data.get("python")
+    if isinstance(py, dict):
+        py = py.get("version") or py.get("executable")
+    torch = data.get("torch")
+    if isinstance(torch, dict):
+        torch = torch.get("version") or torch.get("reason") or torch.get("error") or "missing"
+    lines.append(f"Python {py or '?'} · torch {torch or 'not found'}")
+    devices = data.get("devices")
+    if isinstance(devices, dict):  # {"cpu": {"available": true, …}, "mps": {…}}
+        names = [n for n, d in devices.items() if isinstance(d, dict) and d.get("available")]
+        lines.append("devices: " + (", ".join(names) or "none"))
+    backends = data.get("backends") or {}
+    if isinstance(backends, dict):
+        for name, info in backends.items():
+            if isinstance(info, dict):
+                ok = info.get("ok", info.get("available"))
+                why = info.get("reason") or ""
+                lines.append(f"{name}: {'ready' if ok else 'not available'}"
+                             + (f" — {why}" if why and not ok else ""))
+    return "\n".join(lines)

@@ -125,8 +125,11 @@ class Controller:
     def shutdown(self) -> None:
         """Stop everything now (add-on disabled, Blender quitting): no runner is left alive."""
         self.cancel(block=True)
-        if bpy.app.timers.is_registered(tick):
-            bpy.app.timers.unregister(tick)
+        try:
+            if bpy.app.timers.is_registered(tick):
+                bpy.app.timers.unregister(tick)
+        except Exception:  # at interpreter exit bpy may already be torn down
+            pass
 
     # ------------------------------------------------------------------ main-thread work
     def tick(self) -> float | None:
@@ -185,6 +188,10 @@ class Controller:
             self.batch.record(outcome, detail)
 
     def _import(self, spec: config.JobSpec, launch: Launch) -> bpy.types.Object:
+        with importer.window_context():
+            return self._import_in_window(spec, launch)
+
+    def _import_in_window(self, spec: config.JobSpec, launch: Launch) -> bpy.types.Object:
         scene = bpy.context.scene
         root = importer.ensure_collection(scene)
         coll = root if launch.collection == importer.ROOT_COLLECTION else \

@@ -60,8 +60,10 @@ def base_color_image(obj: bpy.types.Object) -> bpy.types.Image | None:
     return None
 
 
-def _override_context():
-    """A context override with a window when Blender has one (timers run without it)."""
+def window_context():
+    """A context override with a window when Blender has one: timer callbacks run without a
+    window, and the glTF importer and view-layer selection want one. A no-op override in
+    background mode (no windows)."""
     wm = bpy.context.window_manager
     if wm is not None and wm.windows and bpy.context.window is None:
         win = wm.windows[0]
@@ -86,7 +88,7 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     if not glb.is_file():
         raise MeshImportError(f"The runner's GLB is missing: {glb}")
     before = set(bpy.data.objects)
-    with _override_context():
+    with window_context():
         result = bpy.ops.import_scene.gltf(filepath=str(glb), import_pack_images=True)
     new = [o for o in bpy.data.objects if o not in before]
     if "FINISHED" not in result:

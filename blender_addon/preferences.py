@@ -6,7 +6,6 @@ copies the answer into the preferences on the main thread.
 """
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
@@ -48,36 +47,6 @@ def guard_settings(prefs) -> config.GuardSettings:
         busy=prefs.busy, quiet_for=prefs.quiet_for)
 
 
-def summarize_check(stdout: str) -> str:
-    """Lines for people from the JSON object ``runner check`` prints: Python and torch versions,
-    available devices, and each backend ready or not with the reason (unknown fields ignored).
-    Raises ``ValueError`` when ``stdout`` holds no JSON object."""
-    data = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
-    if not isinstance(data, dict):
-        raise ValueError("runner check printed no JSON object")
-    lines = []
-    py = data.get("python")
-    if isinstance(py, dict):
-        py = py.get("version") or py.get("executable")
-    torch = data.get("torch")
-    if isinstance(torch, dict):
-        torch = torch.get("version") or torch.get("reason") or torch.get("error") or "missing"
-    lines.append(f"Python {py or '?'} · torch {torch or 'not found'}")
-    devices = data.get("devices")
-    if isinstance(devices, dict):  # {"cpu": {"available": true, …}, "mps": {…}}
-        names = [n for n, d in devices.items() if isinstance(d, dict) and d.get("available")]
-        lines.append("devices: " + (", ".join(names) or "none"))
-    backends = data.get("backends") or {}
-    if isinstance(backends, dict):
-        for name, info in backends.items():
-            if isinstance(info, dict):
-                ok = info.get("ok", info.get("available"))
-                why = info.get("reason") or ""
-                lines.append(f"{name}: {'ready' if ok else 'not available'}"
-                             + (f" — {why}" if why and not ok else ""))
-    return "\n".join(lines)
-
-
 class _CheckResult:
     """Answer of the last Check, handed from the worker thread to the main thread."""
     lock = threading.Lock()
@@ -95,7 +64,7 @@ def _check_worker(python: str, runtime: Path, pixal3d_dir: str) -> None:
             text = "ERROR: `runner check` did not answer within 120 s."
         else:
             try:
-                text = summarize_check(out)
+                text = config.summarize_check(out)
             except (ValueError, AttributeError):
                 tail = (err.strip().splitlines() or out.strip().splitlines() or [""])[-1]
                 text = f"ERROR: `runner check` failed (exit {rc}): {tail}"

@@ -144,3 +144,47 @@ def test_batch_bookkeeping(tmp_path):
     assert config.list_images(tmp_path) == []
     with pytest.raises(config.ConfigError, match="Batch folder not found"):
         config.list_images(tmp_path / "nope")
+
+
+def test_job_command_line_parses_with_the_runner_parser(tmp_path):
+    """The add-on's command line against the runner's own parser (runner.cli.build_parser)."""
+    from runner.cli import build_parser
+
+    spec = config.JobSpec(image=tmp_path / "gob lin é.png", output=tmp_path / "o.glb",
+                          trace=tmp_path / "o.trace.jsonl", backend="pixal3d", seed=42,
+                          texture_size=2048, pipeline_type="1536_cascade",
+                          pixal3d_dir="~/Pixal3D-mac", overwrite=True,
+                          guard=config.GuardSettings(wait_free_percent=40))
+    argv = spec.argv("/py")
+    assert argv[:3] == ["/py", "-m", "runner"]
+    ns = build_parser().parse_args(argv[3:])
+    assert ns.image == str(spec.image) and ns.output == str(spec.output)
+    assert ns.trace == str(spec.trace) and ns.backend == "pixal3d" and ns.seed == 42
+    assert ns.texture_size == 2048 and ns.pipeline_type == "1536_cascade" and ns.overwrite
+    assert ns.pixal3d_dir == os.path.expanduser("~/Pixal3D-mac")
+    assert ns.guard_wait_free.percent == 40
+
+
+def test_check_summary_from_the_real_runner(tmp_path):
+    """`runner check` with the .venv, and with a bare venv that lacks the project's packages
+    (what a Mac user gets from /usr/bin/python3): both answers become clear text."""
+    from blender_addon.process import run_quick
+
+    runtime = config.runtime_dir()
+    rc, out, err = run_quick([PY, "-m", "runner", "check"], runner_env(runtime), cwd=runtime)
+    assert rc == 0, err
+    lines = config.summarize_check(out).splitlines()
+    assert lines[0].startswith("Python 3.11") and "torch 2." in lines[0]
+    assert "devices: cpu" in lines[1]
+    assert "builtin: ready" in lines
+    assert any(x.startswith("pixal3d: not available — ") for x in lines)
+
+    import venv
+    venv.create(tmp_path / "bare", with_pip=False)
+    bare = tmp_path / "bare" / "bin" / "python"
+    rc, out, err = run_quick([bare, "-m", "runner", "check"], runner_env(runtime), cwd=runtime)
+    assert rc != 0
+    text = config.summarize_check(out)
+    assert text.startswith(f"ERROR: The Python at {bare} cannot import"), text
+    with pytest.raises(ValueError):
+        config.summarize_check("")
