@@ -129,6 +129,9 @@ def test_texture_size_and_floor(shared_images, tmp_path):
     assert big["texture_size"] == 2048 and small["texture_size"] == 512
     tex = next(iter(trimesh.load(tmp_path / "a.glb").geometry.values())).visual.material.baseColorTexture
     assert tex.size == (2048, 2048)
+    with pytest.raises(ValueError, match="4096"):
+        generate(image, tmp_path / "c.glb", had_alpha=True, texture_size=8192)
+    assert not (tmp_path / "c.glb").exists()
 
 
 def test_height_option_and_determinism(shared_images, tmp_path):

@@ -23,7 +23,7 @@ from .export import build_mesh, write_glb
 from .grid import DEFAULT_MAX_CELLS, make_grid
 from .inflate import DEFAULT_DEPTH_SCALE, inflate_body
 from .matte import compute_matte
-from .texture import make_texture
+from .texture import MAX_TEXTURE_SIZE, make_texture
 
 __all__ = [
     "NAME", "STAGES", "ERRORS", "generate",
@@ -63,7 +63,7 @@ def generate(
             opaque everywhere) the matte is keyed from the border colour.
         seed: accepted for the runner's common interface; the method is deterministic and does not
             use it.
-        texture_size: base-colour texture side, px (raised to 512 if smaller).
+        texture_size: base-colour texture side, px (raised to 512 if smaller; at most 4096).
         height_m: height of the mesh's bounding box, metres (> 0).
         emit: sink for stageload-style events (``stage``, ``ready``, ``progress``), or None.
         max_cells: mesh cells along the silhouette's longer side (detail versus size and time).
@@ -78,15 +78,16 @@ def generate(
     Raises:
         EmptyMatteError: fully transparent image, or nothing left after keying the border.
         BackgroundNotPlainError: no alpha and no plain border colour to key.
-        ValueError: ``height_m`` ≤ 0 or ``texture_size`` < 1.
+        ValueError: ``height_m`` ≤ 0, or ``texture_size`` < 1 or > 4096.
         OSError: ``output`` cannot be written.
 
     The mesh: +Y up, metres, front towards +Z (glTF), feet at y = 0, centred on x and z.
     """
     if not height_m > 0:
         raise ValueError(f"height_m must be positive, got {height_m}")
-    if texture_size < 1:
-        raise ValueError(f"texture_size must be positive, got {texture_size}")
+    if not 1 <= texture_size <= MAX_TEXTURE_SIZE:
+        raise ValueError(f"texture size must be 1 to {MAX_TEXTURE_SIZE} px (512 is the floor "
+                         f"actually written), got {texture_size}; use --texture-size 1024 or 2048")
     sink = emit or (lambda event: None)
     seconds: dict[str, float] = {}
     start = time.perf_counter()

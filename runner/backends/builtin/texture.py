@@ -20,6 +20,9 @@ from .matte import Matte
 
 #: the smallest base-colour texture written, px (the product's floor).
 MIN_TEXTURE_SIZE = 512
+#: the largest accepted, px: 4096 px costs about 1 GB at peak and 10 s here; beyond that the
+#: input's detail (a few hundred to a few thousand px) gains nothing.
+MAX_TEXTURE_SIZE = 4096
 #: a texel whose footprint is at least this fraction trusted keeps its own resampled colour.
 MIN_TEXEL_WEIGHT = 0.5
 
@@ -52,10 +55,16 @@ def make_texture(rgba: np.ndarray, matte: Matte, size: int) -> Texture:
         matte: the matte stage's result (same H, W).
         size: texture side, px; raised to ``MIN_TEXTURE_SIZE`` if smaller.
 
+    Raises:
+        ValueError: ``size`` above ``MAX_TEXTURE_SIZE``.
+
     Returns:
         A :class:`Texture` whose crop is the silhouette's bounding box made square (centred),
         with a margin of 2 % of its side so edge texels have room to bleed.
     """
+    if int(size) > MAX_TEXTURE_SIZE:
+        raise ValueError(f"texture size {size} px is above the built-in backend's maximum of "
+                         f"{MAX_TEXTURE_SIZE} px; use --texture-size {MAX_TEXTURE_SIZE} or less")
     size = max(int(size), MIN_TEXTURE_SIZE)
     mask = matte.mask
     trusted = matte.colour_mask
@@ -78,16 +87,26 @@ def make_texture(rgba: np.ndarray, matte: Matte, size: int) -> Texture:
         pad = pad_needed
         padded = np.pad(channel.astype(np.float32), pad)
         shifted = (box[0] + pad, box[1] + pad, box[2] + pad, box[3] + pad)
-        return np.asarray(Image.fromarray(padded, "F").resize((size, size), filt, box=shifted))
+        return np.array(Image.fromarray(padded, "F").resize((size, size), filt, box=shifted))
 
     weight = trusted.astype(np.float32)
     w = resample(weight)
-    rgb = np.stack([resample(rgba[..., k] * weight) for k in range(3)], axis=-1)
     valid = w >= MIN_TEXEL_WEIGHT
     if not valid.any():
         valid = w > 0
-    colour = rgb / np.maximum(w, 1e-6)[..., None]
-    nearest = ndimage.distance_transform_edt(~valid, return_distances=False, return_indices=True)
-    colour = colour[nearest[0], nearest[1]]
-    image = Image.fromarray(np.clip(np.rint(colour), 0, 255).astype(np.uint8), "RGB")
+    # Nearest trusted texel of every texel (int32 index arrays), then one channel at a time so
+    # the peak stays a few size² float32 arrays (a 4096 px texture: about 0.6 GB).
+    ny, nx = ndimage.distance_transform_edt(~valid, return_distances=False, return_indices=True)
+    nearest = (ny * size + nx).ravel()  # int32: size ≤ 4096, so < 2³¹
+    del ny, nx
+    inverse = 1.0 / np.maximum(w, 1e-6)
+    del w, valid
+    out = np.empty((size, size, 3), np.uint8)
+    for k in range(3):
+        channel = resample(rgba[..., k] * weight)
+        channel *= inverse
+        np.clip(np.rint(channel, out=channel), 0, 255, out=channel)
+        out[..., k] = np.take(channel.ravel(), nearest).reshape(size, size)
+        del channel
+    image = Image.fromarray(out, "RGB")
     return Texture(image=image, x0=float(x0), y0=float(y0), span=float(span))
