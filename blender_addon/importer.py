@@ -37,10 +37,17 @@ def ensure_collection(scene: bpy.types.Scene, name: str = ROOT_COLLECTION,
 
 
 def base_color_image(obj: bpy.types.Object) -> bpy.types.Image | None:
-    """The image texture that feeds the Principled BSDF's Base Color of ``obj``'s first material
+    """The first image texture that feeds a Principled BSDF's Base Color in ``obj``'s materials
     (searched upstream through any nodes in between, e.g. the importer's vertex-colour mix), or
     None."""
-    mat = obj.active_material
+    for slot in obj.material_slots:
+        image = _base_color_image(slot.material)
+        if image is not None:
+            return image
+    return None
+
+
+def _base_color_image(mat) -> bpy.types.Image | None:
     if mat is None or not mat.use_nodes or mat.node_tree is None:
         return None
     for node in mat.node_tree.nodes:

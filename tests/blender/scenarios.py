@@ -393,6 +393,48 @@ def sc_draw(zip_path, work, fixture):
     verdict(draws=draws, expected_progress=round(ctl.state.progress(), 4))
 
 
+def sc_importer(zip_path, work):
+    """A GLB with a helper node (a translated, rotated parent of two meshes) and a textured
+    part, as other exporters write them: one object, no empties, world placement kept."""
+    import numpy as np
+    import trimesh
+    from PIL import Image
+
+    install(zip_path, work)
+    box = trimesh.creation.box((0.2, 0.2, 0.2))
+    uv = np.random.default_rng(0).random((len(box.vertices), 2))
+    tex = Image.new("RGB", (64, 32), (200, 30, 30))
+    box.visual = trimesh.visual.TextureVisuals(uv=uv, image=tex)
+    ball = trimesh.creation.icosphere(subdivisions=2, radius=0.1)
+    scene = trimesh.Scene()
+    helper = trimesh.transformations.translation_matrix((0.0, 1.0, 0.0))  # glTF +Y up: 1 m up
+    scene.graph.update(frame_to="helper", frame_from=scene.graph.base_frame, matrix=helper)
+    scene.add_geometry(box, node_name="box", geom_name="box", parent_node_name="helper")
+    scene.add_geometry(ball, node_name="ball", geom_name="ball", parent_node_name="helper",
+                       transform=trimesh.transformations.translation_matrix((0.5, 0, 0)))
+    glb = work / "parts.glb"
+    glb.write_bytes(scene.export(file_type="glb"))
+    imp = mod("importer")
+    before = set(bpy.data.objects)
+    coll = imp.ensure_collection(bpy.context.scene)
+    obj = imp.import_glb(glb, "parts", (2.0, 3.0, 4.0), coll, {"backend": "x", "seed": 1,
+                                                              "peak": 5e9, "trace": "t"})
+    new = [o for o in bpy.data.objects if o not in before]
+    bpy.context.view_layer.update()  # matrix_world follows location only after an update
+    world = [obj.matrix_world @ v.co for v in obj.data.vertices]
+    zs = sorted(v.z for v in world)
+    facts = {"new": [(o.name, o.type) for o in new], "location": list(obj.location),
+             "z_min": zs[0], "z_max": zs[-1], "vertex_count": len(world),
+             "expected_vertices": len(box.vertices) + len(ball.vertices),
+             "image_size": list(imp.base_color_image(obj).size) if imp.base_color_image(obj) else None,
+             "peak_prop": obj[imp.PROP_PEAK]}
+    try:
+        imp.import_glb(work / "missing.glb", "x", (0, 0, 0), coll, {})
+    except imp.MeshImportError as exc:
+        facts["missing_error"] = str(exc)
+    verdict(**facts)
+
+
 SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}
 
 if __name__ == "__main__":

@@ -217,3 +217,16 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
         "python", "pixal3d_dir", "output_dir", "wait_free_percent", "kill_free_percent",
         "swap_budget_gb", "start_timeout", "busy", "quiet_for"]
     assert "builtin: ready" in labels("preferences")
+
+
+def test_importer_joins_parts_drops_helper_nodes_and_keeps_placement(built_zip, tmp_path):
+    v = scenario("importer", built_zip, tmp_path)
+    assert v["new"] == [["parts", "MESH"]]  # two meshes joined, the helper node's empty gone
+    assert v["vertex_count"] == v["expected_vertices"]
+    assert v["location"] == [2.0, 3.0, 4.0]
+    # Both parts sat 1 m up (glTF +Y) under the helper; joined and moved to the cursor they
+    # span the 0.2 m of the box/ball around z = 4 m.
+    assert v["z_min"] == pytest.approx(3.9, abs=1e-4) and v["z_max"] == pytest.approx(4.1, abs=1e-4)
+    assert v["image_size"] == [64, 32]
+    assert v["peak_prop"] == 5e9
+    assert v["missing_error"].startswith("The runner's GLB is missing: ")
