@@ -115,9 +115,8 @@ def generate(
 
     stage(1)
     grid = make_grid(matte.mask, max_cells)
-    progress(1, 0.2)
-    body = inflate_body(grid, depth_scale=depth_scale)
-    progress(1, 1.0)
+    progress(1, 0.1)
+    body = inflate_body(grid, depth_scale=depth_scale, on_progress=lambda f: progress(1, 0.1 + 0.9 * f))
     done(1)
 
     stage(2)

@@ -16,6 +16,7 @@ vertex manifold.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import trimesh
@@ -101,7 +102,7 @@ def solve_height(cells: np.ndarray) -> np.ndarray:
 
 
 def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: float = RIM_CELLS,
-                 smooth: int = SURFACE_ITERATIONS) -> Body:
+                 smooth: int = SURFACE_ITERATIONS, on_progress: Callable[[float], None] | None = None) -> Body:
     """Build the closed body over the grid.
 
     Args:
@@ -110,6 +111,7 @@ def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: f
         rim: half-thickness at the silhouette's edge, cells (> 0 keeps front and back apart).
         smooth: Taubin iterations over the whole surface (0 = none); the connectivity, and so
             watertightness, never changes.
+        on_progress: called with the fraction done (0..1) after each step, or None.
 
     Returns:
         A :class:`Body` in grid units.
@@ -117,7 +119,9 @@ def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: f
     cells = grid.cells
     counts = corner_counts(cells)
     used = counts > 0
+    report = on_progress or (lambda fraction: None)
     depth = rim + depth_scale * np.sqrt(solve_height(cells))
+    report(0.5)
     n = int(used.sum())
     front_index = np.full(counts.shape, -1, np.int64)
     front_index[used] = np.arange(n)
@@ -149,15 +153,17 @@ def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: f
     x, y = smooth_outline(vc.astype(np.float64), vr.astype(np.float64), u, v)
     vertices = np.concatenate([np.stack([x, -y, d], axis=1), np.stack([x, -y, -d], axis=1)])
     faces = np.concatenate([front, back, wall]).astype(np.int64)
+    report(0.7)
     if smooth > 0:
         mesh = trimesh.Trimesh(vertices, faces, process=False)
         filter_taubin(mesh, lamb=SURFACE_LAMBDA, nu=SURFACE_NU, iterations=smooth)
         vertices = np.asarray(mesh.vertices, dtype=np.float64)
-        x, y = vertices[:n, 0], -vertices[:n, 1]
+        report(1.0)
         # Front and back vertices of one corner may drift apart in x, y; each keeps its own
         # position for texture coordinates below.
         return Body(vertices=vertices, faces=faces, rows=-vertices[:, 1].copy(), cols=vertices[:, 0].copy(),
                     front=np.concatenate([np.ones(n, bool), np.zeros(n, bool)]))
+    report(1.0)
     return Body(
         vertices=vertices,
         faces=faces,
