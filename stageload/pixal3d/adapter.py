@@ -110,15 +110,19 @@ class StagedRembg:
     the device and never parks on the CPU).
     """
 
-    def __init__(self, models: StagedModels, cls: type, kwargs: dict):
+    def __init__(self, models: StagedModels, cls: type, kwargs: dict, device: torch.device):
         self._models = models
         self._cls = cls
         self._kwargs = kwargs
+        self._device = device
         self._wrapper = None
 
     def build(self) -> nn.Module:
-        """Loader for the ``rembg_model`` entry: a fresh port wrapper; returns its ``.model``."""
+        """Loader for the ``rembg_model`` entry: a fresh port wrapper, moved to the device with
+        its own ``to()`` (the port's ``to`` does the same when ``low_vram`` is off); returns its
+        ``.model``."""
         self._wrapper = self._cls(**self._kwargs)
+        self._wrapper.to(self._device)
         return self._wrapper.model
 
     @property
@@ -329,7 +333,7 @@ class Pixal3DRun:
                             f"{', '.join(missing)}; the {self.pipeline_type} plan needs them.",
                             "Check the model folder (its pipeline.json) or the pipeline type.", tuple(missing))
         self.models = StagedModels(loaders, names, events=self.events, preserve_rng=self.preserve_rng)
-        self.rembg = StagedRembg(self.models, rembg.cls, rembg.kwargs)
+        self.rembg = StagedRembg(self.models, rembg.cls, rembg.kwargs, self.device)
         pipeline.models = self.models
         pipeline.rembg_model = self.rembg
         pipeline.low_vram = False
