@@ -209,8 +209,14 @@ def main(argv: list[str] | None = None) -> int:
             raise Failure(str(exc)) from None
         setup_preview(obj, ns.resolution, bpy, mathutils)
         if ns.blend:
-            bpy.ops.wm.save_as_mainfile(filepath=str(ns.blend), check_existing=False,
-                                        compress=True)
+            # No "OUT.blend1" backup next to the requested file when --overwrite replaces it.
+            paths = bpy.context.preferences.filepaths
+            versions, paths.save_version = paths.save_version, 0
+            try:
+                bpy.ops.wm.save_as_mainfile(filepath=str(ns.blend), check_existing=False,
+                                            compress=True)
+            finally:
+                paths.save_version = versions
             print(f"{PREFIX}: saved {ns.blend}", file=sys.stderr)
         if ns.preview:
             bpy.context.scene.render.filepath = str(ns.preview)
