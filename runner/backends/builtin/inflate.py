@@ -158,17 +158,14 @@ def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: f
         mesh = trimesh.Trimesh(vertices, faces, process=False)
         filter_taubin(mesh, lamb=SURFACE_LAMBDA, nu=SURFACE_NU, iterations=smooth)
         vertices = np.asarray(mesh.vertices, dtype=np.float64)
-        report(1.0)
-        # Front and back vertices of one corner may drift apart in x, y; each keeps its own
-        # position for texture coordinates below.
-        return Body(vertices=vertices, faces=faces, rows=-vertices[:, 1].copy(), cols=vertices[:, 0].copy(),
-                    front=np.concatenate([np.ones(n, bool), np.zeros(n, bool)]))
     report(1.0)
+    # Front and back vertices of one corner may drift apart in x, y while smoothing; each keeps
+    # its own position for texture coordinates.
     return Body(
         vertices=vertices,
         faces=faces,
-        rows=np.concatenate([y, y]),
-        cols=np.concatenate([x, x]),
+        rows=-vertices[:, 1].copy(),
+        cols=vertices[:, 0].copy(),
         front=np.concatenate([np.ones(n, bool), np.zeros(n, bool)]),
     )
 
