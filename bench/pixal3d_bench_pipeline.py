@@ -85,11 +85,20 @@ def run(args, working, emit) -> dict:
     os.environ.update(env)  # HF_HOME / TORCH_HOME: where the stand-in port finds its weights
     load = "eager" if args.mode == "eager" else "staged"
     keep = int(args.budget) if args.mode == "budget" else 0
-    pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=emit)
+    current = {"stage": None}
+
+    def sink(event: dict) -> None:
+        if event.get("event") == "stage":
+            current["stage"] = event["stage"]
+        emit(event)
+
+    pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink)
 
     def stage_end(*_args, **_kwargs) -> None:
-        if pipeline.stage is not None:
-            working.allocate(pipeline.stage)
+        # The stage from the events, not pipeline.stage: closing the staged models during
+        # export resets the latter to None while the export window is still open.
+        if current["stage"] is not None:
+            working.allocate(current["stage"])
             working.finish()
 
     hook = on_call(pipeline, "enter", before=stage_end)
@@ -113,7 +122,9 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
     copy"). Runs in the calling process; the file is evicted from the page cache first.
 
     Returns bytes and seconds: ``{"model", "bytes", "port": {"build", "read", "copy",
-    "total"}, "meta_assign": {"build", "read", "assign", "total"}, "eviction": {...}}`` (each
+    "total"}, "meta_assign": {"build", "read", "assign", "touch", "total"}, "eviction":
+    {...}}``. ``read`` is ``safetensors.torch.load_file``, which only maps the file; the disk
+    read happens in ``copy`` (port) or ``touch`` (first pass over the weights) (each
     read is cold: the file is evicted again before it). The first meta-device build in a
     process pays a one-time setup of several seconds, so a warm-up build precedes the timed one.
     """
@@ -148,9 +159,12 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
             meta, mbuild = timed(lambda: cls(**config["args"]))
         state, mread = timed(lambda: load_file(str(path)))
         _, assign = timed(lambda: meta.load_state_dict(state, assign=True))
+        # load_file maps the file (safetensors >= 0.4 on the CPU): nothing is read until the
+        # weights are touched, so the page-in is timed too (one pass over every tensor).
+        _, touch = timed(lambda: [float(t.float().sum()) for t in meta.state_dict().values()])
         del meta, state
     return {"model": name, "bytes": nbytes,
             "port": {"build": build, "read": read, "copy": copy, "total": build + read + copy},
-            "meta_assign": {"build": mbuild, "read": mread, "assign": assign,
-                            "total": mbuild + mread + assign},
+            "meta_assign": {"build": mbuild, "read": mread, "assign": assign, "touch": touch,
+                            "total": mbuild + mread + assign + touch},
             "eviction": eviction.as_dict()}

@@ -148,10 +148,11 @@ def table_markdown(summary: dict) -> str:
     if bd:
         p, m = bd["port"], bd["meta_assign"]
         lines += ["", f"Where a load's time goes ({bd['model']}, {gb(bd['bytes'])}, cold): the port's "
-                  f"`from_pretrained` builds with random initialisation {p['build']:.2f} s + reads "
-                  f"{p['read']:.2f} s + copies into the parameters {p['copy']:.2f} s = "
-                  f"{p['total']:.2f} s ({bd['bytes'] / p['total'] / 1e9:.2f} GB/s); built on the meta "
-                  f"device and assigned: {m['build']:.2f} + {m['read']:.2f} + {m['assign']:.2f} = "
+                  f"`from_pretrained` builds with random initialisation {p['build']:.2f} s + maps the "
+                  f"file {p['read']:.2f} s + copies into the parameters (the disk read happens here) "
+                  f"{p['copy']:.2f} s = {p['total']:.2f} s ({bd['bytes'] / p['total'] / 1e9:.2f} GB/s); "
+                  f"built on the meta device and assigned: build {m['build']:.2f} + map {m['read']:.2f} "
+                  f"+ assign {m['assign']:.2f} + first touch (disk read) {m.get('touch', 0.0):.2f} = "
                   f"{m['total']:.2f} s ({bd['bytes'] / m['total'] / 1e9:.2f} GB/s)."]
     trans = load_transient_rows(summary)
     if trans:
