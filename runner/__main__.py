@@ -24,7 +24,10 @@ def _missing_dependency(exc: ImportError, mode: str) -> int:
     emitter = Emitter()
     emitter.emit(make("hello", runner="0.1.0", pid=os.getpid(), mode=mode, backend=None,
                       image=None, output=None, trace=None, stages=[], python=sys.executable))
-    print(err.message, file=sys.stderr)
+    try:
+        print(err.message, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
     emitter.emit(make("error", **err.fields()))
     return err.exit_code
 

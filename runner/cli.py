@@ -142,6 +142,9 @@ def usage_failure(err: RunnerError, mode: str) -> int:
     emitter = Emitter()
     emitter.emit(make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode=mode, backend=None,
                       image=None, output=None, trace=None, stages=[], python=sys.executable))
-    print(err.message, file=sys.stderr)
+    try:
+        print(err.message, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
     emitter.emit(make("error", **err.fields()))
     return err.exit_code

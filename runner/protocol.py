@@ -8,6 +8,7 @@ half an object. A closed stdout (the reader went away: ``BrokenPipeError``) is r
 """
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -40,6 +41,25 @@ def dumps(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_default)
 
 
+def encode_line(obj: dict, line: str | None = None) -> bytes:
+    """The UTF-8 bytes of one protocol line. Paths that came in through ``argv`` under a
+    non-UTF-8 locale hold lone surrogates (Python's ``surrogateescape``): they are turned back
+    into their original bytes when those are valid UTF-8, else written as ``\\udcXX`` JSON
+    escapes (pure ASCII), so the line is always valid UTF-8 JSON."""
+    line = dumps(obj) + "\n" if line is None else line
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:
+        data = line.encode("utf-8", "surrogateescape")
+        data.decode("utf-8")
+        return data
+    except UnicodeError:
+        return (json.dumps(obj, ensure_ascii=True, separators=(",", ":"), default=_default)
+                + "\n").encode("ascii")
+
+
 def _default(value):
     item = getattr(value, "item", None)  # numpy scalar
     if callable(item):
@@ -51,7 +71,8 @@ def _default(value):
 
 
 class Emitter:
-    """Writes protocol objects to ``stream`` (default ``sys.stdout``), one line each, flushed.
+    """Writes protocol objects to ``stream`` (default: the binary buffer of ``sys.stdout``,
+    UTF-8), one line each, flushed.
 
     ``also`` (optional callable taking the dict) sees every object first — the supervisor
     passes the trace writer. ``on_broken`` is called once (no arguments) when the stream is
@@ -60,7 +81,11 @@ class Emitter:
 
     def __init__(self, stream: TextIO | None = None, also: Callable[[dict], None] | None = None,
                  on_broken: Callable[[], None] | None = None):
-        self.stream = stream if stream is not None else sys.stdout
+        # Bytes to stdout's buffer: the protocol is UTF-8 whatever the locale says (a Latin-1
+        # locale would otherwise fail on a path like "漢字.png").
+        if stream is None:
+            stream = getattr(sys.stdout, "buffer", sys.stdout)
+        self.stream = stream
         self.also = also
         self.on_broken = on_broken
         self.broken = False
@@ -74,8 +99,12 @@ class Emitter:
                 self.also(obj)
             if self.broken:
                 return obj
+            line = dumps(obj) + "\n"
             try:
-                self.stream.write(dumps(obj) + "\n")
+                if isinstance(self.stream, io.TextIOBase):
+                    self.stream.write(line)
+                else:
+                    self.stream.write(encode_line(obj, line))
                 self.stream.flush()
                 self.count += 1
             except (BrokenPipeError, ValueError, OSError):  # reader gone / stream closed

@@ -26,7 +26,7 @@ from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .outputs import (check_output, check_trace, commit, default_trace_path, discard,
                       sweep_stale_partials, temp_path)
-from .protocol import PROTOCOL_VERSION
+from .protocol import PROTOCOL_VERSION, encode_line
 
 SAMPLE_INTERVAL = 0.1
 """Seconds between memory samples of the worker's process tree (10 Hz)."""
@@ -167,7 +167,10 @@ class _Trace:
                     self.pending.append(obj)
                 return
             try:
-                self.writer(obj)
+                try:
+                    self.writer(obj)
+                except UnicodeEncodeError:  # lone surrogates from a non-UTF-8 locale's argv
+                    self.writer(json.loads(encode_line(obj).decode("utf-8")))
             except (OSError, ValueError) as exc:
                 self.error = f"trace writing stopped: {exc}"
                 log(self.error)

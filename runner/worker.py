@@ -45,7 +45,8 @@ class _EventPipe:
     def __call__(self, obj: dict) -> None:
         obj = dict(obj)
         obj.setdefault("t", time.time())
-        line = json.dumps(obj, ensure_ascii=False, default=str)
+        # ASCII escapes: a path that holds lone surrogates (non-UTF-8 locale) still travels.
+        line = json.dumps(obj, ensure_ascii=True, default=str)
         with self._lock:
             try:
                 self._file.write(line + "\n")

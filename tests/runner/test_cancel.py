@@ -148,3 +148,21 @@ def test_stale_partial_swept_only_when_its_runner_is_dead(tmp_path):
         p.write_bytes(b"partial")
     assert sweep_stale_partials(out) == [stale]
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_cancel_while_waiting_for_admission(rt, shared_images, tmp_path):
+    """The guard is waiting (available memory can never reach 100 %): closing stdin ends the
+    wait at once; no worker was ever started, the result is `cancelled`."""
+    live = rt.Live([shared_images[0], "-o", tmp_path / "a.glb", "--wait-free", "100%"])
+    try:
+        waiting = live.wait_for("guard")
+        assert waiting["state"] == "waiting"
+        t0 = time.monotonic()
+        live.proc.stdin.close()
+        fin = live.finish(timeout=10)
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        live.kill()
+    assert fin.last()["kind"] == "cancelled" and fin.returncode == 130
+    assert not [e for e in fin.events if e["event"] == "guard" and e["state"] == "started"]
+    assert not [e for e in fin.events if e["event"] == "stage"]

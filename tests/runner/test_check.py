@@ -28,17 +28,29 @@ def test_check_reports_python_torch_devices_backends(rt):
         assert pix["reason"] and pix["hint"]
 
 
-def test_check_for_a_backend_that_cannot_run(rt, tmp_path):
+def test_check_for_a_backend_that_cannot_run(rt, tmp_path, monkeypatch):
+    """pixal3d without a usable port folder: `check --backend pixal3d` says no, why and what to
+    do (exit 31); a run with it fails with a documented kind before any weights are read."""
     from runner import backends
+    from runner.errors import KINDS
 
-    if backends.get("pixal3d").installed():
-        pytest.skip("the pixal3d backend is installed; its own tests cover its check")
-    fin = rt.run(["check", "--backend", "pixal3d"])
-    assert fin.returncode == 31 and fin.last()["ok"] is False
-    assert fin.last()["backends"]["pixal3d"]["reason"] == "not installed"
-    run = rt.run([Path(__file__).parents[2] / "examples" / "goblin.png", "-o",
-                  tmp_path / "a.glb", "--backend", "pixal3d"])
-    assert run.last()["kind"] == "backend_unavailable" and run.returncode == 31
+    monkeypatch.delenv("PIXAL3D_DIR", raising=False)
+    empty = tmp_path / "no port here"
+    empty.mkdir()
+    fin = rt.run(["check", "--backend", "pixal3d", "--pixal3d-dir", empty])
+    assert fin.returncode == 31 and fin.last()["ok"] is False, fin.stderr[-2000:]
+    verdict = fin.last()["backends"]["pixal3d"]
+    assert verdict["ok"] is False and verdict["reason"] and verdict["hint"]
+    if not backends.get("pixal3d").installed():
+        assert verdict["reason"] == "not installed"
+    example = Path(__file__).parents[2] / "examples" / "goblin.png"
+    run = rt.run([example, "-o", tmp_path / "a.glb", "--backend", "pixal3d",
+                  "--pixal3d-dir", empty])
+    err = run.last()
+    assert err["event"] == "error" and err["kind"] in (
+        "backend_unavailable", "pixal3d_missing", "pixal3d_version"), (err, run.stderr[-2000:])
+    assert run.returncode == KINDS[err["kind"]].exit_code
+    assert "Traceback" not in run.stdout and not (tmp_path / "a.glb").exists()
 
 
 @pytest.fixture(scope="module")

@@ -91,3 +91,45 @@ def test_supervisor_modules_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", "import sys, torch; print('torch' in sys.modules)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_worker_output_never_reaches_stdout(rt):
+    """The worker points fd 1 at stderr before anything runs: a print from Python and a raw
+    write(1) (what a native library does) both land on stderr; stdout stays empty, and the
+    events still arrive on their own pipe."""
+    import json
+    import os
+
+    code = ("import os, sys, runner.worker as w\n"
+            "fd = int(sys.argv[1])\n"
+            "w.main(['--events-fd', str(fd), '--probe'])\n"
+            "print('STRAY PRINT')\n"
+            "os.write(1, b'RAW WRITE\\n')\n")
+    r, wfd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", code, str(wfd)], pass_fds=(wfd,),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rt.env(),
+                            start_new_session=True)
+    os.close(wfd)
+    with os.fdopen(r) as pipe:
+        events = [json.loads(line) for line in pipe]
+    out, err = proc.communicate(timeout=120)
+    assert out == b""
+    assert b"STRAY PRINT" in err and b"RAW WRITE" in err
+    assert [e["event"] for e in events] == ["probe"]
+
+
+def test_emitter_writes_utf8_whatever_the_locale(rt, tmp_path):
+    """Under a Latin-1 locale, a path with CJK characters still comes out as UTF-8 JSON."""
+    import os
+
+    env = dict(rt.env(), LANG="en_US.ISO-8859-1", LC_ALL="C", PYTHONIOENCODING="latin-1",
+               PYTHONUTF8="0")
+    proc = subprocess.run([sys.executable, "-m", "runner", str(tmp_path / "漢字 ö.png"), "-o",
+                           str(tmp_path / "a.glb")], stdin=subprocess.DEVNULL,
+                          capture_output=True, env=env, cwd=rt.REPO, timeout=60)
+    lines = proc.stdout.decode("utf-8").splitlines()
+    import json
+
+    events = [json.loads(l) for l in lines]
+    assert [e["event"] for e in events] == ["hello", "error"]
+    assert events[-1]["kind"] == "input_missing" and "漢字 ö.png" in events[-1]["message"]
