@@ -68,11 +68,15 @@ def test_headless_writes_glb_blend_and_a_preview_of_the_character(tmp_path, shar
     assert ys.min() > 0 and xs.min() > 0 and ys.max() < 383 and xs.max() < 383
 
 
-def test_corrupt_image_gives_one_clear_line_and_nonzero_exit(tmp_path):
+@pytest.mark.parametrize("content, code", [
+    (b"this is not a picture\n" * 100, 10),                  # not_an_image
+    (b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 100, 13),      # image_truncated
+])
+def test_corrupt_image_gives_one_clear_line_and_nonzero_exit(tmp_path, content, code):
     bad = tmp_path / "broken.png"
-    bad.write_bytes(b"this is not a picture\n" * 100)
+    bad.write_bytes(content)
     proc = run(bad, "--blend", tmp_path / "out.blend", timeout=120)
-    assert proc.returncode != 0
+    assert proc.returncode == code, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("image-to-mesh: error:")]
     assert len(errors) == 1, proc.stderr
     assert "broken.png" in errors[0]
