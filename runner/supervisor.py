@@ -315,7 +315,10 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
         return finish(RunnerError("cancelled", f"Cancelled ({cancel.reason}) before the start."))
 
     # -- admission -----------------------------------------------------------------------------
-    guard = Guard(guard_config, log=lambda ev: publish({"v": PROTOCOL_VERSION, **ev}))
+    try:
+        guard = Guard(guard_config, log=lambda ev: publish({"v": PROTOCOL_VERSION, **ev}))
+    except ValueError as exc:  # stageload.guard.ConfigError, e.g. --log cannot be opened
+        return finish(RunnerError("usage", str(exc)))
     cancel.listeners.append(lambda reason: guard.cancel())
     try:
         admitted = guard.wait_for_admission()
@@ -381,7 +384,20 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
         stopped: dict[str, str] = {}
         next_check = [0.0]
 
+        sink_failures: list[str] = []
+
         def on_sample(sample: dict) -> None:
+            # The sampler thread stops for good when its sink raises; the guard's budget rides
+            # on it, so nothing here may escape.
+            try:
+                account(sample)
+            except Exception as exc:
+                if not sink_failures:
+                    log(f"memory sample handling failed ({type(exc).__name__}: {exc}); "
+                        "continuing")
+                sink_failures.append(repr(exc))
+
+        def account(sample: dict) -> None:
             trace(sample)
             if not sample.get("footprint"):
                 return  # the worker has exited (a zombie has no resident memory): no report
@@ -415,6 +431,8 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
                 guard.stop("the worker did not exit")
             code = proc.wait()
         sampler.stop(final=False)
+        if sampler.error is not None:
+            log(f"the memory sampler stopped early: {sampler.error!r}")
         reader.join(timeout=3.0)
 
         # -- outcome -------------------------------------------------------------------------------

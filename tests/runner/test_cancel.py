@@ -166,3 +166,18 @@ def test_cancel_while_waiting_for_admission(rt, shared_images, tmp_path):
     assert fin.last()["kind"] == "cancelled" and fin.returncode == 130
     assert not [e for e in fin.events if e["event"] == "guard" and e["state"] == "started"]
     assert not [e for e in fin.events if e["event"] == "stage"]
+
+
+def test_reader_closing_stdout_cancels(rt, shared_images, tmp_path):
+    """The reader goes away (closes our stdout) after `hello`: the next event hits a broken
+    pipe, the job is cancelled (exit 130), the trace says so, no output."""
+    out = tmp_path / "a.glb"
+    proc = subprocess.Popen([sys.executable, "-m", "runner", str(shared_images[0]), "-o", str(out)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=rt.env(), cwd=rt.REPO)
+    assert json.loads(proc.stdout.readline())["event"] == "hello"
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 130
+    last = json.loads(out.with_suffix(".trace.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] == "cancelled" and "stdout" in last["message"]
+    assert not out.exists()
