@@ -27,7 +27,7 @@ build: setup
 
 demo: setup
 	mkdir -p $(DEMO_OUT)
-	$(PY) blender_addon/headless.py $(DEMO_IMAGE) --glb $(DEMO_OUT)/goblin.glb --blend $(DEMO_OUT)/goblin.blend --preview $(DEMO_OUT)/goblin_preview.png
+	$(PY) blender_addon/headless.py $(DEMO_IMAGE) --glb $(DEMO_OUT)/goblin.glb --blend $(DEMO_OUT)/goblin.blend --preview $(DEMO_OUT)/goblin_preview.png --overwrite
 
 clean:
 	rm -rf $(VENV) dist out
