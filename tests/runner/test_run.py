@@ -32,7 +32,9 @@ def check_stream(fin, image: Path, out: Path) -> None:
     for s in stages:
         i = events.index(s)
         assert events[i + 1]["event"] in ("ready", "memory"), names[i:i + 3]
-    assert sorted(e["t"] for e in events) == [e["t"] for e in events]  # in time order
+    # times: relayed worker events keep the worker's stamp, so lines interleave with memory
+    # events by a few ms; only the ends are ordered
+    assert all(hello["t"] <= e["t"] <= result["t"] for e in events)
     # memory: at least 2 per second of the run, with the documented fields
     memory = [e for e in events if e["event"] == "memory"]
     run_seconds = result["t"] - hello["t"]
