@@ -147,12 +147,16 @@ def resident_weights(records: list[dict]) -> dict:
 def load_transients(records: list[dict], interval: float) -> list[dict]:
     """How much memory each ``load``/``reload`` took while it ran, in copies of its weights.
 
-    For a load of ``bytes`` that ended at ``t`` after ``seconds``: ``before`` = the last sampled
-    footprint at or before ``t - seconds``; ``during`` = the peak (sampled footprint or placed
+    For a load of ``bytes`` that ended at ``t`` after ``seconds``: ``before`` = the least sampled
+    footprint from two sampling intervals before the load's start to one interval after it;
+    ``during`` = the peak (sampled footprint or placed
     high-water mark) in ``[t - seconds, t + interval]``; ``copies`` = (during - before) /
     bytes. A loader that allocates the weights once reads about 1.0 (more when the stage also
     allocates other memory meanwhile); one that builds a randomly initialised model and then
     copies a loaded state dict into it reads about 2.0 — two copies of those weights at once.
+    ``anon_copies`` is the same rise counted in private (anonymous) memory only, from the
+    samples' ``rss_anon`` (None when the trace has no such field): it separates a second
+    private copy from mapped file pages being read.
     Loads under 1 MB or without samples around them are skipped (too small to read).
     """
     samples, events = split(records)
@@ -161,14 +165,25 @@ def load_transients(records: list[dict], interval: float) -> list[dict]:
         if e["event"] not in ("load", "reload") or int(e.get("bytes") or 0) < 2**20:
             continue
         start, end = e["t"] - float(e.get("seconds") or 0.0), e["t"] + interval
-        prior = [x for x in samples if x["t"] <= start and x.get("footprint") is not None]
+        # Baseline: the least footprint from two samples before the load to one interval into
+        # it, so memory freed just before the load (the stage change's releases) is not
+        # counted as the load's.
+        around = [x for x in samples if start - 2 * interval <= x["t"] <= min(start + interval, e["t"])
+                  and x.get("footprint") is not None]
         peak = window_peak(samples, start, end)["peak"]
-        if not prior or peak is None:
+        if not around or peak is None:
             continue
-        before = prior[-1]["footprint"]
+        before = min(x["footprint"] for x in around)
+        anon = [x["rss_anon"] for x in samples if start <= x["t"] <= end
+                and x.get("rss_anon") is not None]
+        anon_around = [x["rss_anon"] for x in around if x.get("rss_anon") is not None]
+        anon_before = min(anon_around) if anon_around else None
+        anon_copies = ((max(anon) - anon_before) / int(e["bytes"])
+                       if anon and anon_before is not None else None)
         out.append({"model": e["model"], "stage": e.get("stage"), "bytes": int(e["bytes"]),
                     "seconds": e.get("seconds"), "before": before, "during": peak,
-                    "copies": (peak - before) / int(e["bytes"])})
+                    "copies": (peak - before) / int(e["bytes"]),
+                    "anon_copies": anon_copies})
     return out
 
 

@@ -60,7 +60,8 @@ def run_traced(worker_args: list[str], trace_path: Path, *, guard_args: list[str
                     continue
                 if record["event"] == "bench_hello" and state["sampler"] is None:
                     state["pid"] = int(record["pid"])
-                    state["sampler"] = Sampler(state["pid"], trace, interval=interval).start()
+                    state["sampler"] = Sampler(state["pid"], _with_rss_split(trace, state["pid"]),
+                                               interval=interval).start()
                 if record["event"] == "guard":
                     state["guard"].append(record)
                 state["events"] += 1
@@ -104,3 +105,30 @@ def _guard_log(guard_args: list[str]) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+def rss_split(pid: int) -> dict:
+    """``{"rss_anon": bytes, "rss_file": bytes}`` of ``pid`` from ``/proc/PID/status``
+    (``RssAnon``: private memory such as tensors; ``RssFile``: mapped file pages such as a
+    memory-mapped safetensors file being read), or both None where unreadable (not Linux, the
+    process gone). Read by hand: psutil exposes neither figure without walking smaps."""
+    try:
+        with open(f"/proc/{int(pid)}/status", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return {"rss_anon": None, "rss_file": None}
+    out = {"rss_anon": None, "rss_file": None}
+    for line in data.splitlines():
+        if line.startswith(b"RssAnon:"):
+            out["rss_anon"] = int(line.split()[1]) * 1024
+        elif line.startswith(b"RssFile:"):
+            out["rss_file"] = int(line.split()[1]) * 1024
+    return out
+
+
+def _with_rss_split(sink, pid: int):
+    """A sample sink that adds ``rss_anon``/``rss_file`` (bytes) to each sample, then passes
+    it on (extra fields are allowed in a trace line; the meter's own fields are untouched)."""
+    def add(sample: dict) -> None:
+        sink({**sample, **rss_split(pid)})
+    return add
