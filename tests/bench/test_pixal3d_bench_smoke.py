@@ -105,8 +105,12 @@ def test_traces_sampled_at_10hz_and_modes_differ_as_expected(bench_run):
 
     out = bench_run["out"]
     for mode in ("alone", "eager", "staged", "budget"):
-        s = summarize(read_trace(out / "traces" / f"{mode}_0.jsonl"))
+        records = read_trace(out / "traces" / f"{mode}_0.jsonl")
+        s = summarize(records)
         assert s["sample_hz"] >= 10, (mode, s["sample_hz"])
+        samples = [r for r in records if r["event"] == "sample"]
+        if sys.platform.startswith("linux"):
+            assert all(r["rss_anon"] is not None for r in samples[:-1]), mode
     summary = bench_run["summary"]
     stages = {r["stage"]: r for r in summary["stages"]}
     # Eager loads everything in setup; staged loads nothing there.
@@ -142,13 +146,16 @@ def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
     report = _bench_module("pixal3d_bench_report")
     summary_path = bench_run["out"] / "summary.json"
     doc = tmp_path / "doc.md"
-    doc.write_text(f"# Title\n\nbefore\n{report.BEGIN}\nOLD-BLOCK-CONTENT\n{report.END}\nafter\n")
+    doc.write_text(f"# Title\n\nbefore\n{report.BEGIN}\nOLD-BLOCK-CONTENT\n{report.END}\nmiddle\n"
+                   f"{report.README_BEGIN}\nOLD-README-CONTENT\n{report.README_END}\nafter\n")
     proc = subprocess.run([sys.executable, str(BENCH / "pixal3d_bench_report.py"), str(summary_path),
                            "--docs", str(doc)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
-    assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{report.END}\nafter\n")
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{report.README_END}\nafter\n")
+    assert f"{report.END}\nmiddle\n{report.README_BEGIN}" in text
     assert "OLD-BLOCK-CONTENT" not in text and report.table_markdown(bench_run["summary"]) in text
+    assert "OLD-README-CONTENT" not in text and report.readme_markdown(bench_run["summary"]) in text
     bare = tmp_path / "bare.md"
     bare.write_text("no markers\n")
     proc = subprocess.run([sys.executable, str(BENCH / "pixal3d_bench_report.py"), str(summary_path),
