@@ -54,6 +54,7 @@ OUTPUT_FILES = ("summary.json", "table.md", "chart.png")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """Parse and check the command line; exits 2 with a message naming the bad option."""
     p = argparse.ArgumentParser(prog="pixal3d_bench.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", type=float, default=0.125,
                    help="size factor for weights and working memory (default 0.125 = 1/8)")
@@ -141,7 +142,18 @@ def _log(t0: float, text: str) -> None:
 
 
 def main(argv=None) -> int:
+    """Run the benchmark; returns the exit code (see the module docstring)."""
     args = parse_args(argv)
+    try:
+        return _run(args)
+    except OSError as exc:  # an unwritable --work/--out, a full disk: say which, no traceback
+        print(f"pixal3d_bench.py: error: {exc.strerror or exc} ({exc.filename or ''}); check that "
+              f"--work ({args.work}) and --out ({args.out}) are writable and have room",
+              file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
     global analysis, sizes, run_traced
     import pixal3d_bench_analysis as analysis
     import pixal3d_bench_pipeline as pipeline
@@ -219,6 +231,8 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
         with open(args.out / run["trace"], encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]
 
+    for run in runs:
+        run["sample_hz"] = analysis.sample_hz(records(run))
     alone_run = next(r for r in runs if r["mode"] == "alone")
     alone = analysis.working_alone(records(alone_run))
     runtime = alone.get("setup", {}).get("baseline")

@@ -59,6 +59,11 @@ def stage_peaks(records: list[dict]) -> dict[str, dict]:
     return out
 
 
+def sample_hz(records: list[dict]) -> float | None:
+    """Achieved sampling rate of a trace (1 / median gap between samples, Hz)."""
+    return summarize(records)["sample_hz"]
+
+
 def overall_peak(records: list[dict]) -> int | None:
     """Largest footprint or placed high-water mark of the whole trace (bytes; None without
     samples), as ``stageload.summary`` computes it."""

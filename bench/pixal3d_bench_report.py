@@ -42,6 +42,7 @@ def gb_span(span: dict) -> str:
 
 
 def ratio(x) -> str:
+    """A ratio with two decimals; an em dash for None."""
     return "—" if x is None else f"{x:.2f}"
 
 
@@ -102,6 +103,7 @@ def targets(summary: dict) -> list[dict]:
 
 
 def _met(t: dict) -> str:
+    """How a target's result prints."""
     return {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
 
 
@@ -215,6 +217,13 @@ def table_markdown(summary: dict) -> str:
         s, b = r["staged_release_seconds"], r["budget_release_seconds"]
         fmt = lambda sp: "—" if sp["max"] is None else f"{sp['max']:.3f} s"  # noqa: E731
         lines.append(f"| {r['stage']} | {fmt(s)} | {fmt(b)} |")
+    lines += ["", "| run | exit code | samples | sampling | wall time | guard |", "|---|---|---|---|---|---|"]
+    for run in summary.get("runs", []):
+        hz = run.get("sample_hz")
+        guard = "; ".join(f"{g.get('state')}: {g.get('reason')}" for g in run.get("guard_events", [])
+                          if g.get("state") != "started") or "started"
+        lines.append(f"| {run['mode']} {run['round']} | {run['rc']} | {run['samples']} | "
+                     f"{'—' if hz is None else f'{hz:.1f} Hz'} | {run['wall_seconds']:.1f} s | {guard} |")
     lines += [""] + targets_table(summary)
     lines += ["", "Working memory per stage (derived from SPEC §1, see docs/benchmark.md):", ""]
     lines += derivation_table(summary)

@@ -18,11 +18,13 @@ import time
 
 
 def _emit(event: dict) -> None:
+    """Write one event as a JSON line on stdout and flush it (the parent reads it at once)."""
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 
 
 def _hello(mode: str) -> None:
+    """First line: this process's pid, so the parent can sample it from outside."""
     _emit({"event": "bench_hello", "t": time.time(), "pid": os.getpid(), "mode": mode})
 
 
@@ -43,6 +45,7 @@ def run_alone(args, working) -> None:
 
 
 def main(argv=None) -> int:
+    """Parse the options, announce this pid, run the mode; returns the exit code."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", required=True, choices=["alone", "eager", "staged", "budget"])
     p.add_argument("--weights", help="folder the stand-in's weights were written to")

@@ -162,3 +162,14 @@ def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
                            "--docs", str(bare)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "bench:begin" in proc.stderr
     assert bare.read_text() == "no markers\n"
+
+
+def test_unwritable_work_folder_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    proc = subprocess.run([sys.executable, str(BENCH / "pixal3d_bench.py"), "--scale", str(SCALE),
+                           "--work", str(blocker / "work"), "--out", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "--work" in proc.stderr and "Traceback" not in proc.stderr
+    assert blocker.read_text() == "not a folder\n"
