@@ -109,6 +109,7 @@ def machine() -> dict:
     import torch
 
     return {"platform": platform.platform(), "python": platform.python_version(),
+            "loadavg_at_summary": list(os.getloadavg()),
             "torch": torch.__version__, "cpus": os.cpu_count(),
             "memory_total": psutil.virtual_memory().total,
             "drop_caches_writable": disk.drop_caches_allowed()}
@@ -213,9 +214,8 @@ def _run(args) -> int:
     summary["loading"]["breakdown"] = breakdown
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "table.md").write_text(report.table_markdown(summary))
-    chart = [str(args.out / r["trace"]) for r in runs if r["mode"] in MODES and r["round"] == 0]
-    plot = subprocess.run([sys.executable, "-m", "stageload", "plot", *chart, "-o",
-                           str(args.out / "chart.png")], cwd=REPO, capture_output=True, text=True)
+    plot = subprocess.run(chart_command(args.out, runs, force=args.force), cwd=REPO,
+                          capture_output=True, text=True)
     if plot.returncode != 0:
         _log(t_start, f"chart failed: {plot.stderr.strip()}")
     if args.docs is not None:
@@ -223,6 +223,18 @@ def _run(args) -> int:
     print((args.out / "table.md").read_text())
     failed = [r for r in runs if r["rc"] != 0]
     return 1 if failed or plot.returncode != 0 else 0
+
+
+def chart_command(out: Path, runs: list[dict], *, force: bool) -> list[str]:
+    """``python -m stageload plot`` over the first round of the three modes -> ``chart.png``
+    (``--force`` only when the user asked to replace earlier results)."""
+    first = [r for r in runs if r["mode"] in MODES and r["round"] == 0]
+    cmd = [sys.executable, "-m", "stageload", "plot", *[str(out / r["trace"]) for r in first],
+           "-o", str(out / "chart.png"), "--title",
+           "Footprint over time: eager, staged, staged+budget (round 0)"]
+    for r in first:
+        cmd += ["--label", MODE_TITLES[r["mode"]]]
+    return cmd + (["--force"] if force else [])
 
 
 def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:

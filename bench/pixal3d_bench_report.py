@@ -217,13 +217,17 @@ def table_markdown(summary: dict) -> str:
         s, b = r["staged_release_seconds"], r["budget_release_seconds"]
         fmt = lambda sp: "—" if sp["max"] is None else f"{sp['max']:.3f} s"  # noqa: E731
         lines.append(f"| {r['stage']} | {fmt(s)} | {fmt(b)} |")
-    lines += ["", "| run | exit code | samples | sampling | wall time | guard |", "|---|---|---|---|---|---|"]
+    lines += ["", "| run | exit code | samples | sampling | wall time | load average (start → end) | guard |",
+              "|---|---|---|---|---|---|---|"]
     for run in summary.get("runs", []):
         hz = run.get("sample_hz")
         guard = "; ".join(f"{g.get('state')}: {g.get('reason')}" for g in run.get("guard_events", [])
                           if g.get("state") != "started") or "started"
+        la = run.get("loadavg")
+        la_text = "—" if not la else f"{la[0]:.1f} → {la[1]:.1f}"
         lines.append(f"| {run['mode']} {run['round']} | {run['rc']} | {run['samples']} | "
-                     f"{'—' if hz is None else f'{hz:.1f} Hz'} | {run['wall_seconds']:.1f} s | {guard} |")
+                     f"{'—' if hz is None else f'{hz:.1f} Hz'} | {run['wall_seconds']:.1f} s | "
+                     f"{la_text} | {guard} |")
     lines += [""] + targets_table(summary)
     lines += ["", "Working memory per stage (derived from SPEC §1, see docs/benchmark.md):", ""]
     lines += derivation_table(summary)

@@ -10,6 +10,7 @@ Samples and events go to one trace file, one JSON object a line, flushed per lin
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -33,7 +34,9 @@ def run_traced(worker_args: list[str], trace_path: Path, *, guard_args: list[str
     guard and worker), ``timeout`` (seconds before the guard is stopped with SIGTERM).
 
     Returns ``{"rc": int, "pid": worker pid or None, "samples": int, "events": int,
-    "wall_seconds": float, "guard_events": [...], "sampler_error": str | None}``. rc 3 means the
+    "wall_seconds": float, "guard_events": [...], "sampler_error": str | None, "command":
+    [argv], "loadavg": [1-minute load average at start, at end]}`` (the load average says how
+    busy the machine's CPUs were: timings on a shared machine vary with it). rc 3 means the
     guard stopped the worker (budget), 4 admission timed out, 127 could not start.
     """
     Path(trace_path).unlink(missing_ok=True)
@@ -41,6 +44,7 @@ def run_traced(worker_args: list[str], trace_path: Path, *, guard_args: list[str
     cmd = [sys.executable, "-m", "stageload", "guard", *guard_args, "--",
            sys.executable, str(WORKER), *worker_args]
     state = {"pid": None, "events": 0, "sampler": None, "guard": []}
+    load_start = os.getloadavg()[0]
     t0 = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
@@ -88,7 +92,8 @@ def run_traced(worker_args: list[str], trace_path: Path, *, guard_args: list[str
         state["guard"] += guard_log
     return {"rc": rc, "pid": state["pid"], "samples": samples, "events": state["events"],
             "wall_seconds": time.time() - t0, "guard_events": state["guard"],
-            "sampler_error": error, "command": cmd}
+            "sampler_error": error, "command": cmd,
+            "loadavg": [load_start, os.getloadavg()[0]]}
 
 
 def _guard_log(guard_args: list[str]) -> list[dict]:
