@@ -29,5 +29,9 @@ demo: setup
 	mkdir -p $(DEMO_OUT)
 	$(PY) blender_addon/headless.py $(DEMO_IMAGE) --glb $(DEMO_OUT)/goblin.glb --blend $(DEMO_OUT)/goblin.blend --preview $(DEMO_OUT)/goblin_preview.png --overwrite
 
+# The eager-vs-staged benchmark (about 5 min, needs about 13 GB free); see docs/benchmark.md.
+bench: setup
+	$(PY) bench/pixal3d_bench.py --docs docs/benchmark.md
+
 clean:
 	rm -rf $(VENV) dist out
