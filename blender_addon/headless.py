@@ -3,13 +3,16 @@
 Two ways to run it, same options::
 
     blender -b -P headless.py -- IMAGE [--blend OUT.blend] [--glb OUT.glb] [--preview OUT.png]
-                                       [--backend builtin|pixal3d] [--seed N] [--texture-size N]
+                                       [--resolution 64..8192] [--backend builtin|pixal3d]
+                                       [--seed N] [--texture-size N] [--python PATH]
     python headless.py IMAGE …          (an interpreter with the ``bpy`` module, e.g. the .venv)
 
 Synchronous: Blender's timers do not fire in background mode, so this script reads the runner's
 events itself, blocking, and prints one progress line per stage on stderr. Exit status 0 on
 success; on failure one line ``image-to-mesh: error: …`` on stderr and a non-zero status (the
-runner's own exit code when it failed, 2 for bad options). Existing output files are not
+runner's own exit code when it failed, 2 for bad options, 130 Ctrl-C / SIGINT, 143 SIGTERM; the
+full table is in docs/blender.md). Everything the options decide (preview format, resolution,
+output folders, interpreter) is checked before the runner starts. Existing output files are not
 overwritten unless ``--overwrite`` is given.
 """
 from __future__ import annotations
@@ -17,13 +20,25 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PREFIX = "image-to-mesh"
+# --preview suffix -> Blender's ``ImageFormatSettings.file_format``: the formats Blender writes
+# that Pillow and browsers read back (Blender 4.5's enum also has EXR, TGA, DPX …, left out).
+PREVIEW_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP",
+                   ".tif": "TIFF", ".tiff": "TIFF", ".bmp": "BMP"}
+# --resolution range, pixels per side. 64 px is the smallest preview that still shows a
+# character; 8192 px (67 M pixels, ~1 GB per float RGBA buffer) rendered here with Mesa's
+# software llvmpipe in 4 min 20 s at 5.4 GB peak RSS; 100000 px fails to allocate its buffers.
+RESOLUTION_MIN, RESOLUTION_MAX = 64, 8192
+# Exit status for a signal: 128 + its number, the shell's convention (130 SIGINT, 143 SIGTERM).
+CANCEL_SIGNALS = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
 
 def _package():
@@ -44,6 +59,50 @@ class Failure(Exception):
         self.code = code
 
 
+class Cancelled(BaseException):
+    """Raised in the main thread by the SIGINT / SIGTERM handler (:func:`_on_signal`).
+
+    A ``BaseException`` like ``KeyboardInterrupt``, so no ``except Exception`` swallows it.
+    ``signum`` is the signal; the exit status is ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(CANCEL_SIGNALS.get(signum, f"signal {signum}"))
+        self.signum = signum
+
+
+_cancelling = False
+
+
+def _on_signal(signum, _frame) -> None:
+    """SIGINT/SIGTERM handler: raise :class:`Cancelled` once; a repeated signal while the runner
+    is being stopped is ignored so that the stop (up to ~10 s) is not interrupted."""
+    global _cancelling
+    if _cancelling:
+        return
+    _cancelling = True
+    raise Cancelled(signum)
+
+
+def _install_signal_handlers() -> dict:
+    """Route SIGINT and SIGTERM to :func:`_on_signal`; returns the previous handlers for
+    :func:`_restore_signal_handlers`. Does nothing outside the main thread (where Python does not
+    allow handlers)."""
+    global _cancelling
+    _cancelling = False
+    old = {}
+    try:
+        for sig in CANCEL_SIGNALS:
+            old[sig] = signal.signal(sig, _on_signal)
+    except ValueError:  # not the main thread
+        pass
+    return old
+
+
+def _restore_signal_handlers(old: dict) -> None:
+    for sig, handler in old.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Options after ``--`` (Blender) or after the script name (plain Python)."""
     ap = argparse.ArgumentParser(
@@ -51,7 +110,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("image", type=Path, help="picture of a character (PNG, JPEG, WebP …)")
     ap.add_argument("--glb", type=Path, help="keep the runner's GLB here")
     ap.add_argument("--blend", type=Path, help="save a .blend with the imported object here")
-    ap.add_argument("--preview", type=Path, help="render the object to this PNG")
+    ap.add_argument("--preview", type=Path,
+                    help="render the object to this image; the format follows the suffix: "
+                         + ", ".join(PREVIEW_FORMATS))
     ap.add_argument("--trace", type=Path, help="memory trace (JSONL; default next to the GLB)")
     ap.add_argument("--backend", default="builtin", choices=("builtin", "pixal3d"))
     ap.add_argument("--seed", type=int, default=0)
@@ -61,11 +122,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--python", default="",
                     help="interpreter that runs the runner (default: this Python when it is not "
                          "Blender's, else the project's .venv, else python3 on PATH)")
-    ap.add_argument("--resolution", type=int, default=768, help="preview size in pixels")
+    ap.add_argument("--resolution", type=int, default=768,
+                    help=f"preview size in pixels, {RESOLUTION_MIN}–{RESOLUTION_MAX} "
+                         "(default 768)")
     ap.add_argument("--overwrite", action="store_true", help="replace existing output files")
     ns = ap.parse_args(argv)
     if not (ns.glb or ns.blend or ns.preview):
         ap.error("give at least one of --glb, --blend, --preview")
+    if ns.preview and ns.preview.suffix.lower() not in PREVIEW_FORMATS:
+        got = f"a {ns.preview.suffix} file" if ns.preview.suffix else "a name without a suffix"
+        ap.error(f"--preview {ns.preview}: cannot render to {got}; end the name in one of "
+                 + ", ".join(PREVIEW_FORMATS) + " (the image format follows the suffix)")
+    if not RESOLUTION_MIN <= ns.resolution <= RESOLUTION_MAX:
+        ap.error(f"--resolution {ns.resolution} is out of range; give {RESOLUTION_MIN} to "
+                 f"{RESOLUTION_MAX} pixels (default 768)")
     return ns
 
 
@@ -77,11 +147,39 @@ def script_argv() -> list[str]:
 
 
 def _interpreter(ns, config, inside_blender: bool) -> str:
+    """The runner's interpreter: ``--python``, else this Python when it is not Blender's, else
+    the add-on's default (``config.default_interpreter``). Raises :class:`Failure` (exit 30)
+    naming ``--python`` — a command-line user has no preferences window to go to."""
     if ns.python:
-        return config.resolve_interpreter(ns.python)
+        return check_cli_interpreter(ns.python, given=True)
     if not inside_blender:  # an ordinary interpreter with the bpy module: it runs the runner too
         return sys.executable
-    return config.resolve_interpreter("")
+    return check_cli_interpreter(config.default_interpreter(PACKAGE_DIR), given=False)
+
+
+def check_cli_interpreter(text: str, given: bool) -> str:
+    """``text`` (a path, ``~`` expanded, or a command on PATH) as an executable path, or
+    :class:`Failure` (exit 30) whose message says what to pass to ``--python``.
+
+    The same checks as ``config.resolve_interpreter`` (exists, not a folder, executable, on
+    PATH), worded for this script's options instead of the add-on's preferences."""
+    fix = ("Pass --python with the Python of the project's .venv "
+           "(…/.venv/bin/python after `make setup`).")
+    what = "--python" if given else "The default runner Python"
+    path = Path(os.path.expanduser(text))
+    if os.sep in text or (os.altsep and os.altsep in text):
+        if not path.exists():
+            raise Failure(f"{what} {path} does not exist. {fix}", 30)
+        if path.is_dir():
+            raise Failure(f"{what} {path} is a folder, not a program. Pass --python with the "
+                          "python file inside it (e.g. .venv/bin/python).", 30)
+        if not os.access(path, os.X_OK):
+            raise Failure(f"{what} {path} is not executable. {fix}", 30)
+        return str(path)
+    found = shutil.which(text)
+    if not found:
+        raise Failure(f"{what} {text!r} is not on PATH. {fix}", 30)
+    return found
 
 
 def run_runner(ns, glb: Path, trace: Path, mods, python: str) -> dict:
@@ -113,9 +211,9 @@ def run_runner(ns, glb: Path, trace: Path, mods, python: str) -> dict:
                     print(f"{PREFIX}: {st.guard_text()}", file=sys.stderr, flush=True)
             elif kind == process.BAD_LINE:
                 print(f"{PREFIX}: warning: {payload}", file=sys.stderr)
-    except KeyboardInterrupt:
-        job.cancel(block=True)
-        raise Failure("cancelled", 130) from None
+    except Cancelled:
+        job.cancel(block=True)  # SIGTERM + stdin closed, SIGKILL after 5 s; waits for the exit
+        raise
     st.finish_process(job.poll(), job.stderr_tail())
     if st.status == state.FAILED:
         err = st.error or {}
@@ -161,8 +259,66 @@ def setup_preview(obj, resolution: int, bpy, mathutils) -> None:
     scene.render.image_settings.file_format = "PNG"
 
 
+def render_preview(scene, path: Path, bpy) -> None:
+    """Render ``scene`` (set up by :func:`setup_preview`) and write the image to ``path``, in
+    the format its suffix names (:data:`PREVIEW_FORMATS`).
+
+    The image goes first to a hidden file in a private temporary folder next to ``path`` and is
+    renamed into place, so ``path`` is either the finished image or untouched, and nothing else
+    is left in that folder, whatever fails. Raises :class:`Failure` (exit 1) with one line for a
+    render Blender refuses (e.g. ``Failed to allocate GPU buffers``) or an image it cannot save.
+    """
+    fmt = PREVIEW_FORMATS[path.suffix.lower()]
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:
+        raise Failure(f"Cannot write to {path.parent}: {exc.strerror or exc}. Choose a folder "
+                      "you can write to for --preview.", 21) from None
+    try:
+        tmp = work / f"preview{path.suffix}"
+        try:
+            bpy.ops.render.render()  # into the "Render Result" image, no file yet
+            scene.render.image_settings.file_format = fmt
+            # save_render writes exactly this path (no suffix appended), with the scene's
+            # colour management, like write_still does.
+            bpy.data.images["Render Result"].save_render(filepath=str(tmp), scene=scene)
+        except (RuntimeError, KeyError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if reason.startswith("Error: "):
+                reason = reason[len("Error: "):]
+            raise Failure(f"The preview render failed: {reason}. Try a smaller --resolution "
+                          f"(now {scene.render.resolution_x} px) or leave out --preview.") from None
+        if not tmp.is_file():
+            raise Failure(f"Blender rendered the preview but did not write {path.name}. "
+                          "Try a .png name for --preview.")
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise Failure(f"Cannot write {path}: {exc.strerror or exc}. Choose a folder you "
+                          "can write to for --preview.", 21) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_writable(folder: Path) -> None:
+    """:class:`Failure` (exit 21) unless a file can be created in ``folder`` — checked by
+    creating (and removing) one, since permission bits do not tell about read-only file
+    systems, or about root."""
+    if not folder.is_dir():
+        raise Failure(f"Output folder {folder} does not exist. Create it or choose another.", 21)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise Failure(f"Cannot write to the output folder {folder}: {exc.strerror or exc}. "
+                      "Choose a folder you can write to.", 21) from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the whole headless job; returns the exit status (see the module docstring)."""
+    """Run the whole headless job; returns the exit status (see the module docstring).
+
+    SIGINT (Ctrl-C) and SIGTERM stop the runner (and its worker) and end the job with one line
+    and status 128 + the signal's number; outputs already finished are kept and named."""
     try:
         ns = parse_args(script_argv() if argv is None else argv)
     except SystemExit as exc:  # argparse already printed usage and one error line
@@ -171,70 +327,89 @@ def main(argv: list[str] | None = None) -> int:
     mods = _package()
     config = mods["config"]
     tmp = None
+    written: list[Path] = []
+    trace = None
+    old_handlers = _install_signal_handlers()
     try:
         try:
-            ns.image = config.validate_image(ns.image)
-        except config.ConfigError as exc:
-            raise Failure(str(exc), 11) from None
-        ns.glb, ns.blend, ns.preview = (p.expanduser().resolve() if p else None
-                                        for p in (ns.glb, ns.blend, ns.preview))
-        for p in (ns.glb, ns.blend, ns.preview):
-            if p and p.exists() and not ns.overwrite:
-                raise Failure(f"{p} exists; choose another name or pass --overwrite.", 20)
-            if p and not p.parent.is_dir():
-                raise Failure(f"Output folder {p.parent} does not exist.", 21)
-        if ns.glb:
-            glb = ns.glb
-        else:
-            tmp = Path(tempfile.mkdtemp(prefix="image-to-mesh-"))
-            glb = tmp / f"{ns.image.stem}.glb"
-        trace = ns.trace or glb.with_name(f"{glb.stem}.trace.jsonl")
-        try:
-            python = _interpreter(ns, config, inside_blender)
-        except config.ConfigError as exc:
-            raise Failure(str(exc), 30) from None
-        st = run_runner(ns, glb, trace, mods, python)
-
-        import bpy  # heavy: only once there is a mesh to import
-        import mathutils
-
-        importer = importlib.import_module(f"{PACKAGE_DIR.name}.importer")
-        bpy.ops.wm.read_factory_settings(use_empty=True)
-        coll = importer.ensure_collection(bpy.context.scene)
-        meta = {"backend": ns.backend, "seed": ns.seed, "peak": st.peak,
-                "trace": str(trace) if ns.glb or ns.trace else "", "image": str(ns.image)}
-        try:
-            obj = importer.import_glb(glb, ns.image.stem, (0.0, 0.0, 0.0), coll, meta)
-        except importer.MeshImportError as exc:
-            raise Failure(str(exc)) from None
-        setup_preview(obj, ns.resolution, bpy, mathutils)
-        if ns.blend:
-            # No "OUT.blend1" backup next to the requested file when --overwrite replaces it.
-            paths = bpy.context.preferences.filepaths
-            versions, paths.save_version = paths.save_version, 0
             try:
-                bpy.ops.wm.save_as_mainfile(filepath=str(ns.blend), check_existing=False,
-                                            compress=True)
-            finally:
-                paths.save_version = versions
-            print(f"{PREFIX}: saved {ns.blend}", file=sys.stderr)
-        if ns.preview:
-            bpy.context.scene.render.filepath = str(ns.preview)
-            bpy.ops.render.render(write_still=True)
-            if not ns.preview.is_file():
-                raise Failure(f"the preview render did not write {ns.preview}")
-            print(f"{PREFIX}: rendered {ns.preview}", file=sys.stderr)
-        if ns.glb:
-            print(f"{PREFIX}: wrote {ns.glb}", file=sys.stderr)
-        print(f"{PREFIX}: done: {obj.name}, peak footprint "
-              f"{mods['state'].human_bytes(st.peak)}", file=sys.stderr)
-        return 0
+                ns.image = config.validate_image(ns.image)
+            except config.ConfigError as exc:
+                raise Failure(str(exc), 11) from None
+            ns.glb, ns.blend, ns.preview = (p.expanduser().resolve() if p else None
+                                            for p in (ns.glb, ns.blend, ns.preview))
+            for p in (ns.glb, ns.blend, ns.preview):
+                if p and p.exists() and not ns.overwrite:
+                    raise Failure(f"{p} exists; choose another name or pass --overwrite.", 20)
+                if p:
+                    _check_writable(p.parent)
+            if ns.glb:
+                glb = ns.glb
+            else:
+                tmp = Path(tempfile.mkdtemp(prefix="image-to-mesh-"))
+                glb = tmp / f"{ns.image.stem}.glb"
+            trace = ns.trace or glb.with_name(f"{glb.stem}.trace.jsonl")
+            python = _interpreter(ns, config, inside_blender)
+            st = run_runner(ns, glb, trace, mods, python)
+            if ns.glb:
+                written.append(ns.glb)
+
+            import bpy  # heavy: only once there is a mesh to import
+            import mathutils
+
+            importer = importlib.import_module(f"{PACKAGE_DIR.name}.importer")
+            bpy.ops.wm.read_factory_settings(use_empty=True)
+            coll = importer.ensure_collection(bpy.context.scene)
+            meta = {"backend": ns.backend, "seed": ns.seed, "peak": st.peak,
+                    "trace": str(trace) if ns.glb or ns.trace else "", "image": str(ns.image)}
+            try:
+                obj = importer.import_glb(glb, ns.image.stem, (0.0, 0.0, 0.0), coll, meta)
+            except importer.MeshImportError as exc:
+                raise Failure(str(exc)) from None
+            setup_preview(obj, ns.resolution, bpy, mathutils)
+            if ns.blend:
+                # No "OUT.blend1" backup next to the requested file when --overwrite replaces it.
+                paths = bpy.context.preferences.filepaths
+                versions, paths.save_version = paths.save_version, 0
+                try:
+                    bpy.ops.wm.save_as_mainfile(filepath=str(ns.blend), check_existing=False,
+                                                compress=True)
+                finally:
+                    paths.save_version = versions
+                written.append(ns.blend)
+                print(f"{PREFIX}: saved {ns.blend}", file=sys.stderr)
+            if ns.preview:
+                render_preview(bpy.context.scene, ns.preview, bpy)
+                written.append(ns.preview)
+                print(f"{PREFIX}: rendered {ns.preview}", file=sys.stderr)
+            if ns.glb:
+                print(f"{PREFIX}: wrote {ns.glb}", file=sys.stderr)
+            print(f"{PREFIX}: done: {obj.name}, peak footprint "
+                  f"{mods['state'].human_bytes(st.peak)}", file=sys.stderr)
+            return 0
+        except Cancelled as exc:
+            raise Failure(_cancel_message(exc, written, trace if ns.glb or ns.trace else None),
+                          128 + exc.signum) from None
     except Failure as exc:
         print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
         return exc.code
     finally:
+        _restore_signal_handlers(old_handlers)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cancel_message(exc: Cancelled, written: list[Path], trace: Path | None) -> str:
+    """What a cancel did and what to do next, for the one error line."""
+    text = f"cancelled by {exc}: the job was stopped"
+    if written:
+        text += "; finished outputs are kept: " + ", ".join(str(p) for p in written)
+    else:
+        text += " and no output was written"
+    if trace is not None and trace.exists():
+        text += f" (the memory trace so far is in {trace})"
+    text += ". Run the same command again to start over"
+    return text + (", with --overwrite to replace the kept files." if written else ".")
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ has only the bpy module, no Blender binary.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from PIL import Image
 
@@ -122,3 +124,129 @@ def test_headless_runs_from_the_unpacked_extension(tmp_path):
     where = subprocess.run([PY, "-c", code, str(ext.parent)], capture_output=True, text=True,
                            timeout=60)
     assert where.stdout.strip() == str(ext / "runtime")
+
+
+# -- options checked before anything runs ---------------------------------------------------------
+@pytest.mark.parametrize("args, words", [
+    (["--preview", "p.gif"], ["--preview", ".gif", ".png", ".jpg"]),
+    (["--preview", "p"], ["--preview", "without a suffix", ".png"]),
+    (["--preview", "p.png", "--resolution", "0"], ["--resolution 0", "64 to 8192"]),
+    (["--preview", "p.png", "--resolution", "63"], ["--resolution 63", "64 to 8192"]),
+    (["--preview", "p.png", "--resolution", "8193"], ["--resolution 8193", "64 to 8192"]),
+    (["--preview", "p.png", "--resolution", "100000"], ["--resolution 100000", "64 to 8192"]),
+])
+def test_preview_name_and_resolution_are_refused_before_the_run(tmp_path, shared_images, args,
+                                                                 words):
+    """A suffix Blender would not write as named, or a size outside 64..8192 px, is a usage
+    error (exit 2) before the runner starts: no GLB, no trace, no stray render in the folder."""
+    args = [str(tmp_path / a) if a.startswith("p") else a for a in args]
+    proc = run(shared_images[0], "--glb", tmp_path / "g.glb", *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    for w in words:
+        assert w in last, last
+    assert "stage" not in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preview_format_follows_the_suffix_and_nothing_else_is_left(tmp_path, shared_images):
+    """``--preview p.jpg`` writes a JPEG at that very name (no ``p.png`` beside it), at the
+    smallest accepted resolution."""
+    src = next(p for p in shared_images if p.stem == "typical_humanoid_goblin")
+    proc = run(src, "--preview", tmp_path / "p.jpg", "--texture-size", 512, "--resolution", 64,
+               timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jpg"]
+    with Image.open(tmp_path / "p.jpg") as img:
+        assert img.format == "JPEG" and img.size == (64, 64)
+
+
+RENDER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import bpy, headless
+out = Path(sys.argv[2])
+bpy.ops.wm.read_factory_settings(use_empty=True)
+scene = bpy.context.scene
+scene.render.engine = "BLENDER_WORKBENCH"
+scene.render.resolution_x = scene.render.resolution_y = 64
+bpy.ops.mesh.primitive_cube_add()
+# 1. no camera: Blender refuses to render ("Cannot render, no camera")
+try:
+    headless.render_preview(scene, out / "nocam.png", bpy)
+    print("NO FAILURE")
+except headless.Failure as exc:
+    print(f"FAILURE {exc.code} {exc}")
+# 2. every accepted suffix, with a camera
+cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+scene.collection.objects.link(cam)
+scene.camera = cam
+cam.location = (0, -8, 0)
+cam.rotation_euler = (1.5708, 0, 0)
+for suffix in headless.PREVIEW_FORMATS:
+    headless.render_preview(scene, out / f"p{suffix}", bpy)
+print("DONE")
+"""
+
+
+def test_render_failure_is_one_line_and_every_format_is_written(tmp_path):
+    """``render_preview`` against the real bpy: a render Blender refuses becomes one
+    ``Failure`` line naming the reason and what to do, with nothing left in the folder; each
+    accepted suffix gives an image of the format it names, at exactly that name."""
+    proc = subprocess.run([PY, "-c", RENDER, str(SCRIPT.parent), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert "DONE" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    failure = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILURE", "NO ")))
+    assert failure.startswith("FAILURE 1 The preview render failed: Cannot render, no camera."), \
+        failure
+    assert "--resolution" in failure
+    pil = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP", ".tif": "TIFF",
+           ".tiff": "TIFF", ".bmp": "BMP"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"p{s}" for s in pil)
+    for suffix, fmt in pil.items():
+        with Image.open(tmp_path / f"p{suffix}") as img:
+            assert (img.format, img.size) == (fmt, (64, 64))
+
+
+def test_bad_python_names_the_command_line_option(tmp_path, shared_images):
+    """From the command line the interpreter error points at ``--python``, not at the add-on's
+    preferences window."""
+    proc = run(shared_images[0], "--glb", tmp_path / "g.glb", "--python", tmp_path / "nope",
+               timeout=60)
+    assert proc.returncode == 30, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("image-to-mesh: error: --python ") and "does not exist" in line
+    assert "Preferences" not in line
+    folder = run(shared_images[0], "--glb", tmp_path / "g.glb", "--python", tmp_path, timeout=60)
+    assert folder.returncode == 30 and "--python" in folder.stderr
+
+
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C"),
+                                             (signal.SIGTERM, 143, "SIGTERM")])
+def test_signal_stops_the_runner_with_one_line(tmp_path, shared_images, sig, code, name):
+    """SIGINT and SIGTERM during the run: the runner and its worker are stopped, one line says
+    what happened and what to do, status 128 + signal, no output written."""
+    src = next(p for p in shared_images if p.stem == "typical_humanoid_goblin")
+    glb = tmp_path / "g.glb"
+    proc = subprocess.Popen([PY, str(SCRIPT), str(src), "--glb", str(glb), "--texture-size",
+                             "2048"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:  # wait until the runner reports its first stage
+        lines.append(line)
+        if "stage" in line:
+            break
+    me = psutil.Process(proc.pid)
+    children = me.children(recursive=True)
+    assert children, "the runner should be running"
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == code, "".join(lines) + rest
+    errors = [ln for ln in rest.splitlines() if ln.startswith("image-to-mesh: error:")]
+    assert len(errors) == 1, rest
+    assert f"cancelled by {name}" in errors[0] and "Run the same command again" in errors[0]
+    assert "no output was written" in errors[0]
+    assert "Traceback" not in rest
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, alive
+    assert not glb.exists()
