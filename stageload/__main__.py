@@ -2,6 +2,9 @@
 
 Each sub-command lives in its own module and is imported only when asked for, so
 ``python -m stageload guard`` never imports torch.
+
+Exit status: the sub-command's own (docs/meter.md, docs/guard.md); 2 for an unknown command;
+141 (128 + SIGPIPE), without a message, when stdout was closed by its reader (``… | head``).
 """
 import sys
 
@@ -22,7 +25,14 @@ def main(argv=None) -> int:
     import importlib
 
     module = importlib.import_module(COMMANDS[argv[0]][0])
-    return module.main(argv[1:])
+    try:
+        return module.main(argv[1:])
+    except BrokenPipeError:  # a print the command did not guard itself: exit as quietly
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
-import tempfile
 from pathlib import Path
 
-from .summary import gb, summarize
+from .summary import gb, print_quietly, summarize
 from .trace import TraceError, iter_lines, parse_lines
 
 GB = 1e9
@@ -166,9 +166,38 @@ def make_figure(runs: list[Run], title: str | None = None):
     return fig
 
 
+def write_figure(fig, out: Path, fmt: str) -> None:
+    """Save ``fig`` as ``out`` in ``fmt`` (``png``/``svg``/``pdf``) via a temporary file in the
+    same folder, renamed over ``out`` only when complete (a failed or killed save never leaves a
+    half chart under the real name). Raises ``OSError`` when the folder cannot be written; the
+    temporary file is removed then.
+
+    The temporary file is created with ``os.open(O_CREAT | O_EXCL, 0o666)`` rather than
+    ``tempfile.mkstemp``: mkstemp makes files ``-rw-------`` whatever the umask, and the rename
+    would give the chart those permissions; here the umask applies as for any new file."""
+    for _ in range(100):
+        tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name next to {out}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line. Exit 0 when the chart was written; 2 with a message for a missing or
-    unreadable trace, an existing output (without ``--force``), or mismatched ``--label``s."""
+    unreadable trace, an existing output (without ``--force``), a missing output folder, an
+    unknown format or mismatched ``--label``s; 1 with a message when the chart cannot be written
+    (folder not writable, read-only file system, disk full)."""
     parser = argparse.ArgumentParser(
         prog="python -m stageload plot",
         description="Chart of footprint over time (GB) with stage bands; several runs overlaid.")
@@ -196,21 +225,26 @@ def main(argv: list[str] | None = None) -> int:
     fmt = out.suffix.lower().lstrip(".") or "png"
     if fmt not in ("png", "svg", "pdf"):
         return fail(f"cannot write .{fmt}; use .png, .svg or .pdf")
+    runs = []
+    for path, label in zip(args.traces, labels):
+        try:
+            runs.append(load_run(path, label))
+        except TraceError as exc:
+            return fail(str(exc))
+        except OSError as exc:  # e.g. a trace this user may not read, or a read error
+            return fail(f"cannot read {path}: {exc.strerror or exc}; check the path and that "
+                        "you may read it")
     try:
-        runs = [load_run(path, label) for path, label in zip(args.traces, labels)]
         fig = make_figure(runs, args.title)
-    except (TraceError, ValueError) as exc:
+    except ValueError as exc:
         return fail(str(exc))
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".{fmt}", dir=out.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    print(f"wrote {out}")
-    return 0
+        write_figure(fig, out, fmt)
+    except OSError as exc:
+        print(f"stageload plot: cannot write {out}: {exc.strerror or exc}; choose a folder you "
+              "can write to (-o)", file=sys.stderr)
+        return 1
+    return print_quietly(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from typing import Iterable
@@ -215,9 +216,34 @@ def format_text(summary: dict, name: str = "trace") -> str:
     return "\n".join(lines)
 
 
+# Exit status when the reader of stdout went away (``summary … | head -1``): 128 + SIGPIPE, the
+# status a C tool killed by SIGPIPE reports, so ``set -o pipefail`` scripts see the same thing.
+EXIT_BROKEN_PIPE = 141
+
+
+def print_quietly(text: str) -> int:
+    """Print ``text`` and flush; 0, or :data:`EXIT_BROKEN_PIPE` without a word when stdout was
+    closed by its reader (e.g. ``| head -1``).
+
+    Python ignores SIGPIPE, so a closed pipe shows up as ``BrokenPipeError``; stdout is then
+    pointed at ``os.devnull`` so that the interpreter's own flush at exit does not raise (and
+    print "Exception ignored …") again — the recipe in the Python docs' ``signal`` page, "Note on
+    SIGPIPE"."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: print the summary of TRACE as text, or JSON (bytes, seconds) with
-    ``--json``. Exit 0, or 2 with a message when the trace cannot be read."""
+    ``--json``. Exit 0; 2 with a one-line message when the trace is missing, unreadable or not a
+    trace; 141 quietly when stdout was closed early (``| head``)."""
     parser = argparse.ArgumentParser(
         prog="python -m stageload summary",
         description="Peak footprint per stage and overall, swap at start/peak/end, seconds per "
@@ -231,13 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stageload summary: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"stageload summary: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"stageload summary: cannot read {args.trace}: {exc.strerror or exc}; check the "
+              "path and that you may read it", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(format_text(summary, args.trace))
-    return 0
+    return print_quietly(json.dumps(summary, indent=2) if args.json
+                         else format_text(summary, args.trace))
 
 
 if __name__ == "__main__":

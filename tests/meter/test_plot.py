@@ -1,7 +1,11 @@
 """The chart: written, a sensible PNG, stage names and run labels on it, no overwrite."""
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from PIL import Image
 
@@ -67,3 +71,48 @@ def test_module_entry_point(repo_root, tmp_path):
                           capture_output=True, text=True, cwd=repo_root, timeout=120)
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 20_000
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot create files in: a mode-555 folder for an ordinary user;
+    for root (who ignores mode bits, as on this test machine) Linux's /sys, where creating a
+    file fails with EACCES."""
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        return ro
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("root without /sys: no folder refuses writes")
+    return Path("/sys")
+
+
+def test_unwritable_output_and_unreadable_trace_are_one_line(tmp_path, capsys):
+    """An output folder that refuses writes (the tester's read-only file system) is exit 1 with
+    one line, and leaves no temporary file; a trace that cannot be read is exit 2 with one line."""
+    folder = _unwritable_folder(tmp_path)
+    before = set(os.listdir(folder))
+    assert main([str(FIXTURE), "-o", str(folder / "x.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"stageload plot: cannot write {folder / 'x.png'}: ")
+    assert len(err.strip().splitlines()) == 1 and "choose a folder" in err
+    assert set(os.listdir(folder)) == before
+    if Path("/proc/self/mem").exists():  # opens, then fails at offset 0 with EIO, even for root
+        assert main(["/proc/self/mem", "-o", str(tmp_path / "y.png")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("stageload plot: cannot read /proc/self/mem: ")
+        assert len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "y.png").exists()
+
+
+def test_chart_permissions_follow_the_umask(tmp_path):
+    """The chart is created like any new file (0o666 minus the umask), not ``-rw-------`` as a
+    mkstemp file would be; checked with two umasks so the result cannot be a constant."""
+    for umask, mode in ((0o022, 0o644), (0o002, 0o664)):
+        old = os.umask(umask)
+        try:
+            out = tmp_path / f"chart_{umask:o}.png"
+            assert main([str(FIXTURE), "-o", str(out)]) == 0
+        finally:
+            os.umask(old)
+        assert stat.S_IMODE(out.stat().st_mode) == mode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart_2.png", "chart_22.png"]

@@ -119,3 +119,27 @@ def test_module_entry_point(repo_root):
                           capture_output=True, text=True, cwd=repo_root, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["stages"][1]["peak"] == 2100
+
+
+def test_closed_stdout_exits_quietly(repo_root):
+    """``summary TRACE | head -1``: the reader is gone before the summary is printed. The
+    command exits 141 (128 + SIGPIPE) with nothing on stderr — no BrokenPipeError traceback, no
+    "Exception ignored" from the interpreter's final flush."""
+    for args in ([], ["--json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "stageload", "summary", str(FIXTURE), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=repo_root)
+        proc.stdout.close()  # long before the interpreter has started: the write must fail
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 141, err
+        assert err == ""
+
+
+def test_unreadable_trace_is_one_line(capsys):
+    """A trace that opens but cannot be read (``/proc/self/mem`` fails at offset 0 with EIO, even
+    for root) is a one-line error with exit 2, not a traceback."""
+    if not Path("/proc/self/mem").exists():
+        pytest.skip("needs Linux /proc")
+    assert main(["/proc/self/mem"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stageload summary: cannot read /proc/self/mem: ")
+    assert len(err.strip().splitlines()) == 1
