@@ -7,10 +7,15 @@ Staged mode, in order (names and files: see the package docstring):
    ``pixal3d.models.from_pretrained`` records each checkpoint path instead of reading it and
    the pipeline module's ``rembg`` namespace records the background remover's class and
    arguments instead of building it. No weights are read.
-2. ``pipeline.models`` becomes a ``StagedModels`` whose loaders call the port's own
-   ``pixal3d.models.from_pretrained(ckpt)`` (falling back to the bare name as the port's base
-   class does), built under ``torch.device(device)`` with safetensors read straight to the
-   device. ``pipeline.rembg_model`` becomes a proxy that builds the port's wrapper when called.
+2. ``pipeline.models`` becomes a ``StagedModels`` whose loaders read the checkpoint's config
+   JSON, build the port's class (through ``pixal3d.models``) with its parameters on ``meta``
+   and assign the safetensors read straight to the device (``direct.load_port_model``: the
+   weights are allocated once; the bare name is tried as the port's base class does). A model
+   that would keep a tensor on ``meta`` falls back to the port's own
+   ``pixal3d.models.from_pretrained(ckpt)`` on the device (logged, and the ``load`` event gets
+   ``"fallback": reason``; every such event carries ``"method"``). ``--no-direct-load``: the
+   port's ``from_pretrained`` on the CPU, then moved. ``pipeline.rembg_model`` becomes a proxy
+   that builds the port's wrapper when called.
 3. ``low_vram`` is set False (on unified memory its CPU parking frees nothing and adds a copy)
    and ``pipeline.to(device)`` is called as ``init_pipeline`` does.
 4. Stage hooks (``stageload.on_call``) on the pipeline instance: ``preprocess_image``
@@ -32,6 +37,7 @@ each load as a ``load`` event in ``setup``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -47,9 +53,12 @@ from ..hooks import on_call
 from ..release import module_bytes
 from ..share import share
 from ..staged import StagedModels
+from .direct import METHOD_PORT, LoadNote, load_port_model
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
 from .port import EXTRACTOR_KEYS, Port, PortError, open_port
+
+log = logging.getLogger(__name__)
 
 SAMPLER_STAGE_KEY = {"structure": "sparse_structure", "shape_512": "shape_512",
                      "shape_1024": "shape_1024", "texture": "texture"}
@@ -194,12 +203,16 @@ class Pixal3DRun:
         events: sink for stage/ready/load/reload/release events (see ``stageload.events``).
         preserve_rng: restore every generator after each load (False only for the control run).
         fingerprint: folder for a fingerprint of each run (see ``fingerprint.py``), or None.
-        direct_to_device: build models under ``torch.device(device)`` and read safetensors
-            straight to it (default True; False builds and reads on the CPU, then moves: a
-            transient second copy, for a port whose constructors dislike a device context).
+        direct_to_device: build the pipeline's models with parameters on ``meta`` and assign
+            the safetensors read straight to ``device``; the backbone, NAF, background remover
+            and camera estimator are built by the port's code under ``torch.device(device)``
+            (default True; False builds and reads everything on the CPU with the port's own
+            loaders, then moves: a transient second copy, for a port whose constructors dislike
+            this).
 
     Raises ``PortError`` before anything is loaded when the port lacks a name it relies on.
-    Attributes after a run: ``resident_bytes`` (stage → bytes of models loaded at the end of the
+    Attributes after a run: ``load_notes`` (``pipeline.models`` name → ``direct.LoadNote``: how
+    it was last loaded, and why it fell back if it did), ``resident_bytes`` (stage → bytes of models loaded at the end of the
     stage), ``kept`` (stage → names kept across a gap), ``last_latents`` (key → sampler output),
     ``share_stats`` (``{"backbone": (calls, hits), "naf": (calls, hits)}``).
     """
@@ -229,6 +242,7 @@ class Pixal3DRun:
         self.kept: dict[str, list[str]] = {}
         self.last_latents: dict[str, Any] = {}
         self.share_stats: dict[str, tuple[int, int]] = {}
+        self.load_notes: dict[str, LoadNote] = {}
         self._kept_now: list[str] = []
         self._recorder: Optional[FingerprintRecorder] = None
         self._hooks = []
@@ -248,9 +262,20 @@ class Pixal3DRun:
 
     @events.setter
     def events(self, sink: Optional[EventSink]) -> None:
-        self._events = sink
-        if getattr(self, "models", None) is not None:
-            self.models.events = sink
+        self._events = sink  # the staged models report through _relay, which reads this
+
+    def _relay(self, event: dict) -> None:
+        """The staged models' sink: adds ``method`` (``"meta_assign"`` or
+        ``"port_from_pretrained"``) and, when the direct path fell back, ``fallback`` (the
+        reason) to the load/reload event of a ``pipeline.models`` entry, then passes it on."""
+        if event.get("event") in ("load", "reload"):
+            note = self.load_notes.get(event.get("model"))
+            if note is not None:
+                event["method"] = note.method
+                if note.fallback:
+                    event["fallback"] = note.fallback
+        if self._events is not None:
+            self._events(event)
 
     def _emit(self, kind: str, **fields) -> None:
         if self.events is not None:
@@ -320,7 +345,7 @@ class Pixal3DRun:
                             "cannot defer them.", "Use --load eager with this port version.", tuple(not_deferred))
         loaders: dict[str, Callable[[], nn.Module]] = {}
         for name, placeholder in deferred.items():
-            loaders[name] = self._model_loader(recorded, placeholder.path)
+            loaders[name] = self._model_loader(name, recorded, placeholder.path)
         rembg = pipeline.rembg_model
         self.rembg = None
         loaders["camera_estimator"] = lambda: self.gm.load_moge_model(self.device)
@@ -332,7 +357,7 @@ class Pixal3DRun:
             raise PortError("pixal3d_version", f"pipeline.json of {self.model_path} lists no "
                             f"{', '.join(missing)}; the {self.pipeline_type} plan needs them.",
                             "Check the model folder (its pipeline.json) or the pipeline type.", tuple(missing))
-        self.models = StagedModels(loaders, names, events=self.events, preserve_rng=self.preserve_rng)
+        self.models = StagedModels(loaders, names, events=self._relay, preserve_rng=self.preserve_rng)
         self.rembg = StagedRembg(self.models, rembg.cls, rembg.kwargs, self.device)
         pipeline.models = self.models
         pipeline.rembg_model = self.rembg
@@ -346,18 +371,39 @@ class Pixal3DRun:
     def _building(self):
         return _on_device(self.device if self.direct_to_device else torch.device("cpu"))
 
-    def _model_loader(self, from_pretrained: Callable, path: str) -> Callable[[], nn.Module]:
+    def _model_loader(self, name: str, from_pretrained: Callable, path: str) -> Callable[[], nn.Module]:
+        """Loader of one ``pipeline.models`` entry: with ``direct_to_device``, parameters built
+        on meta and the safetensors assigned on the device (``direct.load_port_model``), else
+        (``--no-direct-load``) the port's own ``from_pretrained`` on the CPU, then moved. The
+        fallback of the direct path is the port's loader on the device, for that model only."""
         prefix = f"{self.model_path}/"
         bare = path[len(prefix):] if path.startswith(prefix) else None
 
-        def load() -> nn.Module:
+        def port_load() -> nn.Module:
             with self._building():
                 try:
-                    model = from_pretrained(path)
+                    return from_pretrained(path)
                 except Exception:
                     if bare is None:
                         raise
-                    model = from_pretrained(bare)  # the port's base class does the same
+                    return from_pretrained(bare)  # the port's base class does the same
+
+        def direct_load() -> tuple[nn.Module, LoadNote]:
+            try:
+                return load_port_model(self.port.models, path, self.device, port_load)
+            except FileNotFoundError:
+                if bare is None:
+                    raise
+                return load_port_model(self.port.models, bare, self.device, port_load)
+
+        def load() -> nn.Module:
+            if self.direct_to_device:
+                model, note = direct_load()
+            else:
+                model, note = port_load(), LoadNote(METHOD_PORT, None, None)
+            if note.fallback:
+                log.warning("%s: loaded with the port's own from_pretrained instead: %s", name, note.fallback)
+            self.load_notes[name] = note
             model.eval()
             return model.to(self.device)
         return load

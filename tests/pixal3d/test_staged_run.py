@@ -37,6 +37,7 @@ def runs(standin_dir, standin_weights, rgb_image, tmp_path_factory):
         "eager": _run(standin_dir, rgb_image, out, "eager", load="eager"),
         "norestore": _run(standin_dir, rgb_image, out, "norestore", preserve_rng=False),
         "keep": _run(standin_dir, rgb_image, out, "keep", keep_resident=10 ** 9),
+        "cpu_then_move": _run(standin_dir, rgb_image, out, "cpu_then_move", direct_to_device=False),
     }
 
 
@@ -72,6 +73,11 @@ def test_staged_latents_and_mesh_equal_eager_bit_for_bit(runs):
 
 
 def test_without_rng_restore_the_latents_differ(runs):
+    """The control. The pipeline models are built with their parameters on meta and draw
+    nothing from the CPU generator (test_direct_load checks that); the backbone, NAF, background
+    remover and camera estimator are still built by the port's own code, whose random
+    initialisation does draw: the backbone is built when ``structure`` begins, after
+    ``manual_seed``, so without restore the structure noise changes."""
     report = compare(runs["staged"]["fp"], runs["norestore"]["fp"])
     assert not report["identical"]
     assert not report["entries"]["sparse_structure"]["equal"]
@@ -192,3 +198,24 @@ def test_1536_cascade_uses_the_same_plan_and_matches_eager(standin_dir, standin_
     assert int(staged["run"].last_latents["shape_1024"].coords[:, 1:].max()) >= 64
     assert p.image_cond_model_shape_1024.grid_resolution == 64 and p.image_cond_model_tex_1024.grid_resolution == 64
     assert compare(staged["fp"], eager["fp"])["identical"]
+
+
+def test_pipeline_models_load_directly_and_say_so_in_their_events(runs):
+    plan = plan_for("1024_cascade")
+    pipeline_models = {n for names in plan.values() for n in names} - {
+        "rembg_model", "camera_estimator", "image_cond_backbone", "naf"}
+    loads = _loads(runs["staged"]["events"])
+    for e in loads:
+        if e["model"] in pipeline_models:
+            assert e["method"] == "meta_assign" and "fallback" not in e, e
+        else:
+            assert "method" not in e, e
+    notes = runs["staged"]["run"].load_notes
+    assert set(notes) == pipeline_models and all(n.fallback is None for n in notes.values())
+
+
+def test_no_direct_load_uses_the_ports_loader_and_matches_eager(runs):
+    run = runs["cpu_then_move"]
+    methods = {e["model"]: e.get("method") for e in _loads(run["events"]) if "method" in e}
+    assert methods and set(methods.values()) == {"port_from_pretrained"}
+    assert compare(run["fp"], runs["eager"]["fp"])["identical"]

@@ -64,6 +64,18 @@ def ballast(numel: int) -> nn.Parameter:
     return p
 
 
+def add_ballast(module: nn.Module, numel: int) -> None:
+    """Register ``module.ballast`` (``numel`` float32 values), then initialise it in place.
+
+    Same values and the same draw from the default generator as :func:`ballast`, but in the
+    order real layers use (``nn.Linear``: register an empty weight, then ``reset_parameters``),
+    so building with parameters on ``meta`` allocates and initialises nothing. The pixal3d
+    models use this one; the Hugging Face stand-ins keep :func:`ballast`.
+    """
+    module.ballast = nn.Parameter(torch.empty(max(1, int(numel))))
+    nn.init.normal_(module.ballast, std=0.02)
+
+
 class _PretrainedMixin:
     @classmethod
     def from_pretrained(cls, model_name: str, **kwargs):

@@ -39,7 +39,7 @@ def from_pretrained(path: str, **kwargs):
         config_file = f"{path}.json"
         model_file = f"{path}.safetensors"
     else:
-        from standin_hf import hf_hub_download
+        from huggingface_hub import hf_hub_download
         parts = path.split('/')
         repo_id = f'{parts[0]}/{parts[1]}'
         name = '/'.join(parts[2:])

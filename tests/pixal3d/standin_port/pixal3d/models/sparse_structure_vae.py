@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._common import ballast
+from ._common import add_ballast
 
 
 class SparseStructureDecoder(nn.Module):
@@ -16,7 +16,7 @@ class SparseStructureDecoder(nn.Module):
         self.inp = nn.Conv3d(latent_channels, model_channels, 1)
         self.out = nn.Conv3d(model_channels, 1, 1)
         self.radius = radius
-        self.ballast = ballast(ballast_numel)
+        add_ballast(self, ballast_numel)
 
     def forward(self, z):
         h = F.interpolate(self.out(F.gelu(self.inp(z))), scale_factor=4, mode='nearest')

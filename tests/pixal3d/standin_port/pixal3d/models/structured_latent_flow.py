@@ -3,7 +3,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._common import TimeEmbed, ballast
+from ._common import RotaryFreqs, TimeEmbed, add_ballast
 
 
 class SLatFlowModel(nn.Module):
@@ -18,12 +18,13 @@ class SLatFlowModel(nn.Module):
         self.proj = nn.Linear(proj_channels, model_channels)
         self.t_embed = TimeEmbed(model_channels)
         self.out = nn.Linear(model_channels, out_channels)
-        self.ballast = ballast(ballast_numel)
+        self.rope = RotaryFreqs(model_channels)  # plain tensor attribute, as the real model's RoPE
+        add_ballast(self, ballast_numel)
 
     def forward(self, x, t, cond, concat_cond=None, **kwargs):
         feats = x.feats
         if concat_cond is not None:
             feats = torch.cat([feats, concat_cond.feats], dim=1)
         h = self.inp(feats) + self.cond(cond['global'].mean(1)) + self.t_embed(t)
-        h = h + self.proj(cond['proj'].feats)
+        h = h + self.proj(cond['proj'].feats) + 1e-2 * self.rope.phase(x.coords[:, 1:])
         return x.replace(self.out(F.gelu(h)) + 1e-3 * self.ballast.mean())

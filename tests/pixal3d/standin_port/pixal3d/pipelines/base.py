@@ -22,7 +22,7 @@ class Pipeline:
         if os.path.exists(f"{path}/{config_file}"):
             config_file = f"{path}/{config_file}"
         else:
-            from standin_hf import hf_hub_download
+            from huggingface_hub import hf_hub_download
             config_file = hf_hub_download(path, config_file)
         with open(config_file, 'r') as f:
             args = json.load(f)['args']

@@ -1,1 +1,1 @@
-from standin_hf import ballast  # noqa: F401
+from standin_hf import add_ballast, ballast  # noqa: F401

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._vae_common import ballast
+from ._vae_common import add_ballast
 from ...modules.sparse import SparseTensor
 from ...representations import Mesh
 from ...utils.mesh_extract import voxel_surface_to_mesh
@@ -16,7 +16,7 @@ class FlexiDualGridVaeDecoder(nn.Module):
         self.inp = nn.Linear(latent_channels, model_channels)
         self.children_logits = nn.Linear(model_channels, 8)
         self.subdiv = nn.Linear(model_channels, 1)
-        self.ballast = ballast(ballast_numel)
+        add_ballast(self, ballast_numel)
         self.resolution = 1024
         self.low_vram = False
 

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._vae_common import ballast
+from ._vae_common import add_ballast
 
 
 class SparseUnetVaeDecoder(nn.Module):
@@ -12,7 +12,7 @@ class SparseUnetVaeDecoder(nn.Module):
         super().__init__()
         self.inp = nn.Linear(latent_channels + 1, model_channels)
         self.out = nn.Linear(model_channels, out_channels)
-        self.ballast = ballast(ballast_numel)
+        add_ballast(self, ballast_numel)
 
     def forward(self, slat, guide_subs=None):
         guide = guide_subs[0].feats if guide_subs else torch.zeros_like(slat.feats[:, :1])

@@ -1,0 +1,189 @@
+"""Load one of the port's ``pixal3d.models`` checkpoints with its weights allocated once.
+
+The port's own ``pixal3d.models.from_pretrained(path)`` builds the model with its random
+initialisation (every weight allocated and filled), reads the safetensors file into a state
+dict (a second copy) and copies it in with ``load_state_dict``: about 2x the model's bytes at
+its peak, and the time of an initialisation that is thrown away (issue 8 measured 1.8-2.1x and
+0.30 GB/s against 1.24 GB/s for a cold read). :func:`load_port_model` reads the same files and
+builds the same class instead as follows:
+
+1. Files: ``{path}.json`` + ``{path}.safetensors`` when both exist, else the Hugging Face form
+   ``ORG/REPO/sub/path`` through ``huggingface_hub.hf_hub_download`` — the same resolution the
+   port's ``from_pretrained`` does (read in ``wowo0709/Pixal3D`` ``pixal3d/models/__init__.py``
+   at 463378f7; the config is ``{"name": class name, "args": constructor kwargs}``).
+2. Class: ``getattr(port.models, config["name"])`` — the port's own lazy namespace.
+3. Build inside ``torch.device(device)`` with :func:`parameters_on_meta`: every parameter is
+   moved to ``meta`` as it is registered, so weight initialisation (which runs after
+   registration in ``nn.Linear`` and the models' ``initialize_weights``) does no work and draws
+   nothing from the random generators. Buffers and plain tensor attributes computed in
+   ``__init__`` are made for real on the target device. Why not a plain ``with
+   torch.device("meta")``: the real TRELLIS.2-derived models keep RoPE frequency tables as plain
+   tensor attributes (``SparseRotaryPositionEmbedder.freqs``, read in ``microsoft/TRELLIS.2``
+   and its forks), which are in no checkpoint; under a meta device context they would be
+   meta and could not be restored, so every RoPE model would have to fall back. This is the
+   technique of ``accelerate.init_empty_weights(include_buffers=False)``, written here in a
+   dozen lines rather than adding accelerate as a dependency for it.
+4. ``safetensors.torch.load_file(model_file, device=device)`` (on the CPU: tensors backed by
+   the file's mapping; on CUDA/MPS: copied straight to the device), each floating tensor cast to
+   the dtype the built module gave that name (what the port's ``copy_`` does; e.g. a model that
+   converts its blocks to fp16 in ``__init__``), then ``load_state_dict(state, strict=False,
+   assign=True)`` — ``strict=False`` as the port's ``from_pretrained`` defaults to.
+5. Any parameter, buffer or plain tensor attribute still on ``meta`` (a buffer computed from the
+   parameters' device and not saved in the checkpoint, a name missing from it), or a
+   constructor that cannot run this way: the half-built module is dropped and ``fallback()`` —
+   the port's own ``from_pretrained`` on the device — builds this model instead. The reason is
+   returned (the adapter logs it and adds it to the model's ``load`` event). A loaded model
+   never keeps a meta tensor.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Union
+
+import torch
+from torch import nn
+
+#: ``LoadNote.method`` values.
+METHOD_META = "meta_assign"
+METHOD_PORT = "port_from_pretrained"
+
+
+@dataclass
+class LoadNote:
+    """How one model was loaded. ``method``: ``"meta_assign"`` (parameters built on meta,
+    safetensors assigned) or ``"port_from_pretrained"`` (the port's own loader);
+    ``fallback``: why the port's loader was used (None when it was not a fallback);
+    ``checkpoint``: the safetensors file read (None when unknown)."""
+    method: str
+    fallback: Optional[str] = None
+    checkpoint: Optional[str] = None
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Within the block, every parameter a module registers is replaced by a ``meta`` tensor of
+    the same shape, dtype and ``requires_grad`` (its storage is freed at once; initialisers that
+    run afterwards on it do nothing). Buffers and plain tensors are not touched. Patches
+    ``nn.Module.register_parameter`` (which ``Module.__setattr__`` calls for a ``Parameter``)
+    for the duration of the block, process-wide; restores it on exit, errors included."""
+    original = nn.Module.register_parameter
+
+    def register(self, name, param):
+        original(self, name, param)
+        current = self._parameters.get(name)
+        if current is not None and not current.is_meta:
+            try:
+                self._parameters[name] = type(current)(current.detach().to("meta"),
+                                                       requires_grad=current.requires_grad)
+            except Exception:  # an exotic Parameter subclass: keep it real (assign replaces it)
+                pass
+
+    nn.Module.register_parameter = register
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original
+
+
+def checkpoint_files(path: str) -> tuple[str, str]:
+    """``(config_file, model_file)`` for a port checkpoint path, resolved as the port's
+    ``from_pretrained`` does (local pair, else the Hugging Face cache/download).
+    Raises ``FileNotFoundError`` (or the hub's own error) when it cannot be found."""
+    if os.path.exists(f"{path}.json") and os.path.exists(f"{path}.safetensors"):
+        return f"{path}.json", f"{path}.safetensors"
+    parts = str(path).split("/")
+    if len(parts) < 3:
+        raise FileNotFoundError(f"no {path}.json/.safetensors, and {path!r} is not ORG/REPO/sub/path")
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as exc:
+        raise FileNotFoundError(f"no {path}.json/.safetensors and no huggingface_hub to look {path!r} up "
+                                f"(the port's environment has it)") from exc
+    repo_id, name = "/".join(parts[:2]), "/".join(parts[2:])
+    return hf_hub_download(repo_id, f"{name}.json"), hf_hub_download(repo_id, f"{name}.safetensors")
+
+
+def meta_tensors(module: nn.Module) -> list[str]:
+    """Dotted names of every parameter, buffer and plain tensor attribute (also inside a list,
+    tuple or dict attribute) of ``module`` and its submodules that is on ``meta``."""
+    found = []
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        dot = f"{prefix}." if prefix else ""
+        for name, t in list(sub._parameters.items()) + list(sub._buffers.items()):
+            if t is not None and t.is_meta:
+                found.append(dot + name)
+        for name, value in vars(sub).items():
+            if name in ("_parameters", "_buffers", "_modules"):
+                continue
+            items = value.items() if isinstance(value, dict) else (
+                enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)])
+            for key, t in items:
+                if isinstance(t, torch.Tensor) and t.is_meta:
+                    found.append(dot + name + (f"[{key!r}]" if key is not None else ""))
+    return found
+
+
+def load_port_model(models_ns, path: str, device: Union[str, torch.device],
+                    fallback: Callable[[], nn.Module]) -> tuple[nn.Module, LoadNote]:
+    """Load the checkpoint ``path`` of the port's ``pixal3d.models`` with its weights allocated
+    once on ``device`` (see the module docstring), or through ``fallback()`` when that cannot
+    give a complete module.
+
+    Args:
+        models_ns: the port's ``pixal3d.models`` module (classes resolved through it).
+        path: checkpoint path as the port's pipeline passes it (``f"{model_path}/{ckpt}"``).
+        device: target device.
+        fallback: zero-argument callable returning the model built by the port's own
+            ``from_pretrained`` on the device (used for this model only).
+
+    Returns ``(module, note)``; the module has every tensor on ``device`` (call ``.eval()``).
+    Raises what resolving the files raises (``FileNotFoundError``), ``ValueError`` for a config
+    without ``name``/``args``, and what ``fallback()`` raises.
+    """
+    device = torch.device(device)
+    config_file, model_file = checkpoint_files(path)
+    with open(config_file) as f:
+        config = json.load(f)
+    if not isinstance(config, dict) or "name" not in config:
+        raise ValueError(f"{config_file} is not a model config (needs {{\"name\": class, \"args\": {{...}}}})")
+    cls = getattr(models_ns, config["name"])
+    try:
+        with torch.device(device), parameters_on_meta():
+            module = cls(**(config.get("args") or {}))
+    except Exception as exc:
+        return _fallback(fallback, f"building {config['name']} with parameters on meta failed: "
+                                   f"{type(exc).__name__}: {exc}", model_file)
+    from safetensors.torch import load_file
+    state = load_file(model_file, device=_safetensors_device(device))
+    targets = module.state_dict(keep_vars=True)
+    for name, tensor in state.items():
+        target = targets.get(name)
+        if (target is not None and tensor.is_floating_point() and target.is_floating_point()
+                and tensor.dtype != target.dtype):
+            state[name] = tensor.to(target.dtype)
+    module.load_state_dict(state, strict=False, assign=True)
+    del state, targets
+    left = meta_tensors(module)
+    if left:
+        del module
+        shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+        return _fallback(fallback, f"{config['name']} has tensors that are not in {os.path.basename(model_file)} "
+                                   f"and were computed from meta parameters: {shown}", model_file)
+    return module, LoadNote(METHOD_META, None, model_file)
+
+
+def _fallback(fallback: Callable[[], nn.Module], reason: str, model_file: Optional[str]):
+    module = fallback()
+    left = meta_tensors(module)
+    if left:
+        raise RuntimeError(f"the port's own loader left tensors on meta: {', '.join(left[:6])}")
+    return module, LoadNote(METHOD_PORT, reason, model_file)
+
+
+def _safetensors_device(device: torch.device) -> str:
+    if device.type in ("cuda", "xpu") and device.index is None:
+        return f"{device.type}:0"
+    return str(device)
