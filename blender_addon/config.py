@@ -148,9 +148,12 @@ class JobSpec:
 
     def argv(self, python: str) -> list[str]:
         """The full command line: ``python -m runner IMAGE -o OUT …``."""
+        # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
+        # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
         out = [python, "-m", "runner", str(self.image), "-o", str(self.output),
                "--backend", self.backend, "--seed", str(int(self.seed)),
-               "--texture-size", str(int(self.texture_size)), "--trace", str(self.trace)]
+               "--texture-size", str(int(self.texture_size)), "--trace", str(self.trace),
+               "--cancel-on-stdin-eof"]
         if self.backend == "pixal3d":
             out += ["--pipeline-type", self.pipeline_type]
             if self.pixal3d_dir.strip():

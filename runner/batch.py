@@ -7,18 +7,23 @@ each image)::
     {"version": 1, "runner": "0.1.0", "input_dir": "...", "output_dir": "...", "backend": "...",
      "updated": <time.time()>,
      "images": {"<file name>": {"image": path, "output": path, "trace": path,
-                                "status": "done" | "failed", "seconds": float,
+                                "status": "done" | "failed" | "cancelled", "seconds": float,
                                 "peak": bytes | null, "error": {kind, message, hint, exit_code} | null,
+                                "sha256": hex digest of the input file's bytes,
+                                "options": {the options that shape the output},
                                 "finished": <time.time()>}}}
 
-Resuming: an image whose entry says ``done`` and whose GLB still exists is skipped unless
-``--overwrite``; failed (and cancelled) images are tried again. An existing GLB that the manifest
-does not record as done is never replaced without ``--overwrite`` (that image fails with
-``output_exists``). Outputs are ``OUTDIR/<stem>.glb`` and ``OUTDIR/<stem>.trace.jsonl``; when two
-images share a stem (``a.png``, ``a.jpg``) each gets ``<stem>-<suffix>``.
+Resuming: an image is skipped only when its entry says ``done``, its GLB still exists, and both
+the input's ``sha256`` and the output-shaping ``options`` (``job_fingerprint``) are the same as
+now; otherwise it runs again. A re-run may replace the GLB and trace the manifest attributes to
+this batch; an existing GLB or trace the manifest does not attribute to it is never replaced
+without ``--overwrite`` (that image fails with ``output_exists``). ``--overwrite`` redoes every
+image. Outputs are ``OUTDIR/<stem>.glb`` and ``OUTDIR/<stem>.trace.jsonl``; when two images
+share a stem (``a.png``, ``a.jpg``) each gets ``<stem>-<suffix>`` (``a-png.glb``, ``a-jpg.glb``).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -27,8 +32,8 @@ import time
 from pathlib import Path
 
 from . import backends
-from .cli import (ArgumentParser, add_job_arguments, backend_options, guard_config,
-                  internal_failure, setup, usage_failure)
+from .cli import (ArgumentParser, add_job_arguments, explain, guard_config, internal_failure,
+                  setup, usage_failure, validate_job)
 from .errors import RunnerError
 from .inputs import IMAGE_SUFFIXES
 from .protocol import make
@@ -54,6 +59,30 @@ def output_names(images: list[Path]) -> dict[Path, str]:
             for p in images}
 
 
+def file_sha256(path: Path) -> str | None:
+    """Hex SHA-256 of the file's bytes (read in 1 MiB blocks), or None when it cannot be read
+    (the job then reports why)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def job_fingerprint(backend: str, seed, texture_size, height_m, options: dict) -> dict:
+    """The options that shape a GLB, as recorded in the manifest: ``backend``, ``seed``,
+    ``texture_size`` (px), ``height_m`` (metres) — None meaning the backend's default — and the
+    backend's own options whose ``affects_output`` is True (e.g. ``pipeline_type``, not
+    ``load``). Two runs with equal fingerprints and equal input bytes give the same GLB."""
+    entry = backends.get(backend)
+    own = {o.dest: options.get(o.dest) for o in entry.options if o.affects_output}
+    return {"backend": backend, "seed": seed, "texture_size": texture_size,
+            "height_m": height_m, **own}
+
+
 def load_manifest(path: Path) -> dict:
     """The manifest at ``path``; an empty one when missing or unreadable (logged)."""
     if not path.exists():
@@ -71,6 +100,9 @@ def write_manifest(path: Path, data: dict) -> None:
     ``os.replace``). Raises ``RunnerError('disk_full'|'output_unwritable')``."""
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=path.parent)
     try:
+        # mkstemp creates 0600; give the manifest the mode any new file gets (0666 & ~umask),
+        # like the GLBs and traces next to it.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2, ensure_ascii=False)
             f.write("\n")
@@ -83,6 +115,14 @@ def write_manifest(path: Path, data: dict) -> None:
         import errno
         kind = "disk_full" if exc.errno == errno.ENOSPC else "output_unwritable"
         raise RunnerError(kind, f"Cannot write the manifest {path} ({exc.strerror or exc}).") from None
+
+
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it; no other thread creates files
+    while the manifest is written)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def build_parser() -> ArgumentParser:
@@ -105,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         ns = build_parser().parse_args(argv)
+        options = validate_job(ns)
         config = guard_config(ns)
     except RunnerError as err:
         return usage_failure(err, "batch")
@@ -113,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     in_dir = Path(ns.input_dir).expanduser().absolute()
     out_dir = Path(ns.output_dir).expanduser().absolute()
     manifest_path = out_dir / MANIFEST
-    stages = backends.get(ns.backend).planned_stages(backend_options(ns))
+    stages = backends.get(ns.backend).planned_stages(options)
+    fingerprint = job_fingerprint(ns.backend, ns.seed, ns.texture_size, ns.height_m, options)
     hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="batch",
                  backend=ns.backend, image=None, output=None, trace=None, stages=stages,
                  input_dir=str(in_dir), output_dir=str(out_dir), manifest=str(manifest_path),
@@ -125,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
 
     try:
+        if in_dir.is_file():
+            return fail(RunnerError("input_missing", f"{in_dir} is a file, not a folder.",
+                                    "batch takes a folder of images; for one image run "
+                                    "`python -m runner IMAGE -o OUT.glb`."))
         if not in_dir.is_dir():
             return fail(RunnerError("input_missing", f"The folder {in_dir} does not exist."))
         images = find_images(in_dir)
@@ -150,16 +196,23 @@ def main(argv: list[str] | None = None) -> int:
             output = out_dir / f"{names[image]}.glb"
             trace = out_dir / f"{names[image]}.trace.jsonl"
             entry = entries.get(image.name) or {}
-            if (not ns.overwrite and entry.get("status") == "done" and output.exists()
-                    and entry.get("output") == str(output)):
+            digest = file_sha256(image)
+            ours = entry.get("output") == str(output)  # the manifest attributes it to us
+            if (not ns.overwrite and entry.get("status") == "done" and output.exists() and ours
+                    and digest is not None and entry.get("sha256") == digest
+                    and entry.get("options") == fingerprint):
                 counts["skipped"] += 1
                 emitter.event("batch_item", index=index, count=count, image=str(image),
                               status="skipped", output=str(output), trace=entry.get("trace"),
                               seconds=0.0, peak=entry.get("peak"), error=None)
                 continue
+            # A changed image or changed options: this batch may replace what it wrote itself
+            # (a GLB recorded as done, a trace recorded for this image), nothing else.
             job = Job(image=image, output=output, backend=ns.backend, trace=trace,
                       seed=ns.seed, texture_size=ns.texture_size, height_m=ns.height_m,
-                      overwrite=ns.overwrite, options=backend_options(ns))
+                      overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
+                      options=options,
+                      replace_trace=ns.overwrite or entry.get("trace") == str(trace))
             item_hello = {**hello, "mode": "batch_item", "image": str(image),
                           "output": str(output), "trace": str(trace), "item": index}
             began = time.time()
@@ -181,10 +234,13 @@ def main(argv: list[str] | None = None) -> int:
             counts["done" if outcome.ok else "failed"] += 1
             error = None if outcome.ok else {k: outcome.final.get(k) for k in
                                              ("kind", "message", "hint", "exit_code")}
+            if not outcome.ok:
+                explain({**outcome.final, "message": f"{image.name}: {outcome.final.get('message')}"})
             entries[image.name] = {"image": str(image), "output": str(output),
                                    "trace": outcome.trace, "status": status,
                                    "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
-                                   "error": error, "finished": time.time()}
+                                   "error": error, "sha256": digest, "options": fingerprint,
+                                   "finished": time.time()}
             manifest["updated"] = time.time()
             write_manifest(manifest_path, manifest)
             emitter.event("batch_item", index=index, count=count, image=str(image),

@@ -1,9 +1,10 @@
 """Cancel sources of the supervisor, funnelled into one ``Cancel`` flag.
 
 - SIGTERM, SIGINT, SIGHUP delivered to the supervisor;
-- stdin reaching end-of-file — only when stdin is a pipe (FIFO) or a socket, so running the
-  runner from a terminal or with stdin from ``/dev/null`` does not cancel at once. The Blender
-  add-on keeps stdin open as a pipe and closes it to cancel;
+- stdin reaching end-of-file — only when asked for (``--cancel-on-stdin-eof``, what the Blender
+  add-on passes: it keeps stdin open as a pipe and closes it to cancel) and stdin is a pipe
+  (FIFO) or a socket. Otherwise stdin is never read, so the runner inside a shell
+  ``while read`` loop does not eat the loop's input;
 - the parent process dying: the parent pid is polled every 0.2 s (a change means we were
   re-parented). ``PR_SET_PDEATHSIG`` is deliberately *not* used for the supervisor: on Linux it
   fires when the parent *thread* that spawned us exits, and an add-on may spawn from a thread
@@ -69,7 +70,9 @@ class Cancel:
     def _on_signal(self, signum, frame) -> None:
         self.cancel(f"signal {signal.Signals(signum).name}")
 
-    def install(self, *, signals: bool = True, stdin: bool = True, parent: bool = True) -> "Cancel":
+    def install(self, *, signals: bool = True, stdin: bool = False, parent: bool = True) -> "Cancel":
+        """Start the cancel sources: signal handlers (main thread only), the stdin watch when
+        ``stdin`` is True and stdin is a pipe or socket, the parent-pid poll. Returns self."""
         if signals and threading.current_thread() is threading.main_thread():
             for sig in CANCEL_SIGNALS:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
@@ -108,6 +111,30 @@ class Cancel:
             if os.getppid() != parent_pid:
                 self.cancel(f"parent process {parent_pid} died")
                 return
+
+
+def cancel_error(cancel: Cancel, when: str):
+    """The ``RunnerError('cancelled')`` for a job stopped by ``cancel``; ``when`` says at which
+    point (e.g. ``"before the worker started"``). The hint fits the source: a closed stdin
+    names ``--cancel-on-stdin-eof``, a signal says who usually sends it."""
+    from .errors import RunnerError
+
+    reason = cancel.reason or "cancelled"
+    if reason.startswith("stdin"):
+        hint = ("stdin was closed and --cancel-on-stdin-eof was given (the Blender add-on's way "
+                "to cancel). If you did not mean to cancel, leave that option out.")
+    elif reason.startswith("signal"):
+        hint = ("A signal stopped it (Ctrl-C, kill, or the terminal closing); run the command "
+                "again when you want the result.")
+    elif reason.startswith("parent"):
+        hint = ("The program that started the runner exited; run the job again from a process "
+                "that waits for it.")
+    elif reason.startswith("stdout"):
+        hint = ("The program reading the runner's output closed it; keep reading stdout until "
+                "the last line.")
+    else:
+        hint = None
+    return RunnerError("cancelled", f"Cancelled ({reason}) {when}.", hint)
 
 
 def stdin_is_pipe() -> bool:

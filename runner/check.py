@@ -7,7 +7,9 @@ Prints one JSON object (also a protocol line: ``"v": 1, "event": "check"``) with
 (``python -m runner.worker --probe``), never in this process.
 
 Exit status: 0 when every requested backend (``--backend``, default ``builtin``) can run;
-``backend_unavailable`` (31) when one cannot, ``no_torch`` (30) when torch cannot be imported.
+``no_torch`` (30) when torch cannot be imported; otherwise the kind the failing backend's check
+names (``pixal3d_missing`` 32, ``pixal3d_version`` 33 — the codes a run exits with for the same
+reason), or ``backend_unavailable`` (31) when it names none.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import subprocess
 import sys
 
 from . import backends
-from .cli import ArgumentParser, backend_options, usage_failure
+from .cli import ArgumentParser, add_backend_arguments, backend_options, usage_failure
 from .errors import RunnerError
 from .protocol import Emitter, make
 
@@ -63,10 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "(one JSON object on stdout).")
     parser.add_argument("--backend", choices=backends.names(), action="append",
                         help="backend(s) whose readiness sets the exit status (default: builtin)")
-    group = parser.add_argument_group("backend options")
-    for opt in backends.all_options():
-        group.add_argument(opt.flag, dest=opt.dest, default=opt.default, choices=opt.choices,
-                           help=opt.help)
+    add_backend_arguments(parser)
     try:
         ns = parser.parse_args(argv)
     except RunnerError as err:
@@ -87,4 +86,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not result["torch"].get("ok"):
         return RunnerError("no_torch", "").exit_code
-    return RunnerError("backend_unavailable", "").exit_code
+    return verdict_exit_code(result["backends"], wanted)
+
+
+def verdict_exit_code(verdicts: dict, wanted: list[str]) -> int:
+    """Exit status for the first requested backend that cannot run: the ``kind`` its check
+    reported when that is an environment kind (30-39, e.g. ``pixal3d_missing`` 32 — the code a
+    run would exit with for the same reason), else ``backend_unavailable`` (31)."""
+    from .errors import KINDS
+
+    for name in wanted:
+        verdict = verdicts.get(name) or {}
+        if not verdict.get("ok"):
+            kind = verdict.get("kind")
+            if kind in KINDS and 30 <= KINDS[kind].exit_code <= 39:
+                return KINDS[kind].exit_code
+            return KINDS["backend_unavailable"].exit_code
+    return 0

@@ -5,6 +5,7 @@ events, the backend options, and the process-wide setup (cancel sources, stdout 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -27,6 +28,31 @@ class ArgumentParser(argparse.ArgumentParser):
         raise RunnerError("usage", f"{self.prog}: {message}")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (e.g. ``--texture-size``); the backend's own range is
+    checked later by ``Backend.validate``. Raises ``argparse.ArgumentTypeError``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive size in pixels")
+    return value
+
+
+def positive_metres(text: str) -> float:
+    """argparse type: a finite length in metres > 0 (``--height``); ``inf``, ``nan``, 0 and
+    negatives are refused (a non-finite height would write non-finite vertices). The
+    backend's range is checked later. Raises ``argparse.ArgumentTypeError``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of metres") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite, positive number of metres")
+    return value
+
+
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by a single run and ``batch``: backend, seed, texture size, height,
     overwrite, the backends' own options and the guard's options (``stageload.guard``)."""
@@ -36,26 +62,51 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which image-to-mesh method runs (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=None,
                         help="random seed (default: the backend's: builtin 0, pixal3d 42)")
-    parser.add_argument("--texture-size", type=int, default=None, metavar="PX",
+    parser.add_argument("--texture-size", type=positive_int, default=None, metavar="PX",
                         help="base-colour texture side in pixels (default: the backend's: "
-                             "builtin 1024, pixal3d 2048)")
-    parser.add_argument("--height", type=float, default=None, metavar="M", dest="height_m",
-                        help="height of the mesh in metres (default: the backend's, 1 m)")
+                             "builtin 1024, any of 1-4096; pixal3d 2048, one of 512, 1024, "
+                             "2048, 4096)")
+    parser.add_argument("--height", type=positive_metres, default=None, metavar="M",
+                        dest="height_m",
+                        help="height of the mesh in metres, 0.01-100 (builtin only; default "
+                             "1 m)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing output file (default: refuse)")
-    parser.add_argument("--ignore-stdin", action="store_true",
-                        help="do not cancel when stdin (a pipe) reaches end-of-file")
-    group = parser.add_argument_group("backend options")
-    for opt in backends.all_options():
-        group.add_argument(opt.flag, dest=opt.dest, default=opt.default, choices=opt.choices,
-                           help=opt.help)
+                        help="replace an existing output file, and an existing trace of an "
+                             "earlier run (default: refuse)")
+    parser.add_argument("--cancel-on-stdin-eof", action="store_true",
+                        help="cancel the job when stdin (a pipe the caller keeps open) reaches "
+                             "end-of-file; the Blender add-on uses this. Without it stdin is "
+                             "never read")
+    # Kept so older command lines still parse; stdin is not watched unless asked for.
+    parser.add_argument("--ignore-stdin", action="store_true", help=argparse.SUPPRESS)
+    add_backend_arguments(parser)
     add_guard_arguments(parser)
     parser.set_defaults(guard_grace=DEFAULT_GRACE)
 
 
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every backend's own options (``backends.all_options()``), default None = not given, so
+    an option of another backend can be told apart and refused (``validate_job``)."""
+    group = parser.add_argument_group("backend options")
+    for opt in backends.all_options():
+        default = f" (default: {opt.default})" if opt.default not in (None, "") else ""
+        group.add_argument(opt.flag, dest=opt.dest, default=None, choices=opt.choices,
+                           help=opt.help + default)
+
+
 def backend_options(ns: argparse.Namespace) -> dict:
-    """The backend options (``dest`` → value) from parsed arguments."""
+    """The backend options as given (``dest`` → value, None = not given)."""
     return {opt.dest: getattr(ns, opt.dest, None) for opt in backends.all_options()}
+
+
+def validate_job(ns: argparse.Namespace) -> dict:
+    """Check the parsed job options against the chosen backend's registry entry
+    (``Backend.validate``) and return that backend's own options with defaults filled in.
+    Raises ``RunnerError('usage')`` — before ``hello`` is followed by anything else."""
+    backend = backends.get(ns.backend)
+    given = backend_options(ns)
+    backend.validate(texture_size=ns.texture_size, height_m=ns.height_m, options=given)
+    return backend.job_options(given)
 
 
 def guard_config(ns: argparse.Namespace):
@@ -72,7 +123,7 @@ def setup(ns: argparse.Namespace | None = None) -> tuple[Emitter, Cancel]:
     """The stdout emitter and the installed cancel sources for this process."""
     cancel = Cancel()
     emitter = Emitter(on_broken=lambda: cancel.cancel("stdout closed by the reader"))
-    cancel.install(stdin=not (ns is not None and getattr(ns, "ignore_stdin", False)))
+    cancel.install(stdin=bool(ns is not None and getattr(ns, "cancel_on_stdin_eof", False)))
     return emitter, cancel
 
 
@@ -100,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = None
     try:
         ns = parser.parse_args(argv)
+        options = validate_job(ns)
         config = guard_config(ns)
     except RunnerError as err:
         return usage_failure(err, "single")
@@ -107,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     job = Job(image=Path(ns.image), output=Path(ns.output), backend=ns.backend,
               trace=Path(ns.trace) if ns.trace else None, seed=ns.seed,
               texture_size=ns.texture_size, height_m=ns.height_m, overwrite=ns.overwrite,
-              options=backend_options(ns))
+              options=options)
     hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="single",
                  backend=ns.backend, image=str(Path(ns.image).absolute()),
                  output=str(Path(ns.output).expanduser().absolute()),
@@ -121,8 +173,18 @@ def main(argv: list[str] | None = None) -> int:
         return internal_failure(emitter, exc)
     finally:
         cancel.uninstall()
+    if not outcome.ok:
+        explain(outcome.final)
     emitter.emit(outcome.final)
     return outcome.exit_code
+
+
+def explain(error: dict) -> None:
+    """One human line on stderr for a failed job: ``runner: KIND: message — hint`` (the
+    traceback, for ``internal``/``backend_failed``, was printed where it happened)."""
+    from .supervisor import log
+
+    log(f"{error.get('kind')}: {error.get('message')} — {error.get('hint')}")
 
 
 def internal_failure(emitter: Emitter, exc: BaseException) -> int:

@@ -84,7 +84,8 @@ KINDS: dict[str, Kind] = {
     "background_not_plain": Kind(44, "Use an image with transparency (alpha), or one on a plain, "
                                      "single-colour background.",
                                  "no alpha and the border is not one plain colour to key out"),
-    "cancelled": Kind(130, "Nothing to do; run again when you want the result.",
+    "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
+                           "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),
 }
 

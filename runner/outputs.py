@@ -8,6 +8,7 @@ folder (same file system, so the final rename is atomic) and the supervisor comm
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import secrets
@@ -64,13 +65,89 @@ def check_output(output: str | Path, overwrite: bool = False) -> Path:
     return path
 
 
-def check_trace(trace: str | Path) -> Path:
-    """Validate the trace path (absolute, parent created, writable); same errors as
-    ``check_output`` except that an existing trace file is replaced (it is the runner's own)."""
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """True when ``a`` and ``b`` name the same file: ``os.path.samefile`` when both exist
+    (catches hard links and symlinks), else equal fully resolved paths (``~`` expanded)."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    try:
+        return os.path.normcase(a.resolve()) == os.path.normcase(b.resolve())
+    except (OSError, RuntimeError):
+        return os.path.normcase(a.absolute()) == os.path.normcase(b.absolute())
+
+
+def trace_conflict(trace: str | Path, image: str | Path, output: str | Path) -> None:
+    """Refuse a trace path that is the input image or the output GLB (writing it would destroy
+    the picture, or leave JSON under the .glb name). Raises ``RunnerError('usage')``."""
+    if same_file(trace, image):
+        raise RunnerError("usage", f"The trace path {trace} is the input image; it was left "
+                          "untouched.", "Give --trace a path of its own, e.g. "
+                          "out/NAME.trace.jsonl, or leave --trace out.")
+    if same_file(trace, output):
+        raise RunnerError("usage", f"The trace path {trace} is the output GLB.",
+                          "Give --trace a path of its own, e.g. out/NAME.trace.jsonl, or "
+                          "leave --trace out.")
+
+
+def _trace_owner(path: Path) -> tuple[bool, int | None]:
+    """``(looks_like_a_trace, pid_of_its_runner)`` from the first line of ``path``: a trace
+    starts with one JSON object that has ``"event"`` (the runner's starts with ``hello``, which
+    carries the supervisor's ``pid``). Reads at most 64 KiB; never raises."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(65536)
+        obj = json.loads(first.decode("utf-8"))
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        return False, None
+    pid = obj.get("pid") if obj.get("event") == "hello" else None
+    return True, pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
+def _is_runner(pid: int) -> bool:
+    """True when process ``pid`` is running and its command line mentions ``runner`` (so a
+    recycled pid of an unrelated program does not block a trace forever)."""
+    try:
+        return any("runner" in part for part in psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        return False
+
+
+def check_trace(trace: str | Path, replace: bool = False) -> Path:
+    """Validate the trace path before any work (absolute, parent created, writable); returns it.
+
+    An existing file there is never replaced unless ``replace`` (``--overwrite``, or a batch
+    re-running an image whose trace the manifest records) — and even then only when it looks
+    like a trace (first line a JSON object with ``"event"``) and no live runner is writing it
+    (its ``hello`` names a running pid other than ours). The file itself is removed only by the
+    supervisor when it opens the new trace (``stageload.trace.TraceWriter``, which refuses an
+    existing file). Raises ``RunnerError``: ``output_invalid`` (a folder), ``output_exists``,
+    ``output_unwritable``, ``disk_full``.
+    """
     path = Path(trace).expanduser().absolute()
     if path.is_dir():
         raise RunnerError("output_invalid", f"The trace path {path} is a folder.",
                           "Give --trace a file path, e.g. run.trace.jsonl.")
+    if path.exists() or path.is_symlink():
+        if not replace:
+            raise RunnerError("output_exists", f"The trace {path} already exists (an earlier "
+                              "run, or a runner still working on this output); it was left "
+                              "untouched.", "Pass --overwrite to replace an earlier run's "
+                              "trace, or give --trace another path.")
+        regular = path.is_file() and not path.is_symlink()  # never open a FIFO or device
+        looks, pid = _trace_owner(path) if regular else (False, None)
+        if not looks:
+            raise RunnerError("output_exists", f"{path} exists and is not a runner trace; it "
+                              "was left untouched.", "Give --trace another path.")
+        if pid is not None and pid != os.getpid() and _is_runner(pid):
+            raise RunnerError("output_exists", f"The trace {path} is being written by another "
+                              f"runner (pid {pid}); it was left untouched.",
+                              "Wait for that job to finish, or choose another output name.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import backends
-from .cancel import Cancel
+from .cancel import Cancel, cancel_error
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .outputs import (check_output, check_trace, commit, default_trace_path, discard,
-                      sweep_stale_partials, temp_path)
+                      sweep_stale_partials, temp_path, trace_conflict)
 from .protocol import PROTOCOL_VERSION, encode_line
 
 SAMPLE_INTERVAL = 0.1
@@ -64,6 +64,8 @@ class Job:
     height_m: float | None = None
     overwrite: bool = False
     options: dict = field(default_factory=dict)
+    replace_trace: bool | None = None
+    """Replace an existing trace of an earlier run (None: the same as ``overwrite``)."""
 
     def resolved_trace(self) -> Path:
         """The trace path this job will write (absolute)."""
@@ -145,13 +147,21 @@ class _Trace:
         self.error: str | None = None
         self._lock = threading.Lock()
 
-    def open(self, path: Path) -> None:
+    def open(self, path: Path, replace: bool = False) -> None:
+        """Create the trace at ``path`` and write the buffered lines. An existing file is
+        removed first only when ``replace`` (``check_trace`` vetted it); otherwise
+        ``TraceWriter`` refuses it (``O_EXCL``), so a runner that lost the race for the same
+        path fails with ``output_exists`` instead of replacing the winner's trace."""
         from stageload.trace import TraceWriter
 
         try:
-            if path.exists():
-                path.unlink()  # the runner's own trace of an earlier run of this output
+            if replace and path.exists():
+                path.unlink()  # an earlier run's trace, vetted by check_trace
             self.writer = TraceWriter(path)
+        except FileExistsError:
+            raise RunnerError("output_exists", f"The trace {path} appeared meanwhile (another "
+                              "runner on the same output?); it was left untouched.",
+                              "Wait for that job, or choose another output name or --trace.") from None
         except OSError as exc:
             raise RunnerError("output_unwritable", f"Cannot create the trace {path} "
                               f"({exc.strerror or exc}).") from None
@@ -297,11 +307,13 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
     if not backend.installed():
         return finish(RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                                   "installed here.", backend.install_hint or None))
+    replace = job.overwrite if job.replace_trace is None else job.replace_trace
     try:
+        trace_conflict(job.resolved_trace(), job.image, job.output)
         info = probe_image(job.image)
         output = check_output(job.output, job.overwrite)
-        trace_path = check_trace(job.resolved_trace())
-        trace.open(trace_path)
+        trace_path = check_trace(job.resolved_trace(), replace)
+        trace.open(trace_path, replace)
     except RunnerError as err:
         return finish(err)
     except Exception as exc:  # a bug in validation: this job fails, the process goes on
@@ -312,7 +324,7 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
                                   f"the input: {exc}"))
     publish(make("input", **info.as_dict()))
     if cancel:
-        return finish(RunnerError("cancelled", f"Cancelled ({cancel.reason}) before the start."))
+        return finish(cancel_error(cancel, "before the worker started"))
 
     # -- admission -----------------------------------------------------------------------------
     try:
@@ -323,8 +335,7 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
     try:
         admitted = guard.wait_for_admission()
         if cancel:
-            return finish(RunnerError("cancelled", f"Cancelled ({cancel.reason}) while waiting "
-                                      "for the guard's admission."))
+            return finish(cancel_error(cancel, "while waiting for the guard's admission"))
         if not admitted:
             return finish(RunnerError("guard_timeout", "The guard did not find room to start "
                                       f"within {guard_config.start_timeout:g} s."))
@@ -439,8 +450,7 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
         if stopped:
             err = RunnerError("guard_stopped", f"The guard stopped the job: {stopped['reason']}.")
         elif cancel:
-            err = RunnerError("cancelled", f"Cancelled ({cancel.reason}); the partial output "
-                              "was removed.")
+            err = cancel_error(cancel, "while the worker ran; the partial output was removed")
         elif "error" in worker_events:
             ev = worker_events["error"]
             kind = ev.get("kind") if ev.get("kind") in KINDS else "backend_failed"

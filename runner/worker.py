@@ -179,7 +179,10 @@ def run_job(job: dict, emit) -> int:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         err = _classify(exc, module)
-        if not isinstance(exc, RunnerError) or err.kind in ("backend_failed", "internal"):
+        # A traceback only for a bug or an unexpected backend failure (runner/PROTOCOL.md);
+        # a known kind (empty_matte, disk_full, pixal3d_missing …) is explained in one line by
+        # the supervisor.
+        if err.kind in ("backend_failed", "internal"):
             traceback.print_exc(file=sys.stderr)
         emit({"event": "error", **err.fields()})
         return err.exit_code

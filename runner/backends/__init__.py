@@ -26,13 +26,19 @@ from typing import Callable
 @dataclass(frozen=True)
 class Option:
     """A backend-specific command-line option: ``flag`` (e.g. ``--pixal3d-dir``), ``dest``
-    (keyword passed to ``generate``/``check``), ``help``, ``choices``, ``default``."""
+    (keyword passed to ``generate``/``check``), ``help``, ``choices``, ``default`` (applied
+    only when the option's backend is chosen), ``parse`` (optional callable text → value that
+    raises ``ValueError`` with a message for a person; the supervisor calls it before anything
+    starts), ``affects_output`` (False for options that change how, not what, is computed —
+    batch resume ignores those)."""
 
     flag: str
     dest: str
     help: str
     choices: tuple[str, ...] | None = None
     default: object = None
+    parse: Callable[[str], object] | None = None
+    affects_output: bool = True
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,63 @@ class Backend:
     stages: tuple[str, ...] | Callable[[dict], tuple[str, ...]]
     options: tuple[Option, ...] = field(default_factory=tuple)
     install_hint: str = ""
+    texture_sizes: tuple[int, int] | tuple[int, ...] = (1, 4096)
+    height_range: tuple[float, float] | None = None
+    texture_choices: bool = False
+
+    def validate(self, *, texture_size: int | None, height_m: float | None,
+                 options: dict) -> None:
+        """Refuse, before anything starts, values this backend would reject: ``texture_size``
+        (px) outside ``texture_sizes`` (an inclusive ``(low, high)`` range, or the exact
+        choices when ``texture_choices``), ``height_m`` (metres) given when ``height_range`` is
+        None or outside it, an option of another backend (``options``: dest → value, None =
+        not given), or an own option whose ``parse`` fails. Raises ``RunnerError('usage')``
+        with a message naming the option and a hint with the accepted values."""
+        from ..errors import RunnerError
+
+        if texture_size is not None:
+            if self.texture_choices:
+                if texture_size not in self.texture_sizes:
+                    allowed = ", ".join(map(str, self.texture_sizes))
+                    raise RunnerError("usage", f"--texture-size {texture_size} is not one the "
+                                      f"{self.name} backend offers.", f"Choose one of {allowed}.")
+            else:
+                low, high = self.texture_sizes
+                if not low <= texture_size <= high:
+                    raise RunnerError("usage", f"--texture-size {texture_size} is outside the "
+                                      f"{self.name} backend's range.",
+                                      f"Give a size from {low} to {high} px, e.g. 1024.")
+        if height_m is not None:
+            if self.height_range is None:
+                raise RunnerError("usage", f"--height is not supported by the {self.name} "
+                                  "backend (it exports in its own unit box).",
+                                  "Leave --height out; scale the imported mesh in Blender.")
+            low, high = self.height_range
+            if not low <= height_m <= high:
+                raise RunnerError("usage", f"--height {height_m:g} is outside {low:g} to "
+                                  f"{high:g} m.", f"Give the character's height in metres, "
+                                  f"from {low:g} to {high:g} (e.g. 1.8).")
+        mine = {o.dest for o in self.options}
+        for opt in all_options():
+            value = options.get(opt.dest)
+            if value is None:
+                continue
+            if opt.dest not in mine:
+                owners = [b.name for b in BACKENDS.values() if opt in b.options]
+                raise RunnerError("usage", f"{opt.flag} applies to --backend "
+                                  f"{' / '.join(owners)} only, not to {self.name}.",
+                                  f"Leave {opt.flag} out, or add --backend {owners[0]}.")
+            if opt.parse is not None:
+                try:
+                    opt.parse(value)
+                except ValueError as exc:
+                    raise RunnerError("usage", f"{opt.flag} {value!r}: {exc}") from None
+
+    def job_options(self, options: dict) -> dict:
+        """This backend's own options from ``options`` (dest → value, None = not given), with
+        each option's ``default`` filled in; other backends' options dropped."""
+        return {o.dest: options.get(o.dest) if options.get(o.dest) is not None else o.default
+                for o in self.options}
 
     def planned_stages(self, options: dict | None = None) -> list[str]:
         """The stage names this backend will announce, in order."""
@@ -90,12 +153,39 @@ class Backend:
         return result
 
 
+def parse_size(value) -> int:
+    """Bytes from ``value``: an int, or text with an optional K/M/G suffix (powers of 1024,
+    a trailing ``B`` allowed), e.g. ``"1G"`` → 1073741824. Raises ``ValueError`` for anything
+    else or a negative size."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        text = str(value).strip().upper().removesuffix("B")
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        try:
+            n = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError("not a size in bytes; give bytes (e.g. 1000000000) or a size like "
+                             "1G") from None
+    if n < 0:
+        raise ValueError("a size cannot be negative; 0 keeps nothing resident")
+    return n
+
+
 BACKENDS: dict[str, Backend] = {
     "builtin": Backend(
         name="builtin",
         module="runner.backends.builtin",
         title="built-in silhouette inflation (no weights, CPU, seconds)",
         stages=("matte", "shape", "texture", "export"),
+        # runner.backends.builtin.generate's documented range (MAX_TEXTURE_SIZE; sizes under
+        # 512 are raised to 512); a test checks the figure against the module.
+        texture_sizes=(1, 4096),
+        # metres: a 1 cm figurine to a 100 m giant; beyond that float32 GLB coordinates and
+        # Blender's default clip range make little sense for a character.
+        height_range=(0.01, 100.0),
     ),
     "pixal3d": Backend(
         name="pixal3d",
@@ -111,10 +201,16 @@ BACKENDS: dict[str, Backend] = {
             Option("--pipeline-type", "pipeline_type", "Pixal3D pipeline type",
                    ("1024_cascade", "1536_cascade"), "1024_cascade"),
             Option("--load", "load", "staged: load each model when its stage needs it; eager: "
-                   "the port's own loading (for comparison)", ("staged", "eager"), "staged"),
+                   "the port's own loading (for comparison)", ("staged", "eager"), "staged",
+                   affects_output=False),
             Option("--keep-resident", "keep_resident", "bytes (or 1G) a model needed again later "
-                   "may stay loaded across stages that do not use it (default 0)", default="0"),
+                   "may stay loaded across stages that do not use it (default 0)", default="0",
+                   parse=parse_size, affects_output=False),
         ),
+        # runner.backends.pixal3d.TEXTURE_SIZES (checked by a test); no --height (unit box).
+        texture_sizes=(512, 1024, 2048, 4096),
+        texture_choices=True,
+        height_range=None,
         install_hint="The Pixal3D backend is not installed in this version of the runner.",
     ),
 }

@@ -85,8 +85,9 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
 
 def check(pixal3d_dir: Optional[str] = None, **_options) -> dict:
     """Can a port folder be used? Imports it and checks every name the adapter relies on (no
-    weights are read; seconds). ``{"ok", "reason", "hint", "root", "version", "missing"}``."""
+    weights are read; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
+    (``kind``: the runner error kind a run would fail with, e.g. ``pixal3d_missing``; None when ok)."""
     from stageload.pixal3d import check_port
     report = check_port(pixal3d_dir or None)
     return {"ok": report["ok"], "reason": report["reason"], "hint": report["hint"], "root": report["root"],
-            "version": report["version"], "missing": report["missing"]}
+            "version": report["version"], "missing": report["missing"], "kind": report.get("kind")}

@@ -27,7 +27,7 @@ def _job_processes(rt, live) -> list:
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "stdin"])
 def test_cancel_on_first_stage(rt, shared_images, tmp_path, how):
     out = tmp_path / "out" / "goblin.glb"
-    live = rt.Live([shared_images[0], "-o", out])
+    live = rt.Live([shared_images[0], "-o", out, "--cancel-on-stdin-eof"])
     try:
         live.wait_for("stage")
         procs = _job_processes(rt, live)
@@ -48,6 +48,8 @@ def test_cancel_on_first_stage(rt, shared_images, tmp_path, how):
     assert last["event"] == "error" and last["kind"] == "cancelled", fin.stderr[-2000:]
     assert fin.returncode == 130 == last["exit_code"]
     assert ("stdin" if how == "stdin" else how) in last["message"]
+    # the hint fits the source: a closed stdin names the option that made it a cancel
+    assert ("--cancel-on-stdin-eof" in last["hint"]) == (how == "stdin"), last["hint"]
     assert not rt.alive(procs)
     assert not out.exists()
     assert not list(out.parent.glob(".*partial*")), list(out.parent.iterdir())
@@ -153,7 +155,8 @@ def test_stale_partial_swept_only_when_its_runner_is_dead(tmp_path):
 def test_cancel_while_waiting_for_admission(rt, shared_images, tmp_path):
     """The guard is waiting (available memory can never reach 100 %): closing stdin ends the
     wait at once; no worker was ever started, the result is `cancelled`."""
-    live = rt.Live([shared_images[0], "-o", tmp_path / "a.glb", "--wait-free", "100%"])
+    live = rt.Live([shared_images[0], "-o", tmp_path / "a.glb", "--wait-free", "100%",
+                    "--cancel-on-stdin-eof"])
     try:
         waiting = live.wait_for("guard")
         assert waiting["state"] == "waiting"

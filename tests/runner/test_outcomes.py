@@ -101,6 +101,8 @@ def test_disk_full_while_writing(rt, shared_images, tmp_path, tiny_disk):
     err = fin.last()
     assert err["kind"] == "disk_full" and fin.returncode == 22, (err, fin.stderr[-2000:])
     assert err["hint"].startswith("Free disk space")
+    # a known kind: one human line on stderr, no traceback (PROTOCOL.md)
+    assert "Traceback" not in fin.stderr and "runner: disk_full: No space left" in fin.stderr
     assert os.listdir(tiny_disk) == []
     assert json.loads(trace.read_text().splitlines()[-1])["kind"] == "disk_full"
     assert any(e["event"] == "stage" and e["stage"] == "export" for e in fin.events)
@@ -133,4 +135,7 @@ def test_backend_refusals_have_their_kinds(rt, tmp_path):
         err = fin.last()
         assert err["kind"] == kind and fin.returncode == KINDS[kind].exit_code, (err, fin.stderr[-1500:])
         assert err["hint"] and "Traceback" not in fin.stdout
+        # a known kind: one clear line on stderr, never a traceback (PROTOCOL.md)
+        assert "Traceback" not in fin.stderr, fin.stderr[-2000:]
+        assert f"runner: {kind}: {err['message']}" in fin.stderr
     assert not list(tmp_path.glob("*.glb")) and not list(tmp_path.glob(".*partial*"))

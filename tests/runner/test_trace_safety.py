@@ -1,0 +1,118 @@
+"""The trace never replaces a file it should not (tester's report, items 1 and 5): a trace path
+that is the input image or the output GLB is a usage error straight after ``hello``; an existing
+file at the trace path is kept unless ``--overwrite``, and even then only a runner trace that no
+live runner is writing; two runners on the same output leave the winner's trace intact."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+
+import pytest
+
+from runner.errors import RunnerError
+from runner.outputs import check_trace
+from runner.supervisor import _Trace
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _refused_early(fin, kind: str) -> dict:
+    """hello then error, nothing else: no input event, no guard, no worker."""
+    assert fin.kinds() == ["hello", "error"], (fin.kinds(), fin.stderr[-1500:])
+    err = fin.last()
+    assert err["kind"] == kind and fin.returncode == err["exit_code"], err
+    assert "Traceback" not in fin.stderr
+    return err
+
+
+def test_trace_that_is_the_input_image_is_refused(rt, shared_images, tmp_path):
+    image = tmp_path / "myimg.png"
+    shutil.copy(shared_images[0], image)
+    before = _digest(image)
+    out = tmp_path / "out" / "tr.glb"
+    fin = rt.run([image, "-o", out, "--trace", image])
+    err = _refused_early(fin, "usage")
+    assert "input image" in err["message"] and "--trace" in err["hint"]
+    assert _digest(image) == before and not out.exists()
+    # the same file under another spelling (a symlink) is caught too (samefile)
+    link = tmp_path / "link.png"
+    link.symlink_to(image)
+    fin = rt.run([image, "-o", out, "--trace", link, "--overwrite"])
+    _refused_early(fin, "usage")
+    assert _digest(image) == before and not out.exists()
+
+
+def test_trace_that_is_the_output_is_refused(rt, shared_images, tmp_path):
+    out = tmp_path / "out" / "tr.glb"
+    fin = rt.run([shared_images[0], "-o", out, "--trace", out])
+    err = _refused_early(fin, "usage")
+    assert "output GLB" in err["message"]
+    assert not out.exists()
+
+
+def test_existing_file_at_the_trace_path_is_kept(rt, shared_images, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    out = tmp_path / "a.glb"
+    for extra in ([], ["--overwrite"]):  # --overwrite does not make a text file a trace
+        fin = rt.run([shared_images[0], "-o", out, "--trace", notes, *extra])
+        _refused_early(fin, "output_exists")
+        assert notes.read_text() == "my notes\n" and not out.exists()
+
+
+def test_default_trace_of_an_earlier_run_needs_overwrite(rt, shared_images, tmp_path):
+    out = tmp_path / "a.glb"
+    first = rt.run([shared_images[0], "-o", out])
+    assert first.returncode == 0, first.stderr[-2000:]
+    trace = out.with_name("a.trace.jsonl")
+    kept = trace.read_bytes()
+    out.unlink()  # the GLB is gone, its trace is still there
+    fin = rt.run([shared_images[0], "-o", out])
+    err = _refused_early(fin, "output_exists")
+    assert str(trace) in err["message"] and "--overwrite" in err["hint"]
+    assert trace.read_bytes() == kept and not out.exists()
+    again = rt.run([shared_images[0], "-o", out, "--overwrite"])
+    assert again.returncode == 0, again.stderr[-2000:]
+    hello = json.loads(trace.read_text().splitlines()[0])
+    assert hello["event"] == "hello" and hello["pid"] == again.events[0]["pid"]
+
+
+def test_two_runners_on_one_output_keep_the_winners_trace(rt, shared_images, tmp_path):
+    """Runner A is working on a.glb; B (same -o, with and without --overwrite) is refused
+    without touching A's trace, which ends with A's own result."""
+    out = tmp_path / "a.glb"
+    trace = out.with_name("a.trace.jsonl")
+    a = rt.Live([shared_images[0], "-o", out, "--wait-free", "100%", "--start-timeout", "4"])
+    try:
+        a.wait_for("input")  # A's trace is open; A now waits for admission
+        for extra in ([], ["--overwrite"]):
+            b = rt.run([shared_images[0], "-o", out, *extra])
+            err = _refused_early(b, "output_exists")
+            if extra:
+                assert f"pid {a.proc.pid}" in err["message"], err
+        fin = a.finish(timeout=30)
+    finally:
+        a.kill()
+    assert fin.last()["kind"] == "guard_timeout"
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert lines[0]["event"] == "hello" and lines[0]["pid"] == a.proc.pid
+    assert {l.get("pid") for l in lines if l["event"] == "hello"} == {a.proc.pid}
+    assert lines[-1]["event"] == "error" and lines[-1]["kind"] == "guard_timeout"
+
+
+def test_losing_the_race_for_a_trace_path_refuses(tmp_path):
+    """Both runners passed the up-front check before either created the file: the second
+    open fails with output_exists (O_EXCL in stageload's TraceWriter), the first is intact."""
+    path = check_trace(tmp_path / "t.trace.jsonl")
+    first, second = _Trace(), _Trace()
+    first.open(path)
+    first({"event": "hello", "t": time.time(), "pid": 1})
+    with pytest.raises(RunnerError) as info:
+        second.open(path)
+    assert info.value.kind == "output_exists"
+    first.close()
+    assert json.loads(path.read_text())["pid"] == 1
