@@ -93,17 +93,43 @@ def trace_conflict(trace: str | Path, image: str | Path, output: str | Path) -> 
                           "leave --trace out.")
 
 
-def _trace_owner(path: Path) -> tuple[bool, int | None]:
-    """``(looks_like_a_trace, pid_of_its_runner)`` from the first line of ``path``: a trace
-    starts with one JSON object that has ``"event"`` (the runner's starts with ``hello``, which
-    carries the supervisor's ``pid``). Reads at most 64 KiB; never raises."""
+def _first_line(path: Path) -> dict | None:
+    """The first line of ``path`` as a JSON object, or None (unreadable, not JSON, not an
+    object). Reads at most 64 KiB; never raises."""
     try:
         with open(path, "rb") as f:
             first = f.readline(65536)
         obj = json.loads(first.decode("utf-8"))
     except (OSError, ValueError):
-        return False, None
-    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _last_line(path: Path, limit: int = 1 << 20) -> dict | None:
+    """The last line of ``path`` as a JSON object: ``{}`` when it is not one (cut short by a
+    kill, not JSON, or no line at all), None when the file cannot be read. Reads at most the
+    final ``limit`` bytes; never raises."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            tail = f.read()
+    except OSError:
+        return None
+    lines = [line for line in tail.split(b"\n") if line.strip()]
+    try:
+        obj = json.loads(lines[-1].decode("utf-8")) if lines else {}
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _trace_owner(path: Path) -> tuple[bool, int | None]:
+    """``(looks_like_a_trace, pid_of_its_runner)`` from the first line of ``path``: a trace
+    starts with one JSON object that has ``"event"`` (the runner's starts with ``hello``, which
+    carries the supervisor's ``pid``). Never raises."""
+    obj = _first_line(path)
+    if obj is None or not isinstance(obj.get("event"), str):
         return False, None
     pid = obj.get("pid") if obj.get("event") == "hello" else None
     return True, pid if isinstance(pid, int) and not isinstance(pid, bool) else None
@@ -116,6 +142,35 @@ def _is_runner(pid: int) -> bool:
         return any("runner" in part for part in psutil.Process(pid).cmdline())
     except (psutil.Error, OSError):
         return False
+
+
+def failed_runs_trace(trace: str | Path, output: str | Path) -> bool:
+    """True when the file at ``trace`` is the runner's own leftover of an earlier run on
+    ``output`` that produced nothing, so the same command may replace it without
+    ``--overwrite`` (a person who fixed the input and runs again must not be blocked by it).
+
+    All of these must hold: a plain file (not a link, FIFO or device) whose first line is a
+    runner's ``hello`` (``"event": "hello"`` with ``runner`` and an int ``pid``) naming this
+    ``output``; that pid is not a live runner (nor this process); the run did not succeed (the
+    last complete line is not a ``result``: an ``error``, or cut short by a kill); and
+    ``output`` does not exist. Anything else — a user's file, the trace of a successful run
+    (even one whose GLB was deleted since), a live runner's trace — is False and keeps the
+    ``output_exists`` protection of ``check_trace``. Never raises.
+    """
+    path = Path(trace).expanduser().absolute()
+    out = Path(output).expanduser().absolute()
+    if not path.is_file() or path.is_symlink() or out.exists() or out.is_symlink():
+        return False
+    hello = _first_line(path)
+    if hello is None or hello.get("event") != "hello" or "runner" not in hello:
+        return False
+    pid, named = hello.get("pid"), hello.get("output")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(named, str):
+        return False
+    if not same_file(named, out) or pid == os.getpid() or _is_runner(pid):
+        return False
+    last = _last_line(path)
+    return last is not None and last.get("event") != "result"
 
 
 def check_trace(trace: str | Path, replace: bool = False) -> Path:

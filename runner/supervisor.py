@@ -25,7 +25,7 @@ from .cancel import Cancel, cancel_error
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .outputs import (check_output, check_trace, commit, default_trace_path, discard,
-                      sweep_stale_partials, temp_path, trace_conflict)
+                      failed_runs_trace, sweep_stale_partials, temp_path, trace_conflict)
 from .protocol import PROTOCOL_VERSION, encode_line
 
 SAMPLE_INTERVAL = 0.1
@@ -312,7 +312,12 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
         trace_conflict(job.resolved_trace(), job.image, job.output)
         info = probe_image(job.image)
         output = check_output(job.output, job.overwrite)
-        trace_path = check_trace(job.resolved_trace(), replace)
+        trace_path = job.resolved_trace()
+        if not replace and failed_runs_trace(trace_path, output):
+            log(f"replacing {trace_path}: the trace of an earlier run of {output.name} that "
+                "produced no GLB")
+            replace = True
+        trace_path = check_trace(trace_path, replace)
         trace.open(trace_path, replace)
     except RunnerError as err:
         return finish(err)
