@@ -4,32 +4,24 @@ Only the standard library is imported before dispatch, so an interpreter that la
 NumPy or psutil still answers with a protocol ``error`` event (kind ``missing_dependency``)
 instead of a traceback.
 """
-import os
 import sys
 
 from .errors import RunnerError
-from .protocol import Emitter, make
+from .protocol import early_failure
 
 _DEPENDENCIES = ("PIL", "numpy", "psutil")
 """Third-party packages the supervisor itself needs (torch is the worker's business)."""
 
 
 def _missing_dependency(exc: ImportError, mode: str) -> int:
+    """A third-party package the supervisor needs is missing: ``hello`` and an ``error`` of
+    kind ``missing_dependency`` naming it and the interpreter; returns the exit code."""
     name = getattr(exc, "name", None) or str(exc)
-    err = RunnerError("missing_dependency", f"The Python at {sys.executable} cannot import "
-                      f"{name} ({exc}).",
-                      f"Install the project's dependencies into it: {sys.executable} -m pip "
-                      "install -e <the project folder>, or choose an interpreter that has them.",
-                      python=sys.executable, module=name)
-    emitter = Emitter()
-    emitter.emit(make("hello", runner="0.1.0", pid=os.getpid(), mode=mode, backend=None,
-                      image=None, output=None, trace=None, stages=[], python=sys.executable))
-    try:
-        print(err.message, file=sys.stderr)
-    except (OSError, ValueError):
-        pass
-    emitter.emit(make("error", **err.fields()))
-    return err.exit_code
+    return early_failure(RunnerError(
+        "missing_dependency", f"The Python at {sys.executable} cannot import {name} ({exc}).",
+        f"Install the project's dependencies into it: {sys.executable} -m pip install -e "
+        "<the project folder>, or choose an interpreter that has them.",
+        python=sys.executable, module=name), mode)
 
 
 def main(argv=None) -> int:

@@ -113,6 +113,20 @@ class Cancel:
                 return
 
 
+_CANCEL_HINTS = (
+    ("stdin", "stdin was closed and --cancel-on-stdin-eof was given (the Blender add-on's way "
+              "to cancel). If you did not mean to cancel, leave that option out."),
+    ("signal", "A signal stopped it (Ctrl-C, kill, or the terminal closing); run the command "
+               "again when you want the result."),
+    ("parent", "The program that started the runner exited; run the job again from a process "
+               "that waits for it."),
+    ("stdout", "The program reading the runner's output closed it; keep reading stdout until "
+               "the last line."),
+)
+"""(reason prefix, hint) for ``cancel_error``: the first prefix the cancel reason starts with
+picks the hint; another reason gets the kind's default hint."""
+
+
 def cancel_error(cancel: Cancel, when: str):
     """The ``RunnerError('cancelled')`` for a job stopped by ``cancel``; ``when`` says at which
     point (e.g. ``"before the worker started"``). The hint fits the source: a closed stdin
@@ -120,20 +134,7 @@ def cancel_error(cancel: Cancel, when: str):
     from .errors import RunnerError
 
     reason = cancel.reason or "cancelled"
-    if reason.startswith("stdin"):
-        hint = ("stdin was closed and --cancel-on-stdin-eof was given (the Blender add-on's way "
-                "to cancel). If you did not mean to cancel, leave that option out.")
-    elif reason.startswith("signal"):
-        hint = ("A signal stopped it (Ctrl-C, kill, or the terminal closing); run the command "
-                "again when you want the result.")
-    elif reason.startswith("parent"):
-        hint = ("The program that started the runner exited; run the job again from a process "
-                "that waits for it.")
-    elif reason.startswith("stdout"):
-        hint = ("The program reading the runner's output closed it; keep reading stdout until "
-                "the last line.")
-    else:
-        hint = None
+    hint = next((text for prefix, text in _CANCEL_HINTS if reason.startswith(prefix)), None)
     return RunnerError("cancelled", f"Cancelled ({reason}) {when}.", hint)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from . import backends
 from .cancel import Cancel
 from .errors import RunnerError
-from .protocol import Emitter, make
+from .protocol import Emitter, early_failure, make
 
 DEFAULT_GRACE = 1.0
 """The runner's default ``--grace`` (seconds between SIGTERM and SIGKILL when stopping the
@@ -198,15 +198,6 @@ def internal_failure(emitter: Emitter, exc: BaseException) -> int:
 
 
 def usage_failure(err: RunnerError, mode: str) -> int:
-    """Report a command-line error: ``hello`` then ``error`` on stdout, the message on stderr."""
-    from .supervisor import RUNNER_VERSION
-
-    emitter = Emitter()
-    emitter.emit(make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode=mode, backend=None,
-                      image=None, output=None, trace=None, stages=[], python=sys.executable))
-    try:
-        print(err.message, file=sys.stderr)
-    except (OSError, ValueError):
-        pass
-    emitter.emit(make("error", **err.fields()))
-    return err.exit_code
+    """Report a command-line error: ``hello`` then ``error`` on stdout, the message on stderr
+    (``protocol.early_failure``)."""
+    return early_failure(err, mode)

@@ -27,10 +27,16 @@ def default_trace_path(output: Path) -> Path:
     return output.with_name(output.stem + ".trace.jsonl")
 
 
-def _probe_folder(folder: Path, what: str) -> None:
-    """Create and delete a file in ``folder`` — the only honest writability test (``os.access``
-    says yes to root on a read-only mount). Raises ``RunnerError`` (``output_unwritable`` or
-    ``disk_full``)."""
+def _writable_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` (and its parents) if missing, then create and delete a file in it —
+    the only honest writability test (``os.access`` says yes to root on a read-only mount).
+    ``what`` (``output``, ``trace``) names the file in the messages. Raises ``RunnerError``
+    (``output_unwritable`` or ``disk_full``)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunnerError("output_unwritable", f"Cannot create the folder {folder} for the "
+                          f"{what} ({exc.strerror or exc}).") from None
     try:
         fd, name = tempfile.mkstemp(prefix=".runner-probe-", dir=folder)
     except OSError as exc:
@@ -56,12 +62,7 @@ def check_output(output: str | Path, overwrite: bool = False) -> Path:
         raise RunnerError("output_invalid", f"The output {path} is a folder.")
     if path.exists() and not overwrite:
         raise RunnerError("output_exists", f"{path} already exists; it was left untouched.")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunnerError("output_unwritable", f"Cannot create the folder {path.parent} "
-                          f"({exc.strerror or exc}).") from None
-    _probe_folder(path.parent, "output")
+    _writable_folder(path.parent, "output")
     return path
 
 
@@ -203,12 +204,7 @@ def check_trace(trace: str | Path, replace: bool = False) -> Path:
             raise RunnerError("output_exists", f"The trace {path} is being written by another "
                               f"runner (pid {pid}); it was left untouched.",
                               "Wait for that job to finish, or choose another output name.")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunnerError("output_unwritable", f"Cannot create the folder {path.parent} for the "
-                          f"trace ({exc.strerror or exc}).") from None
-    _probe_folder(path.parent, "trace")
+    _writable_folder(path.parent, "trace")
     return path
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import threading
 import time
@@ -123,3 +124,23 @@ class Emitter:
     def __call__(self, obj: dict) -> None:
         """Use as a stageload sink: relays the event with ``"v"`` added."""
         self.emit(relay(obj) if "v" not in obj else obj)
+
+
+def early_failure(err, mode: str) -> int:
+    """Report a failure found before any job exists (a bad command line, a missing dependency):
+    a ``hello`` without a job (``backend``, ``image``, ``output``, ``trace`` null, ``stages``
+    ``[]``) and then ``error`` on stdout, the message on stderr in between. ``err`` is a
+    ``runner.errors.RunnerError``; ``mode`` is ``single``, ``batch`` or ``check``. Returns
+    ``err.exit_code``. Standard library only, so ``runner.__main__`` can use it before it has
+    checked the third-party dependencies."""
+    from . import __version__
+
+    emitter = Emitter()
+    emitter.emit(make("hello", runner=__version__, pid=os.getpid(), mode=mode, backend=None,
+                      image=None, output=None, trace=None, stages=[], python=sys.executable))
+    try:
+        print(err.message, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    emitter.emit(make("error", **err.fields()))
+    return err.exit_code

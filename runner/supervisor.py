@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import backends
+from . import __version__, backends
 from .cancel import Cancel, cancel_error
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
@@ -34,7 +34,8 @@ SAMPLE_INTERVAL = 0.1
 MEMORY_INTERVAL = 0.25
 """Seconds between ``memory`` events on the protocol stream (4 per second)."""
 
-RUNNER_VERSION = "0.1.0"
+RUNNER_VERSION = __version__
+"""The ``runner`` field of ``hello`` (``runner.__version__``)."""
 
 # Events the worker sends for the supervisor alone; written to the trace, never relayed.
 _WORKER_ONLY = {"worker", "worker_done", "error", "probe"}
