@@ -36,6 +36,26 @@ class SystemMemory:
         return asdict(self)
 
 
+def psutil_system_memory() -> SystemMemory:
+    """Total and available memory, swap used and configured (bytes) from psutil
+    (``virtual_memory``, ``swap_memory``; on Linux they parse ``/proc/meminfo``); ``pressure``
+    ``None``. A figure psutil cannot read is ``None`` (unknown), never raised. Shared by the
+    Linux and generic readers; macOS replaces ``available`` and adds pressure (see _macos).
+    """
+    try:
+        vm = psutil.virtual_memory()
+        total, available = int(vm.total), int(vm.available)
+    except (OSError, RuntimeError, ValueError):
+        total = available = None
+    try:
+        sw = psutil.swap_memory()
+        swap_used, swap_total = int(sw.used), int(sw.total)
+    except (OSError, RuntimeError, ValueError):
+        swap_used = swap_total = None
+    return SystemMemory(total=total, available=available, swap_used=swap_used,
+                        swap_total=swap_total, pressure=None)
+
+
 def descendants(pid: int) -> list[int]:
     """Pids of every process below ``pid`` (children, grandchildren, …), from psutil
     (``Process.children(recursive=True)``: on Linux one read of ``/proc/*/stat`` per process on

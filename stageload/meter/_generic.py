@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import psutil
 
-from ._common import SystemMemory, tree_footprint
+from ._common import SystemMemory, psutil_system_memory, tree_footprint
 
 
 def process_footprint(pid: int) -> int:
@@ -32,15 +32,6 @@ def reset_high_water_mark(pid: int) -> bool:
 
 
 def system_memory() -> SystemMemory:
-    """psutil's total / available / swap figures (bytes); pressure ``None``."""
-    try:
-        vm = psutil.virtual_memory()
-        total, available = int(vm.total), int(vm.available)
-    except (OSError, RuntimeError, ValueError):
-        total = available = None
-    try:
-        sw = psutil.swap_memory()
-        swap_used, swap_total = int(sw.used), int(sw.total)
-    except (OSError, RuntimeError, ValueError):
-        swap_used = swap_total = None
-    return SystemMemory(total, available, swap_used, swap_total, None)
+    """psutil's total / available / swap figures (bytes); pressure ``None``
+    (``_common.psutil_system_memory``)."""
+    return psutil_system_memory()

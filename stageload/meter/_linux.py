@@ -20,9 +20,7 @@ psutil (``virtual_memory``, ``swap_memory``), which parses ``/proc/meminfo``.
 """
 from __future__ import annotations
 
-import psutil
-
-from ._common import SystemMemory, tree_footprint
+from ._common import SystemMemory, psutil_system_memory, tree_footprint
 
 _KB = 1024
 
@@ -93,18 +91,7 @@ def reset_high_water_mark(pid: int) -> bool:
 
 def system_memory() -> SystemMemory:
     """Total and available memory, swap used and configured (bytes), from ``/proc/meminfo``
-    through psutil. Pressure is a macOS notion and is ``None`` here. Fields that cannot be read
-    are ``None``.
+    through psutil (``_common.psutil_system_memory``). Pressure is a macOS notion and is
+    ``None`` here. Fields that cannot be read are ``None``.
     """
-    try:
-        vm = psutil.virtual_memory()
-        total, available = int(vm.total), int(vm.available)
-    except (OSError, RuntimeError, ValueError):
-        total = available = None
-    try:
-        sw = psutil.swap_memory()
-        swap_used, swap_total = int(sw.used), int(sw.total)
-    except (OSError, RuntimeError, ValueError):
-        swap_used = swap_total = None
-    return SystemMemory(total=total, available=available, swap_used=swap_used,
-                        swap_total=swap_total, pressure=None)
+    return psutil_system_memory()

@@ -32,10 +32,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from dataclasses import replace
 
-import psutil
-
-from ._common import SystemMemory, tree_footprint
+from ._common import SystemMemory, psutil_system_memory, tree_footprint
 
 RUSAGE_INFO_V2 = 2
 RUSAGE_INFO_V4 = 4
@@ -187,18 +186,7 @@ def system_memory() -> SystemMemory:
     """Total (``hw.memsize`` via psutil), available (``kern.memorystatus_level`` × total),
     swap used / total (``vm.swapusage`` via psutil), pressure
     (``kern.memorystatus_vm_pressure_level``): bytes, pressure 1/2/4; ``None`` = unknown."""
-    try:
-        total = int(psutil.virtual_memory().total)
-    except (OSError, RuntimeError, ValueError):
-        total = None
-    try:
-        sw = psutil.swap_memory()
-        swap_used, swap_total = int(sw.used), int(sw.total)
-    except (OSError, RuntimeError, ValueError):
-        swap_used = swap_total = None
-    available = available_from_level(sysctl_int("kern.memorystatus_level"), total)
+    base = psutil_system_memory()  # psutil's available leaves out compressed memory: replaced
+    available = available_from_level(sysctl_int("kern.memorystatus_level"), base.total)
     pressure = sysctl_int("kern.memorystatus_vm_pressure_level")
-    if pressure not in (1, 2, 4):
-        pressure = None
-    return SystemMemory(total=total, available=available, swap_used=swap_used,
-                        swap_total=swap_total, pressure=pressure)
+    return replace(base, available=available, pressure=pressure if pressure in (1, 2, 4) else None)
