@@ -223,47 +223,44 @@ def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
     """
     d = GuardConfig.__dataclass_fields__
     group = parser.add_argument_group("guard", "start only when there is room; stop before swap runs away")
-    group.add_argument("--wait-free", dest="guard_wait_free", metavar="AMOUNT", default=None,
-                       type=_type(parse_amount, "--wait-free"),
-                       help="start only when available memory is at least this: percent of total (40%%) "
-                            "or a size (18G)")
-    group.add_argument("--need", dest="guard_need", metavar="SIZE", default=None,
-                       type=_type(parse_size, "--need"),
-                       help="predicted peak of the command (e.g. 30G): start only when available memory "
-                            "covers it plus the --kill-free floor")
-    group.add_argument("--need-from", dest="guard_need_from", metavar="TRACE", default=None,
-                       help="like --need, with the peak footprint of an earlier run's JSONL trace")
-    group.add_argument("--busy", dest="guard_busy", metavar="REGEX", action="append", default=[],
-                       help="regular expression matched against whole command lines of other processes; "
-                            "repeatable. Start only after none has been seen for --quiet-for seconds")
-    group.add_argument("--quiet-for", dest="guard_quiet_for", metavar="SECONDS", default=d["quiet_for"].default,
-                       type=_type(_seconds, "--quiet-for"),
-                       help="seconds without any --busy match before starting (default: %(default)s); "
-                            "counted from the first poll that no longer sees one, or from the guard's "
-                            "start when none was seen, so a gap between two jobs of a chain is not quiet")
-    group.add_argument("--swap-limit", dest="guard_swap_limit", metavar="SIZE", default=None,
-                       type=_type(parse_size, "--swap-limit"),
-                       help="do not start while swap in use is above this size")
-    group.add_argument("--start-timeout", dest="guard_start_timeout", metavar="SECONDS", default=None,
-                       type=_type(_seconds_or_off, "--start-timeout"),
-                       help="give up waiting after this many seconds (exit 4); default: wait for ever")
-    group.add_argument("--swap-budget", dest="guard_swap_budget", metavar="SIZE",
-                       default=DEFAULT_SWAP_BUDGET, type=_type(_size_or_off, "--swap-budget"),
-                       help="stop the command when swap in use grows more than this over its value at "
-                            "start (default: 8G; 'off' disables)")
-    group.add_argument("--kill-free", dest="guard_kill_free", metavar="AMOUNT",
-                       default=DEFAULT_KILL_FREE, type=_type(_amount_or_off, "--kill-free"),
-                       help="stop the command when available memory stays under this (percent or size) "
-                            "for --kill-samples consecutive samples (default: 10%%; 'off' disables)")
-    group.add_argument("--kill-samples", dest="guard_kill_samples", metavar="N",
-                       default=DEFAULT_KILL_SAMPLES, type=_type(_positive_int, "--kill-samples"),
-                       help="consecutive samples under --kill-free before stopping (default: %(default)s)")
-    group.add_argument("--poll", dest="guard_poll", metavar="SECONDS", default=DEFAULT_POLL,
-                       type=_type(_seconds, "--poll"),
-                       help="seconds between readings (default: %(default)s)")
-    group.add_argument("--grace", dest="guard_grace", metavar="SECONDS", default=DEFAULT_GRACE,
-                       type=_type(_seconds, "--grace"),
-                       help="seconds between SIGTERM and SIGKILL when stopping (default: %(default)s)")
-    group.add_argument("--log", dest="guard_log", metavar="FILE", default=None,
-                       help="append every decision as one JSON line to FILE")
+
+    def option(flag: str, *, parse=None, **kwargs) -> None:
+        """One option: destination ``guard_`` + its name, ``parse`` wrapped by ``_type`` so a
+        bad value is reported under the flag's name."""
+        if parse is not None:
+            kwargs["type"] = _type(parse, flag)
+        group.add_argument(flag, dest="guard_" + flag[2:].replace("-", "_"), **kwargs)
+
+    option("--wait-free", metavar="AMOUNT", parse=parse_amount,
+           help="start only when available memory is at least this: percent of total (40%%) "
+                "or a size (18G)")
+    option("--need", metavar="SIZE", parse=parse_size,
+           help="predicted peak of the command (e.g. 30G): start only when available memory "
+                "covers it plus the --kill-free floor")
+    option("--need-from", metavar="TRACE",
+           help="like --need, with the peak footprint of an earlier run's JSONL trace")
+    option("--busy", metavar="REGEX", action="append", default=[],
+           help="regular expression matched against whole command lines of other processes; "
+                "repeatable. Start only after none has been seen for --quiet-for seconds")
+    option("--quiet-for", metavar="SECONDS", default=d["quiet_for"].default, parse=_seconds,
+           help="seconds without any --busy match before starting (default: %(default)s); "
+                "counted from the first poll that no longer sees one, or from the guard's "
+                "start when none was seen, so a gap between two jobs of a chain is not quiet")
+    option("--swap-limit", metavar="SIZE", parse=parse_size,
+           help="do not start while swap in use is above this size")
+    option("--start-timeout", metavar="SECONDS", parse=_seconds_or_off,
+           help="give up waiting after this many seconds (exit 4); default: wait for ever")
+    option("--swap-budget", metavar="SIZE", default=DEFAULT_SWAP_BUDGET, parse=_size_or_off,
+           help="stop the command when swap in use grows more than this over its value at "
+                "start (default: 8G; 'off' disables)")
+    option("--kill-free", metavar="AMOUNT", default=DEFAULT_KILL_FREE, parse=_amount_or_off,
+           help="stop the command when available memory stays under this (percent or size) "
+                "for --kill-samples consecutive samples (default: 10%%; 'off' disables)")
+    option("--kill-samples", metavar="N", default=DEFAULT_KILL_SAMPLES, parse=_positive_int,
+           help="consecutive samples under --kill-free before stopping (default: %(default)s)")
+    option("--poll", metavar="SECONDS", default=DEFAULT_POLL, parse=_seconds,
+           help="seconds between readings (default: %(default)s)")
+    option("--grace", metavar="SECONDS", default=DEFAULT_GRACE, parse=_seconds,
+           help="seconds between SIGTERM and SIGKILL when stopping (default: %(default)s)")
+    option("--log", metavar="FILE", help="append every decision as one JSON line to FILE")
     return group
