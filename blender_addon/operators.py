@@ -44,14 +44,18 @@ def preflight_error(context) -> str:
     return ""
 
 
-class IMAGE_TO_MESH_OT_generate(bpy.types.Operator):
-    """Turn the chosen image into a textured mesh at the 3D cursor (runs in the background)"""
-    bl_idname = "image_to_mesh.generate"
-    bl_label = "Generate"
+class _WhenIdle:
+    """Mixin for the operators that start a job: available only while none is running."""
 
     @classmethod
     def poll(cls, context):
         return not CONTROLLER.running
+
+
+class IMAGE_TO_MESH_OT_generate(_WhenIdle, bpy.types.Operator):
+    """Turn the chosen image into a textured mesh at the 3D cursor (runs in the background)"""
+    bl_idname = "image_to_mesh.generate"
+    bl_label = "Generate"
 
     def execute(self, context):
         s = context.scene.image_to_mesh
@@ -90,14 +94,10 @@ class IMAGE_TO_MESH_OT_cancel(bpy.types.Operator):
         return {"FINISHED"}
 
 
-class IMAGE_TO_MESH_OT_batch(bpy.types.Operator):
+class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
     """Run every image of the batch folder, one after another; failures do not stop the rest"""
     bl_idname = "image_to_mesh.batch"
     bl_label = "Run Batch"
-
-    @classmethod
-    def poll(cls, context):
-        return not CONTROLLER.running
 
     def execute(self, context):
         s = context.scene.image_to_mesh
