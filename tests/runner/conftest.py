@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,6 +149,25 @@ def wait_gone(procs: list[psutil.Process], within: float) -> list[psutil.Process
         time.sleep(0.05)
 
 
+@contextmanager
+def mounted_tmpfs(folder: Path, options: str, instead: str = ""):
+    """A real tmpfs mounted on ``folder`` (an existing, empty folder) with mount ``options``
+    (e.g. ``size=1m`` for a nearly full disk, ``ro,size=1m`` for a read-only one) for the
+    ``with`` block, unmounted afterwards. Skips the test when it cannot be mounted (not root,
+    or no mount permission in this container); ``instead`` is added to the skip reason (where
+    else the behaviour is covered)."""
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a tmpfs needs root{instead}")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode()[-200:]}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
 @pytest.fixture
 def sentinel_output(tmp_path):
     """An existing output file with known bytes, to prove a failing job leaves it untouched."""
@@ -231,9 +251,9 @@ def samples(tmp_path_factory, shared_images):
 def rt():
     """The helpers above as one object (test modules cannot import conftest under
     ``--import-mode=importlib``): ``rt.run``, ``rt.Live``, ``rt.tree``, ``rt.alive``,
-    ``rt.wait_gone``, ``rt.parse``, ``rt.env``, ``rt.PY``, ``rt.REPO``."""
+    ``rt.wait_gone``, ``rt.parse``, ``rt.env``, ``rt.mounted_tmpfs``, ``rt.PY``, ``rt.REPO``."""
     import types
 
     return types.SimpleNamespace(run=run_runner, Live=Live, tree=tree, alive=alive,
                                  wait_gone=wait_gone, parse=parse_stdout, env=env, PY=PY,
-                                 REPO=REPO, Finished=Finished)
+                                 REPO=REPO, Finished=Finished, mounted_tmpfs=mounted_tmpfs)

@@ -4,7 +4,6 @@ traceback), an existing output left byte for byte as it was, no trace written.""
 from __future__ import annotations
 
 import os
-import subprocess
 from contextlib import contextmanager
 
 import pytest
@@ -62,30 +61,24 @@ def test_usage_error_is_an_event(rt, samples):
 
 
 @contextmanager
-def read_only_folder(tmp_path):
+def read_only_folder(rt, tmp_path):
     """A folder nobody can write to: a read-only tmpfs when we are root (root ignores mode
     bits), mode 0o500 otherwise."""
     folder = tmp_path / "read only"
     folder.mkdir()
     if os.geteuid() == 0:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
-                           capture_output=True)
-        if r.returncode != 0:
-            pytest.skip(f"root but cannot mount a read-only tmpfs: {r.stderr.decode()[-200:]}")
-        try:
+        with rt.mounted_tmpfs(folder, "ro,size=1m"):
             yield folder
-        finally:
-            subprocess.run(["umount", str(folder)], check=False)
-    else:
-        folder.chmod(0o500)
-        try:
-            yield folder
-        finally:
-            folder.chmod(0o700)
+        return
+    folder.chmod(0o500)
+    try:
+        yield folder
+    finally:
+        folder.chmod(0o700)
 
 
 def test_unwritable_output_folder(rt, samples, tmp_path):
-    with read_only_folder(tmp_path) as folder:
+    with read_only_folder(rt, tmp_path) as folder:
         fin = rt.run([samples["unicode"], "-o", folder / "goblin.glb"])
         err = check_refused(fin, "output_unwritable")
         assert str(folder) in err["message"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -75,21 +74,13 @@ def test_guard_timeout(rt, shared_images, tmp_path):
 
 
 @pytest.fixture
-def tiny_disk(tmp_path):
+def tiny_disk(rt, tmp_path):
     """A 1 MiB tmpfs: the GLB (several MB) cannot fit, the up-front probe file can."""
     folder = tmp_path / "tiny disk"
     folder.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the ENOSPC mapping is covered by "
-                    "test_enospc_anywhere_in_the_chain_is_disk_full")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-                       capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode()[-200:]}")
-    try:
+    with rt.mounted_tmpfs(folder, "size=1m", "; the ENOSPC mapping is covered by "
+                          "test_enospc_anywhere_in_the_chain_is_disk_full"):
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=False)
 
 
 def test_disk_full_while_writing(rt, shared_images, tmp_path, tiny_disk):
