@@ -70,28 +70,38 @@ def default_interpreter(package_dir: Path = PACKAGE_DIR) -> str:
     return shutil.which("python3") or "python3"
 
 
-def resolve_interpreter(setting: str, package_dir: Path = PACKAGE_DIR) -> str:
+PREFERENCE = "Edit › Preferences › Add-ons › Image to Mesh › Runner Python"
+"""Where the add-on's user sets the runner's interpreter (named in ``resolve_interpreter``'s
+messages)."""
+
+
+def resolve_interpreter(setting: str, package_dir: Path = PACKAGE_DIR, *,
+                        name: str = "Runner Python", where: str = PREFERENCE) -> str:
     """The interpreter to run: ``setting`` (a path, ``~`` expanded, or a command on PATH) or the
     default when it is blank. Raises :class:`ConfigError` with a clear message when it does not
-    exist or is not executable — before anything is spawned."""
+    exist, is a folder, is not executable or is not on PATH — before anything is spawned.
+
+    ``name`` is what the message calls the interpreter and ``where`` the setting it tells the
+    user to change: the add-on's preference by default; the headless script passes
+    ``where="--python"`` (a command-line user has no preferences window).
+    """
     text = (setting or "").strip()
-    where = "Edit › Preferences › Add-ons › Image to Mesh › Runner Python"
     if not text:
         text = default_interpreter(package_dir)
+    venv = "the Python of the project's .venv (…/.venv/bin/python after `make setup`)"
     path = Path(os.path.expanduser(text))
     if os.sep in text or (os.altsep and os.altsep in text):
         if not path.exists():
-            raise ConfigError(f"Runner Python not found: {path}. Set {where} to the Python of the "
-                              "project's .venv (…/.venv/bin/python after `make setup`).")
+            raise ConfigError(f"{name} not found: {path}. Set {where} to {venv}.")
         if path.is_dir():
-            raise ConfigError(f"Runner Python is a folder, not a program: {path}. Point {where} "
+            raise ConfigError(f"{name} is a folder, not a program: {path}. Point {where} "
                               "at the python file inside it (e.g. .venv/bin/python).")
         if not os.access(path, os.X_OK):
-            raise ConfigError(f"Runner Python is not executable: {path}. Check {where}.")
+            raise ConfigError(f"{name} is not executable: {path}. Set {where} to {venv}.")
         return str(path)
     found = shutil.which(text)
     if not found:
-        raise ConfigError(f"Runner Python {text!r} is not on PATH. Set {where} to a full path, "
+        raise ConfigError(f"{name} {text!r} is not on PATH. Set {where} to a full path, "
                           "e.g. the project's .venv/bin/python.")
     return found
 

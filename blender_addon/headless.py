@@ -148,38 +148,17 @@ def script_argv() -> list[str]:
 
 def _interpreter(ns, config, inside_blender: bool) -> str:
     """The runner's interpreter: ``--python``, else this Python when it is not Blender's, else
-    the add-on's default (``config.default_interpreter``). Raises :class:`Failure` (exit 30)
-    naming ``--python`` — a command-line user has no preferences window to go to."""
-    if ns.python:
-        return check_cli_interpreter(ns.python, given=True)
-    if not inside_blender:  # an ordinary interpreter with the bpy module: it runs the runner too
+    the add-on's default (``config.default_interpreter``), checked by
+    ``config.resolve_interpreter``. Raises :class:`Failure` (exit 30) naming ``--python`` — a
+    command-line user has no preferences window to go to."""
+    if not ns.python and not inside_blender:  # an ordinary interpreter with bpy runs the runner
         return sys.executable
-    return check_cli_interpreter(config.default_interpreter(PACKAGE_DIR), given=False)
-
-
-def check_cli_interpreter(text: str, given: bool) -> str:
-    """``text`` (a path, ``~`` expanded, or a command on PATH) as an executable path, or
-    :class:`Failure` (exit 30) whose message says what to pass to ``--python``.
-
-    The same checks as ``config.resolve_interpreter`` (exists, not a folder, executable, on
-    PATH), worded for this script's options instead of the add-on's preferences."""
-    fix = ("Pass --python with the Python of the project's .venv "
-           "(…/.venv/bin/python after `make setup`).")
-    what = "--python" if given else "The default runner Python"
-    path = Path(os.path.expanduser(text))
-    if os.sep in text or (os.altsep and os.altsep in text):
-        if not path.exists():
-            raise Failure(f"{what} {path} does not exist. {fix}", 30)
-        if path.is_dir():
-            raise Failure(f"{what} {path} is a folder, not a program. Pass --python with the "
-                          "python file inside it (e.g. .venv/bin/python).", 30)
-        if not os.access(path, os.X_OK):
-            raise Failure(f"{what} {path} is not executable. {fix}", 30)
-        return str(path)
-    found = shutil.which(text)
-    if not found:
-        raise Failure(f"{what} {text!r} is not on PATH. {fix}", 30)
-    return found
+    try:
+        return config.resolve_interpreter(ns.python, PACKAGE_DIR, where="--python",
+                                          name="--python" if ns.python
+                                          else "The default runner Python")
+    except config.ConfigError as exc:
+        raise Failure(str(exc), 30) from None
 
 
 def run_runner(ns, glb: Path, trace: Path, mods, python: str) -> dict:

@@ -216,7 +216,7 @@ def test_bad_python_names_the_command_line_option(tmp_path, shared_images):
                timeout=60)
     assert proc.returncode == 30, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("image-to-mesh: error: --python ") and "does not exist" in line
+    assert line.startswith("image-to-mesh: error: --python not found: ") and "Set --python to" in line
     assert "Preferences" not in line
     folder = run(shared_images[0], "--glb", tmp_path / "g.glb", "--python", tmp_path, timeout=60)
     assert folder.returncode == 30 and "--python" in folder.stderr
