@@ -73,10 +73,21 @@ up through the module object ``pixal3d.models`` at call time (so replacing
   samplers (``*.sample(...).samples``) draw nothing. The fingerprint hooks each sampler
   instance's ``sample``.
 
-``pixal3d/models/__init__.py`` ``from_pretrained(path, **kwargs)``: local ``{path}.json`` +
-``{path}.safetensors`` or the Hugging Face cache; builds ``config['name']`` with its random
-initialisation, then ``load_state_dict(load_file(model_file))``; ``load_file`` is imported
-inside the function (so reading straight to the device can be arranged by the adapter).
+``pixal3d/models/__init__.py`` ``from_pretrained(path, *, strict=False, **kwargs)``: local
+``{path}.json`` + ``{path}.safetensors``, else ``ORG/REPO/sub/path`` through
+``huggingface_hub.hf_hub_download``; the JSON is ``{"name": class, "args": kwargs}``; builds
+``config['name']`` (looked up through the module's lazy ``__getattr__``) with its random
+initialisation, then ``load_state_dict(load_file(model_file), strict=strict)``. Staged mode
+reads the same files and builds the same class itself (``direct.py``) and uses this function
+only as the per-model fallback and for ``--no-direct-load``.
+
+Model internals the direct loader must survive (read in ``microsoft/TRELLIS.2`` at 68343cff and
+its forks, from which Pixal3D's models derive; ``yuyangYan-17/Pixal3D-exp``
+``structured_latent_flow.py``): ``SparseRotaryPositionEmbedder`` keeps ``freqs`` as a plain
+tensor attribute computed in ``__init__`` (not a buffer, in no checkpoint);
+``SparseStructureFlowModel`` registers a computed persistent buffer ``pos_emb`` (ape) or
+``rope_phases`` (rope) from ``torch.arange(..., device=self.device)``; the models convert their
+blocks' dtype in ``__init__`` (``convert_to``).
 
 ``pixal3d/trainers/flow_matching/mixins/image_conditioned_proj.py``
 ``DinoV3ProjFeatureExtractor``: ``__init__`` loads its backbone with the module global
