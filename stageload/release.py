@@ -10,7 +10,10 @@ A released module is marked so that using it raises :class:`ReleasedModuleError`
 model and the stage that released it, instead of PyTorch's meta-tensor error from deep inside a
 kernel: ``forward`` is replaced on the instance (covers ``module.forward(x)``) and a forward
 pre-hook is registered on the module and every submodule (covers ``module(x)`` and other
-methods such as ``decoder.upsample(x)`` that call a submodule).
+methods such as ``decoder.upsample(x)`` that call a submodule), and ``_apply`` is replaced on the
+instance (covers ``.to()``, ``.cpu()``, ``.cuda()``, ``.half()`` and the like). Reading a
+parameter directly (``module.weight``) still gives a ``meta`` tensor: a plain attribute read
+cannot be intercepted without a tensor subclass.
 """
 from __future__ import annotations
 
@@ -148,6 +151,7 @@ def _mark_released(module: nn.Module, name: Optional[str], stage: Optional[str])
     for sub in module.modules():
         sub.register_forward_pre_hook(pre_hook)
     object.__setattr__(module, "forward", refuse)
+    object.__setattr__(module, "_apply", refuse)  # .to(), .cpu(), .cuda(), .half(), ...
 
 
 def empty_allocator_cache() -> list[str]:

@@ -46,7 +46,9 @@ def test_everything_moves_to_meta_and_bytes_are_counted():
     lambda m: m.forward(torch.zeros(1, 8)),
     lambda m: m.upsample(torch.zeros(1, 8)),
     lambda m: m.head(torch.zeros(1, 8)),
-], ids=["call", "forward", "other-method", "submodule"])
+    lambda m: m.to("cpu"),
+    lambda m: m.double(),
+], ids=["call", "forward", "other-method", "submodule", "to", "double"])
 def test_using_a_released_module_names_model_and_stage(call):
     model = Decoder()
     release(model, name="shape_slat_decoder", stage="texture")
