@@ -73,12 +73,43 @@ def _stage_colours(runs: list[Run]) -> dict[str, str]:
     return {n: BAND_COLOURS[i % len(BAND_COLOURS)] for i, n in enumerate(names)}
 
 
+def _stagger_labels(fig, ax, texts) -> tuple[int, float]:
+    """Move the stage names ``texts`` (horizontal, ``transAxes``, centred on their bands, in
+    band order) into rows so that no two overlap: each goes into the first row from the top
+    where it clears the previous name by a few pixels (greedy, left to right), and is kept
+    inside the axes. Measured after a layout pass (``draw_without_rendering``), so the sizes
+    are the ones drawn. Returns (rows used, height of one row as a fraction of the axes)."""
+    if not texts:
+        return 1, 0.0
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    gap = 4.0  # pixels between neighbours
+    row_ends: list[float] = []
+    row_height = 0.0
+    placed = []
+    for text in texts:
+        ext = text.get_window_extent(renderer)
+        width, height = ext.width, ext.height
+        row_height = max(row_height, (height + 3.0) / box.height)
+        centre = box.x0 + text.get_position()[0] * box.width
+        centre = min(max(centre, box.x0 + width / 2 + 1), box.x1 - width / 2 - 1)
+        left = centre - width / 2
+        row = next((r for r, end in enumerate(row_ends) if end + gap <= left), len(row_ends))
+        if row == len(row_ends):
+            row_ends.append(0.0)
+        row_ends[row] = left + width
+        placed.append((text, (centre - box.x0) / box.width, row))
+    for text, x, row in placed:
+        text.set_position((x, 0.985 - row * row_height))
+    return len(row_ends), row_height
+
+
 def make_figure(runs: list[Run], title: str | None = None):
     """A matplotlib ``Figure`` (Agg canvas attached) drawing ``runs``. Raises ``ValueError``
     when no run has a single sample."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.transforms import blended_transform_factory
 
     if not any(run.times for run in runs):
         raise ValueError("no samples in any trace: nothing to draw (was the trace written with a "
@@ -100,7 +131,7 @@ def make_figure(runs: list[Run], title: str | None = None):
     y_max = max([y_max] + [p / GB for p in peaks]) or 1.0
 
     # shaded stage windows of the first run, with names along the top
-    top = blended_transform_factory(ax.transData, ax.transAxes)
+    band_labels = []
     for st in runs[0].stages:
         colour = colours[st["stage"]]
         if st["ready"] > st["start"]:
@@ -109,11 +140,13 @@ def make_figure(runs: list[Run], title: str | None = None):
         ax.axvspan(st["ready"], st["end"], facecolor=colour, edgecolor="none", zorder=0)
         ax.axvline(st["start"], color="#909090", linewidth=0.8, zorder=1)
         width = (st["end"] - st["start"]) / x_max
-        ax.text((st["start"] + st["end"]) / 2, 0.985, st["stage"], transform=top,
-                ha="center", va="top", fontsize=10 if width > 0.07 else 8,
-                rotation=0 if width > 0.07 else 90, color="#303030", zorder=4,
-                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "alpha": 0.75,
-                      "edgecolor": "none"})
+        band_labels.append(ax.text((st["start"] + st["end"]) / 2 / x_max, 0.985, st["stage"],
+                                   transform=ax.transAxes, ha="center", va="top",
+                                   fontsize=10 if width > 0.07 else 9, color="#303030", zorder=4,
+                                   bbox={"boxstyle": "round,pad=0.2", "facecolor": "white",
+                                         "alpha": 0.75, "edgecolor": "none"}))
+    ax.set_xlim(0, x_max)
+    rows, row_height = _stagger_labels(fig, ax, band_labels)
 
     line_colours, handles = [], []
     for i, run in enumerate(runs):
@@ -134,8 +167,8 @@ def make_figure(runs: list[Run], title: str | None = None):
                 ax.annotate(gb(p["bytes"]), (p["t"], p["bytes"] / GB), xytext=(0, 8),
                             textcoords="offset points", ha="center", fontsize=9)
 
-    ax.set_ylim(0, y_max * 1.22)
-    ax.set_xlim(0, x_max)
+    # headroom above the highest point for the peak label and every row of stage names
+    ax.set_ylim(0, y_max / max(0.3, 0.82 - (rows - 1) * row_height))
     ax.set_ylabel("footprint (GB)")
     ax.grid(True, axis="y", color="#d0d0d0", linewidth=0.6)
     # outside the axes, under the chart: never hides a line, a band name or the peak label

@@ -116,3 +116,40 @@ def test_chart_permissions_follow_the_umask(tmp_path):
             os.umask(old)
         assert stat.S_IMODE(out.stat().st_mode) == mode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chart_2.png", "chart_22.png"]
+
+
+def _crowded_trace(path: Path) -> Path:
+    """A 10 s run whose first five stages last 0.05 s each (like Pixal3D's setup, preprocess,
+    camera), then two long ones; samples at 10 Hz with a peak that reaches the top."""
+    t0 = 1_000_000.0
+    lines = []
+    starts = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 6.0]
+    names = ["setup", "preprocess", "camera", "condition", "upsample", "structure", "export"]
+    for i, (s, name) in enumerate(zip(starts, names)):
+        lines.append({"event": "stage", "t": t0 + s, "stage": name, "index": i, "count": len(names)})
+        lines.append({"event": "ready", "t": t0 + s + 0.001, "stage": name, "resident_bytes": 0})
+    for k in range(101):
+        lines.append({"event": "sample", "t": t0 + k * 0.1, "pid": 1,
+                      "footprint": int((1 + (k == 50) * 2) * 1e9), "hwm": None, "hwm_since": None,
+                      "available": None, "total": None, "swap": None, "pressure": None})
+    lines.sort(key=lambda e: e["t"])
+    import json
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return path
+
+
+def test_names_of_narrow_stages_do_not_overlap(tmp_path):
+    fig = make_figure([load_run(_crowded_trace(tmp_path / "crowded.jsonl"))])
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    names = {"setup", "preprocess", "camera", "condition", "upsample", "structure", "export"}
+    boxes = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts if t.get_text() in names}
+    assert set(boxes) == names
+    overlapping = [(a, b) for a in boxes for b in boxes if a < b and boxes[a].overlaps(boxes[b])]
+    assert overlapping == []
+    frame = ax.get_window_extent(renderer)
+    line_top = ax.transData.transform((0, 3.0))[1]  # the peak sample, 3 GB
+    for name, box in boxes.items():
+        assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1, name  # inside the axes
+        assert box.y0 > line_top, name  # above the curve: headroom grows with the rows
