@@ -270,10 +270,15 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
     partial: Path | None = None
     output: Path | None = None
 
+    order = threading.RLock()  # re-entrant: emit's broken-pipe callback may publish again
+
     def publish(obj: dict) -> None:
+        """Trace then print ``obj``, under one lock: the relay and sampler threads publish
+        concurrently, and the trace must hold the stdout lines in stdout's order."""
         obj = {**obj, **tag} if tag else obj
-        trace(obj)
-        emit(obj)
+        with order:
+            trace(obj)
+            emit(obj)
 
     def make(name: str, **fields) -> dict:
         return {"v": PROTOCOL_VERSION, "event": name, "t": time.time(), **fields}
