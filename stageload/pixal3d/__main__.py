@@ -4,7 +4,9 @@
   [--pipeline-type T] [--seed N] [--texture-size N] [--fov RAD] [--steps N]
   [--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE] [--no-rng-restore]
   [--no-direct-load]``:
-  one image through the port; events as JSON lines on stdout (and in ``--trace``).
+  one image through the port; events as JSON lines on stdout (and in ``--trace``); everything the
+  port itself prints goes to stderr. With ``--trace`` this process also samples its own footprint
+  (10 Hz) into the trace, so ``python -m stageload summary|plot`` work on it.
 - ``check [--pixal3d-dir DIR]``: import the port and check every name the adapter relies on
   (no weights read); prints JSON; exit 0 when usable, 1 otherwise.
 - ``compare A B``: two fingerprint folders; exit 0 identical, 1 different, 2 unusable input.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -86,8 +89,52 @@ def main(argv=None) -> int:
     return _run(ns)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to file descriptor ``fd`` (``os.write`` may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _PortOutputToStderr:
+    """For the duration of a run, everything the port prints goes to stderr: ``sys.stdout`` is
+    replaced by ``sys.stderr`` and file descriptor 1 is pointed at descriptor 2 (``os.dup2``), so
+    prints from native code and child processes go there too. ``events_fd`` is a duplicate of the
+    original stdout, where the JSON event lines go. Restores both on exit; ``close()`` closes
+    ``events_fd``.
+
+    Why: stdout is documented to carry only JSON lines (one event each), which a caller parses
+    line by line; the port's own ``print``s (``[Export] ...``) would break that."""
+
+    def __enter__(self):
+        sys.stdout.flush()
+        self.events_fd = os.dup(1)
+        self._saved_fd1 = os.dup(1)
+        self._saved_stdout = sys.stdout
+        sys.stderr.flush()
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        return self
+
+    def emit(self, event: dict) -> None:
+        """One event as a JSON line on the original stdout."""
+        _write_all(self.events_fd, (json.dumps(event, default=str) + "\n").encode("utf-8"))
+
+    def __exit__(self, *exc) -> None:
+        try:
+            sys.stderr.flush()
+        finally:
+            sys.stdout = self._saved_stdout
+            os.dup2(self._saved_fd1, 1)
+            os.close(self._saved_fd1)
+
+    def close(self) -> None:
+        os.close(self.events_fd)
+
+
 def _run(ns) -> int:
     from ..events import fan_out
+    from ..meter import Sampler
     from ..trace import TraceWriter
     from .adapter import Pixal3DRun
     from .port import PortError
@@ -99,31 +146,39 @@ def _run(ns) -> int:
         print(f"error: input image {ns.image} not found", file=sys.stderr)
         return 2
 
-    def stdout_sink(event: dict) -> None:
-        sys.stdout.write(json.dumps(event, default=str) + "\n")
-        sys.stdout.flush()
-
     trace = None
     try:
         trace = TraceWriter(ns.trace) if ns.trace else None
     except (FileExistsError, FileNotFoundError) as exc:
         print(f"error: cannot write the trace: {exc}", file=sys.stderr)
         return 2
+    # With a trace, this process samples its own footprint into it (10 Hz, from a thread of this
+    # process): the runner samples its worker from outside; here there is no outside process.
+    sampler = Sampler(os.getpid(), trace, interval=0.1) if trace is not None else None
+    out = _PortOutputToStderr()
     try:
-        run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
-                         pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
-                         events=fan_out(stdout_sink, trace), preserve_rng=not ns.no_rng_restore,
-                         fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load)
-        result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size, fov=ns.fov,
-                              steps=ns.steps)
-        run.close()
-    except PortError as err:
-        print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)
-        return 1
+        with out:
+            if sampler is not None:
+                sampler.start()
+            try:
+                run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
+                                 pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
+                                 events=fan_out(out.emit, trace), preserve_rng=not ns.no_rng_restore,
+                                 fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load)
+                result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size,
+                                      fov=ns.fov, steps=ns.steps)
+                run.close()
+            except PortError as err:
+                print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)
+                return 1
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+                if trace is not None:
+                    trace.close()
+            out.emit({"event": "result", **result})
     finally:
-        if trace is not None:
-            trace.close()
-    stdout_sink({"event": "result", **result})
+        out.close()
     return 0
 
 
