@@ -12,7 +12,8 @@ events itself, blocking, and prints one progress line per stage on stderr. Exit 
 success; on failure one line ``image-to-mesh: error: …`` on stderr and a non-zero status (the
 runner's own exit code when it failed, 2 for bad options, 130 Ctrl-C / SIGINT, 143 SIGTERM; the
 full table is in docs/blender.md). Everything the options decide (preview format, resolution,
-output folders, interpreter) is checked before the runner starts. Existing output files are not
+output folders, interpreter, outputs that would replace the input image or each other) is
+checked before the runner starts. Existing output files are not
 overwritten unless ``--overwrite`` is given.
 """
 from __future__ import annotations
@@ -293,6 +294,43 @@ def _check_writable(folder: Path) -> None:
                       "Choose a folder you can write to.", 21) from None
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` (absolute, resolved) name one file: equal paths, or both exist
+    and ``os.path.samefile`` says so (hard links, case-insensitive file systems)."""
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_clashes(ns) -> None:
+    """Refuse (:class:`Failure`, exit 2, before anything runs) outputs that would destroy the
+    input or each other: any of ``--glb``, ``--blend``, ``--preview`` and the trace the runner
+    will write (``--trace``, else ``GLB.trace.jsonl`` next to ``--glb``) naming the input image,
+    two of them naming one file, or a ``--blend`` name not ending in ``.blend``. ``--overwrite``
+    replaces earlier outputs, never the source picture. Paths in ``ns`` must be resolved."""
+    trace = ns.trace or (ns.glb.with_name(f"{ns.glb.stem}.trace.jsonl") if ns.glb else None)
+    outputs = [(flag, p) for flag, p in (("--glb", ns.glb), ("--blend", ns.blend),
+                                         ("--preview", ns.preview),
+                                         ("--trace" if ns.trace else "the memory trace", trace))
+               if p is not None]
+    for flag, p in outputs:
+        if _same_file(p, ns.image):
+            raise Failure(f"{flag} {p} is the input image; --overwrite never replaces the "
+                          "source picture. Choose another output name.", 2)
+    if ns.blend and ns.blend.suffix.lower() != ".blend":
+        got = f"a {ns.blend.suffix} file" if ns.blend.suffix else "a name without a suffix"
+        raise Failure(f"--blend {ns.blend} is {got}; end the name in .blend (Blender's file "
+                      "format; use --glb for a GLB).", 2)
+    for i, (flag_a, a) in enumerate(outputs):
+        for flag_b, b in outputs[i + 1:]:
+            if _same_file(a, b):
+                raise Failure(f"{flag_a} and {flag_b} both name {a}; give each output its own "
+                              "file name.", 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the whole headless job; returns the exit status (see the module docstring).
 
@@ -315,8 +353,10 @@ def main(argv: list[str] | None = None) -> int:
                 ns.image = config.validate_image(ns.image)
             except config.ConfigError as exc:
                 raise Failure(str(exc), 11) from None
-            ns.glb, ns.blend, ns.preview = (p.expanduser().resolve() if p else None
-                                            for p in (ns.glb, ns.blend, ns.preview))
+            ns.glb, ns.blend, ns.preview, ns.trace = (
+                p.expanduser().resolve() if p else None
+                for p in (ns.glb, ns.blend, ns.preview, ns.trace))
+            check_output_clashes(ns)
             for p in (ns.glb, ns.blend, ns.preview):
                 if p and p.exists() and not ns.overwrite:
                     raise Failure(f"{p} exists; choose another name or pass --overwrite.", 20)

@@ -149,6 +149,46 @@ def test_preview_name_and_resolution_are_refused_before_the_run(tmp_path, shared
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("outputs, words", [
+    # an output that is the input picture, even with --overwrite
+    ({"--blend": "in.png"}, ["--blend", "is the input image", "source picture"]),
+    ({"--preview": "in.png"}, ["--preview", "is the input image"]),
+    ({"--glb": "g.glb", "--trace": "in.png"}, ["--trace", "is the input image"]),
+    ({"--glb": "link.png"}, ["--glb", "is the input image"]),  # a hard link to the input
+    # two outputs, or an output and the runner's trace, on one file
+    ({"--glb": "same.glb", "--blend": "same.glb"}, ["--blend", ".blend"]),
+    ({"--glb": "t.glb", "--blend": "t.trace.jsonl"}, ["--blend", ".blend"]),
+    ({"--glb": "t.glb", "--preview": "t.trace.png", "--trace": "t.trace.png"},
+     ["--preview and --trace both name"]),
+    ({"--blend": "b.blend", "--trace": "b.blend"}, ["--blend and --trace both name"]),
+    ({"--glb": "t.glb", "--blend": "sub/../t.glb.blend", "--trace": "t.glb.blend"},
+     ["--blend and --trace both name"]),
+])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_outputs_that_clash_with_the_input_or_each_other_are_refused(tmp_path, shared_images,
+                                                                      outputs, words, overwrite):
+    """Exit 2 before the runner starts, whatever --overwrite says; the input and every file in
+    the folder are byte-for-byte as before."""
+    src = tmp_path / "in.png"
+    src.write_bytes(shared_images[0].read_bytes())
+    (tmp_path / "sub").mkdir()
+    import os
+    os.link(src, tmp_path / "link.png")
+    (tmp_path / "same.glb").write_bytes(b"earlier GLB")
+    (tmp_path / "t.trace.jsonl").write_bytes(b"earlier trace")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    args = [a for flag, name in outputs.items() for a in (flag, tmp_path / name)]
+    proc = run(src, *args, *(["--overwrite"] if overwrite else []), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("image-to-mesh: error:"), last
+    for w in words:
+        assert w in last, last
+    assert "stage" not in proc.stderr and "Traceback" not in proc.stderr
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert after == before
+
+
 def test_preview_format_follows_the_suffix_and_nothing_else_is_left(tmp_path, shared_images):
     """``--preview p.jpg`` writes a JPEG at that very name (no ``p.png`` beside it), at the
     smallest accepted resolution."""
