@@ -179,9 +179,49 @@ def validate_image(path: str | os.PathLike) -> Path:
     if not str(path).strip():
         raise ConfigError("Choose an input image first (the folder icon next to Image).")
     p = Path(os.path.expanduser(str(path))).resolve()
+    if p.is_dir():
+        raise ConfigError(f"Input image {p} is a folder; choose an image file.")
     if not p.is_file():
         raise ConfigError(f"Input image not found: {p}")
     return p
+
+
+OUTPUT_PREFERENCE = "Edit › Preferences › Add-ons › Image to Mesh › Output folder"
+
+
+def resolve_output_dir(text: str, blend_file: str = "",
+                       package_dir: Path = PACKAGE_DIR) -> Path:
+    """The output folder preference ``text`` as an absolute path, resolved once here so the
+    runner (whose working folder is the runtime folder inside the extension) gets absolute
+    paths.
+
+    ``~`` is expanded; ``//…`` is relative to the saved .blend file ``blend_file`` (Blender's
+    convention, as ``bpy.path.abspath`` reads it). Raises :class:`ConfigError` saying what to
+    set when ``text`` is a plain relative path (relative to what would be unclear: Blender's
+    working folder or the runner's), ``//…`` while the .blend is not saved (``blend_file``
+    empty), or a folder inside the add-on's install folder ``package_dir`` (Blender replaces that
+    folder on every update, and the runner must never write into its own runtime).
+    """
+    raw = text.strip()
+    if raw.startswith("//"):
+        if not blend_file:
+            raise ConfigError(f"Output folder {raw!r} is relative to the .blend file, which is "
+                              "not saved yet. Save the .blend first, or set an absolute folder "
+                              f"in {OUTPUT_PREFERENCE}.")
+        path = Path(os.path.dirname(os.path.abspath(blend_file))) / raw[2:]
+    else:
+        path = Path(os.path.expanduser(raw))
+        if not path.is_absolute():
+            raise ConfigError(f"Output folder {raw!r} is a relative path. Set an absolute folder "
+                              f"(e.g. ~/image-to-mesh) in {OUTPUT_PREFERENCE}, or //folder next "
+                              "to a saved .blend.")
+    path = Path(os.path.realpath(path))
+    install = Path(os.path.realpath(package_dir))
+    if path == install or install in path.parents:
+        raise ConfigError(f"Output folder {path} is inside the add-on's own folder {install}, "
+                          "which Blender replaces on every update. Choose a folder outside it "
+                          f"in {OUTPUT_PREFERENCE} (or leave it empty for the default).")
+    return path
 
 
 def free_output_paths(folder: Path, stem: str) -> tuple[Path, Path]:

@@ -198,11 +198,16 @@ class Controller:
             importer.ensure_collection(scene, launch.collection, parent=root)
         location = list(launch.location)
         if self.batch is not None:
-            # Side by side along X, 1.5 m apart, so a batch's results do not overlap.
-            location[0] += 1.5 * len(self.batch.items)
+            # Side by side along X, 1.5 m apart, so a batch's results do not overlap; only the
+            # objects already imported count, so the first success is at the cursor even after
+            # failed images.
+            location[0] += 1.5 * sum(1 for i in self.batch.items if i.status == "done")
         meta = {"backend": spec.backend, "seed": spec.seed, "peak": self.state.peak,
                 "trace": self.state.trace, "image": str(spec.image)}
-        return importer.import_glb(self.state.output, spec.image.stem, location, coll, meta)
+        # Named like its GLB (goblin_2.glb → goblin_2), so a later run of the same image can be
+        # told apart from the first and matched with its file and trace.
+        return importer.import_glb(self.state.output, Path(self.state.output).stem, location,
+                                   coll, meta)
 
 
 def _redraw() -> None:

@@ -35,10 +35,13 @@ def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
 
 def preflight_error(context) -> str:
     """The message that stops Generate right now ("" when none): a bad interpreter, a missing
-    runtime. The panel shows it before the user presses anything."""
+    runtime, an output folder that is relative or inside the add-on. The panel shows it before the user presses anything."""
     try:
-        config.resolve_interpreter(get_prefs(context).python)
+        prefs = get_prefs(context)
+        config.resolve_interpreter(prefs.python)
         config.runtime_dir()
+        if prefs.output_dir.strip():  # the default folder needs no check (and is made on use)
+            output_dir(prefs)
     except config.ConfigError as exc:
         return str(exc)
     return ""

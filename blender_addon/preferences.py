@@ -34,9 +34,16 @@ def default_output_dir() -> Path:
 
 
 def output_dir(prefs) -> Path:
-    """The output folder in use: the preference when set, else :func:`default_output_dir`."""
+    """The output folder in use, absolute: the preference when set (``//`` relative to the
+    saved .blend, read with ``bpy.path.abspath``), else :func:`default_output_dir`. Raises
+    :class:`config.ConfigError` for a relative folder, ``//`` in an unsaved file, or a folder
+    inside the add-on's own (``config.resolve_output_dir``)."""
     text = prefs.output_dir.strip()
-    return Path(bpy.path.abspath(text)).expanduser() if text else default_output_dir()
+    if not text:
+        return config.resolve_output_dir(str(default_output_dir()))
+    if text.startswith("//") and bpy.data.filepath:
+        text = bpy.path.abspath(text)  # absolute now; Blender's own reading of "//"
+    return config.resolve_output_dir(text, bpy.data.filepath)
 
 
 def guard_settings(prefs) -> config.GuardSettings:
@@ -187,6 +194,13 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         col.prop(self, "output_dir")
         if not self.output_dir.strip():
             col.label(text=f"Using {default_output_dir()}", icon="INFO")
+        else:
+            try:
+                output_dir(self)
+            except config.ConfigError as exc:
+                box = col.box()
+                box.alert = True
+                wrap_label(box, str(exc), icon="ERROR")
         box = layout.box()
         box.label(text="Memory guard (defaults for every run)", icon="MEMORY")
         grid = box.grid_flow(columns=2, even_columns=True)

@@ -187,6 +187,55 @@ def sc_generate(zip_path, work, image):
     # A second Generate never overwrites the first result.
     facts["second_output_free"] = str(mod("config").free_output_paths(work / "out",
                                                                       Path(image).stem)[0])
+    # ... and its object is named like its file (…_2), at the cursor like the first.
+    before = set(o.name for o in bpy.data.objects)
+    facts["second_result"] = sorted(bpy.ops.image_to_mesh.generate())
+    facts["second_finished"] = drive(120)
+    facts["second_objects"] = [object_facts(o) for o in bpy.data.objects if o.name not in before]
+    facts["second_output_files"] = sorted(p.name for p in (work / "out").iterdir())
+    verdict(**facts)
+
+
+def sc_output_dir(zip_path, work, image):
+    """Output folder preferences that are relative, ``//`` in an unsaved file, or inside the
+    add-on are refused before anything spawns; ``//`` in a saved file becomes an absolute folder
+    next to it, where the runner writes. Also: an image path that is a folder."""
+    facts = install(zip_path, work)
+    ctl, ops = mod("controller"), mod("operators")
+    addon_dir = work / "repo" / "image_to_mesh"
+    settings(image)
+
+    def press() -> dict:
+        try:
+            result = sorted(bpy.ops.image_to_mesh.generate())
+        except RuntimeError as exc:  # operator errors are raised in background mode
+            result = ["CANCELLED: " + str(exc)]
+        return {"preflight": ops.preflight_error(bpy.context), "result": result,
+                "panel_error": ctl.CONTROLLER.state.view().error_text,
+                "job": ctl.CONTROLLER.job is not None, "children": len(descendants())}
+
+    facts["cwd"] = os.getcwd()
+    for text in ("relative_out", "//out", str(addon_dir / "out")):
+        addon_prefs().output_dir = text
+        facts[text] = press()
+    facts["cwd_entries"] = sorted(os.listdir(os.getcwd()))
+    facts["addon_entries"] = sorted(str(p.relative_to(addon_dir)) for p in addon_dir.rglob("*")
+                                    if p.suffix in (".glb", ".jsonl") or p.name in
+                                    ("out", "relative_out"))
+    addon_prefs().output_dir = str(work / "out")
+    settings(str(work))
+    facts["folder_image"] = press()
+    settings(image)
+    (work / "scenes").mkdir()
+    bpy.ops.wm.save_as_mainfile(filepath=str(work / "scenes" / "shot.blend"))
+    addon_prefs().output_dir = "//renders"
+    facts["saved_resolved"] = str(mod("preferences").output_dir(addon_prefs()))
+    facts["saved"] = press()
+    facts["saved_argv_output"] = str(ctl.CONTROLLER.spec.output) if ctl.CONTROLLER.spec else None
+    facts["saved_finished"] = drive(120)
+    facts["saved_status"] = ctl.CONTROLLER.state.view().status
+    renders = work / "scenes" / "renders"
+    facts["renders"] = sorted(p.name for p in renders.iterdir()) if renders.is_dir() else None
     verdict(**facts)
 
 
@@ -232,6 +281,9 @@ def sc_batch(zip_path, work, folder):
     addon_prefs().output_dir = str(work / "out")
     s = settings("", texture="512")
     s.batch_folder = folder
+    cursor = (2.0, -1.0, 0.5)
+    bpy.context.scene.cursor.location = cursor
+    facts["cursor"] = list(cursor)
     before = set(o.name for o in bpy.data.objects)
     facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
     ctl = mod("controller")

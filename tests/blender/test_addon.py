@@ -107,6 +107,14 @@ def test_generate_imports_one_textured_object_at_the_cursor(built_zip, tmp_path,
     assert v["chart_result"] == ["FINISHED"] and v["chart_loaded"]
     assert Path(v["chart_png"]).stat().st_size > 1000
     assert v["second_output_free"].endswith("typical_humanoid_dwarf_2.glb")
+    # The second Generate's object is named like its file, so the two can be matched.
+    assert v["second_result"] == ["FINISHED"] and v["second_finished"]
+    assert [o["name"] for o in v["second_objects"]] == ["typical_humanoid_dwarf_2"]
+    second = v["second_objects"][0]
+    assert second["location"] == pytest.approx(v["cursor"], abs=1e-5)
+    assert second["props"]["image_to_mesh_trace"] == str(
+        tmp_path / "out" / "typical_humanoid_dwarf_2.trace.jsonl")
+    assert "typical_humanoid_dwarf_2.glb" in v["second_output_files"]
     report = v["check_report"].splitlines()
     assert report[0].startswith("Python 3.") and "torch 2." in report[0], report
     assert "builtin: ready" in report
@@ -146,10 +154,44 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
     assert sorted(o["name"] for o in v["new_objects"]) == sorted(stems)
     assert all(o["collections"] == ["Batch batch"] for o in v["new_objects"])
     assert all(o["base_color_image_size"] == [512, 512] for o in v["new_objects"])
+    # The failed first image (broken.png) takes no place: the first result is at the cursor,
+    # the others 1.5 m apart along X, in run order.
+    cx, cy, cz = v["cursor"]
+    by_x = sorted(v["new_objects"], key=lambda o: o["location"][0])
+    assert [o["name"] for o in by_x] == sorted(stems, key=str.lower)
+    assert [o["location"] for o in by_x] == [pytest.approx([cx + 1.5 * i, cy, cz], abs=1e-5)
+                                             for i in range(3)]
     assert v["root_children"] == ["Batch batch"]
     assert v["summary"].startswith("Batch: 3 of 4 done, 1 failed: broken.png (")
     assert "not_an_image" in v["summary"] or "image_truncated" in v["summary"]
     assert v["children_alive"] == []
+
+
+@pytest.mark.slow
+def test_output_folder_is_absolute_and_never_inside_the_addon(built_zip, tmp_path, shared_images):
+    img = image(shared_images, "typical_humanoid_dwarf")
+    v = scenario("output_dir", built_zip, tmp_path, img)
+    addon_out = str(tmp_path / "repo" / "image_to_mesh" / "out")
+    for text, words in [("relative_out", ["relative path", "absolute folder"]),
+                        ("//out", ["not saved yet", "Save the .blend first"]),
+                        (addon_out, ["inside the add-on's own folder"])]:
+        case = v[text]
+        assert case["result"][0].startswith("CANCELLED"), case
+        assert not case["job"] and case["children"] == 0, case
+        for w in words:
+            assert w in case["preflight"] and w in case["panel_error"], (text, case)
+    # Nothing made in Blender's working folder or in the extension's folder.
+    assert "relative_out" not in v["cwd_entries"] and "out" not in v["cwd_entries"]
+    assert v["addon_entries"] == []
+    folder = v["folder_image"]
+    assert folder["panel_error"] == f"Input image {tmp_path} is a folder; choose an image file."
+    # "//renders" in a saved file: an absolute folder next to it, where the runner writes.
+    renders = tmp_path / "scenes" / "renders"
+    assert v["saved_resolved"] == str(renders)
+    assert v["saved"]["result"] == ["FINISHED"] and v["saved"]["preflight"] == ""
+    assert v["saved_argv_output"] == str(renders / "typical_humanoid_dwarf.glb")
+    assert v["saved_finished"] and v["saved_status"] == "done"
+    assert v["renders"] == ["typical_humanoid_dwarf.glb", "typical_humanoid_dwarf.trace.jsonl"]
 
 
 def test_wrong_interpreter_is_reported_and_nothing_spawns(built_zip, tmp_path, shared_images):

@@ -188,3 +188,40 @@ def test_check_summary_from_the_real_runner(tmp_path):
     assert text.startswith(f"ERROR: The Python at {bare} cannot import"), text
     with pytest.raises(ValueError):
         config.summarize_check("")
+
+
+def test_an_image_path_that_is_a_folder_says_so(tmp_path):
+    with pytest.raises(config.ConfigError) as err:
+        config.validate_image(tmp_path)
+    assert str(err.value) == f"Input image {tmp_path} is a folder; choose an image file."
+    with pytest.raises(config.ConfigError, match="Input image not found"):
+        config.validate_image(tmp_path / "nope.png")
+
+
+def test_output_folder_is_resolved_to_an_absolute_path_or_refused(tmp_path, monkeypatch):
+    """Relative folders are refused (Blender's and the runner's working folders differ);
+    ``//`` needs a saved .blend; nothing may point into the add-on's own folder."""
+    monkeypatch.chdir(tmp_path)
+    addon = tmp_path / "extensions" / "image_to_mesh"
+    (addon / "runtime").mkdir(parents=True)
+    blend = tmp_path / "scenes" / "shot.blend"
+    ok = config.resolve_output_dir("//renders/out", str(blend), addon)
+    assert ok == tmp_path / "scenes" / "renders" / "out" and ok.is_absolute()
+    assert config.resolve_output_dir(str(tmp_path / "a" / ".." / "b"), "", addon) == tmp_path / "b"
+    home = config.resolve_output_dir("~/itm-out", "", addon)
+    assert home == Path(os.path.expanduser("~/itm-out")).resolve()
+    for text, words in [("relative_out", ["'relative_out' is a relative path", "absolute"]),
+                        ("./out", ["relative path"]),
+                        ("//out", ["not saved yet", "Save the .blend first"]),
+                        (str(addon / "runtime"), ["inside the add-on's own folder"]),
+                        (str(addon), ["inside the add-on's own folder"]),
+                        (str(addon / "runtime" / ".." / "x"), ["inside the add-on's own folder"])]:
+        with pytest.raises(config.ConfigError) as err:
+            config.resolve_output_dir(text, "", addon)
+        for w in words:
+            assert w in str(err.value), (text, str(err.value))
+    # A symlink into the add-on's folder is caught too.
+    (tmp_path / "sneaky").symlink_to(addon / "runtime")
+    with pytest.raises(config.ConfigError, match="inside the add-on's own folder"):
+        config.resolve_output_dir(str(tmp_path / "sneaky" / "out"), "", addon)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["extensions", "sneaky"]  # nothing made
