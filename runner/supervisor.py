@@ -313,6 +313,10 @@ def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config
     if not backend.installed():
         return finish(RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                                   "installed here.", backend.install_hint or None))
+    try:  # cheap: files and folders only; a bad --pixal3d-dir fails here, with no trace
+        backend.run_precheck(job.options)
+    except RunnerError as err:
+        return finish(err)
     replace = job.overwrite if job.replace_trace is None else job.replace_trace
     try:
         trace_conflict(job.resolved_trace(), job.image, job.output)

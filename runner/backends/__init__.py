@@ -13,7 +13,9 @@ A backend module provides:
 - optionally ``ERRORS``: ``{exception class name: runner error kind}`` for its own exceptions.
 
 ``check()`` here imports the module, so call it where importing torch is fine (the worker's
-``--probe`` mode, which ``python -m runner check`` runs in a subprocess).
+``--probe`` mode, which ``python -m runner check`` runs in a subprocess). ``precheck`` is the
+light part the supervisor runs before the guard and the trace (files and folders only; it must
+not import torch — tests/runner/test_precheck.py checks that).
 """
 from __future__ import annotations
 
@@ -54,6 +56,10 @@ class Backend:
     stages: tuple[str, ...] | Callable[[dict], tuple[str, ...]]
     options: tuple[Option, ...] = field(default_factory=tuple)
     install_hint: str = ""
+    precheck: str | None = None
+    """``"module:function"`` of a cheap check (no torch, no weights: e.g. that a folder exists
+    and holds the expected files) called with the backend's own options; it returns None or
+    raises ``RunnerError``. None: nothing to check before the worker."""
     texture_sizes: tuple[int, int] | tuple[int, ...] = (1, 4096)
     height_range: tuple[float, float] | None = None
     texture_choices: bool = False
@@ -116,6 +122,16 @@ class Backend:
         """The stage names this backend will announce, in order."""
         stages = self.stages(options or {}) if callable(self.stages) else self.stages
         return list(stages)
+
+    def run_precheck(self, options: dict) -> None:
+        """Run :attr:`precheck` with :meth:`job_options` of ``options`` (dest → value, None = not
+        given). Raises ``RunnerError`` (the backend's kind, e.g. ``pixal3d_missing``, exit 32)
+        when the backend cannot run with them; returns None otherwise or when there is no
+        precheck. Imports only the precheck's module, never torch."""
+        if not self.precheck:
+            return
+        module, _, func = self.precheck.partition(":")
+        getattr(importlib.import_module(module), func)(**self.job_options(options))
 
     def installed(self) -> bool:
         """True when the module can be found (without importing it)."""
@@ -212,6 +228,9 @@ BACKENDS: dict[str, Backend] = {
         texture_choices=True,
         height_range=None,
         install_hint="The Pixal3D backend is not installed in this version of the runner.",
+        # the port folder exists and holds generate_mps.py and pixal3d/ (stageload.pixal3d.port
+        # .locate_port: files only); importing the port and its names is left to the worker.
+        precheck="runner.backends.pixal3d:precheck",
     ),
 }
 

@@ -83,6 +83,22 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
             "pipeline_type": pipeline_type}
 
 
+def precheck(pixal3d_dir: Optional[str] = None, **_options) -> None:
+    """The supervisor's light check, before the guard and the trace: a port folder is found
+    (``--pixal3d-dir``, else ``$PIXAL3D_DIR``, else the interpreter's own) and holds
+    ``generate_mps.py`` and ``pixal3d/`` — ``stageload.pixal3d.port.locate_port``, which reads
+    only the file system (no torch, no port import, no weights). Raises ``RunnerError``
+    (``pixal3d_missing``, exit 32) with the port check's message and hint."""
+    from stageload.pixal3d.port import PortError, locate_port
+
+    from ..errors import RunnerError
+    try:
+        locate_port(pixal3d_dir or None)
+    except PortError as err:
+        raise RunnerError(err.kind or "pixal3d_missing", err.message, err.hint,
+                          missing=list(err.missing)) from None
+
+
 def check(pixal3d_dir: Optional[str] = None, **_options) -> dict:
     """Can a port folder be used? Imports it and checks every name the adapter relies on (no
     weights are read; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
