@@ -167,10 +167,18 @@ class JobSpec:
         if self.backend == "pixal3d":
             out += ["--pipeline-type", self.pipeline_type]
             if self.pixal3d_dir.strip():
-                out += ["--pixal3d-dir", os.path.expanduser(self.pixal3d_dir.strip())]
+                out += ["--pixal3d-dir", absolute_folder(self.pixal3d_dir)]
         if self.overwrite:
             out.append("--overwrite")
         return out + self.guard.argv()
+
+
+def absolute_folder(text: str) -> str:
+    """``text`` with ``~`` expanded, made absolute against this process's working folder.
+
+    The runner runs with the extension's runtime folder as its working folder, so a relative
+    path handed to it would name a folder inside the extension."""
+    return os.path.abspath(os.path.expanduser(text.strip()))
 
 
 def validate_image(path: str | os.PathLike) -> Path:

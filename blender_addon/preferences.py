@@ -64,7 +64,7 @@ class _CheckResult:
 def _check_worker(python: str, runtime: Path, pixal3d_dir: str) -> None:
     argv = [python, "-m", "runner", "check"]
     if pixal3d_dir.strip():
-        argv += ["--pixal3d-dir", str(Path(pixal3d_dir.strip()).expanduser())]
+        argv += ["--pixal3d-dir", config.absolute_folder(pixal3d_dir)]
     try:
         rc, out, err = run_quick(argv, runner_env(runtime), cwd=runtime, timeout=120)
         if rc is None:

@@ -225,3 +225,14 @@ def test_output_folder_is_resolved_to_an_absolute_path_or_refused(tmp_path, monk
     with pytest.raises(config.ConfigError, match="inside the add-on's own folder"):
         config.resolve_output_dir(str(tmp_path / "sneaky" / "out"), "", addon)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["extensions", "sneaky"]  # nothing made
+
+
+def test_a_relative_pixal3d_folder_reaches_the_runner_as_an_absolute_path(tmp_path, monkeypatch):
+    """The runner's working folder is the extension's runtime folder, so a relative
+    --pixal3d-dir must be made absolute against the caller's working folder first."""
+    monkeypatch.chdir(tmp_path)
+    spec = config.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                          trace=tmp_path / "a.trace.jsonl", backend="pixal3d",
+                          pixal3d_dir=" ports/Pixal3D-mac ")
+    argv = spec.argv("/py")
+    assert argv[argv.index("--pixal3d-dir") + 1] == str(tmp_path / "ports" / "Pixal3D-mac")
