@@ -4,7 +4,10 @@
 submodules) by a tensor of the same shape and dtype on PyTorch's ``meta`` device, which has no
 storage. The tensors are swapped *inside* the module, so the storage is freed even while other
 code still holds a reference to the module object (a pipeline attribute, a closure, a list);
-only a reference to an individual parameter tensor would keep that tensor alive.
+only a reference to an individual parameter tensor would keep that tensor alive — and so
+does an autograd graph: an output computed with gradients enabled keeps the weights it used
+until that output is dropped, so run inference under ``torch.inference_mode()`` or
+``torch.no_grad()`` (the ``release`` event counts the bytes either way).
 
 A released module is marked so that using it raises :class:`ReleasedModuleError` naming the
 model and the stage that released it, instead of PyTorch's meta-tensor error from deep inside a
