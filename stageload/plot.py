@@ -23,6 +23,7 @@ from .summary import gb, print_quietly, summarize
 from .trace import TraceError, iter_lines, parse_lines
 
 GB = 1e9
+FORMATS = ("png", "svg", "pdf")  # the -o suffixes accepted; all written by matplotlib's Agg canvas
 BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9", "#dff3f3",
                 "#f1e0d6"]
 
@@ -228,8 +229,9 @@ def write_figure(fig, out: Path, fmt: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line. Exit 0 when the chart was written; 2 with a message for a missing or
-    unreadable trace, an existing output (without ``--force``), a missing output folder, an
-    unknown format or mismatched ``--label``s; 1 with a message when the chart cannot be written
+    unreadable trace, an output that is a folder, an existing output (without ``--force``), a
+    missing output folder, an output name without ``.png``/``.svg``/``.pdf`` or mismatched
+    ``--label``s; 1 with a message when the chart cannot be written
     (folder not writable, read-only file system, disk full)."""
     parser = argparse.ArgumentParser(
         prog="python -m stageload plot",
@@ -251,13 +253,17 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{len(labels)} --label given for {len(args.traces)} traces; give one per "
                     "trace or none")
     out = Path(args.output)
+    if out.is_dir():  # before "exists": --force cannot turn a folder into a chart
+        return fail(f"{out} is a folder; give a file name such as {out / 'chart.png'}")
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        have = f"ends in .{fmt}" if fmt else "has no extension"
+        return fail(f"{out} {have}; name the chart .png, .svg or .pdf (e.g. "
+                    f"{out.with_suffix('.png').name if fmt else out.name + '.png'})")
     if out.exists() and not args.force:
         return fail(f"{out} exists; choose another name or add --force to replace it")
     if not out.parent.is_dir():
         return fail(f"folder {out.parent} does not exist")
-    fmt = out.suffix.lower().lstrip(".") or "png"
-    if fmt not in ("png", "svg", "pdf"):
-        return fail(f"cannot write .{fmt}; use .png, .svg or .pdf")
     runs = []
     for path, label in zip(args.traces, labels):
         try:

@@ -65,6 +65,30 @@ def test_bad_input(tmp_path, capsys):
     assert main([str(FIXTURE), "-o", str(tmp_path / "c.bmp")]) == 2
 
 
+def test_output_without_suffix_or_a_folder_is_refused(tmp_path, capsys):
+    """``-o noext`` once wrote a PNG with no extension and exited 0; ``-o FOLDER --force`` exited
+    1 with "Is a directory; choose a folder you can write to". Both are usage errors now (exit 2),
+    with a hint naming a file that would do, and nothing is written."""
+    noext = tmp_path / "noext"
+    assert main([str(FIXTURE), "-o", str(noext)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stageload plot: ") and len(err.strip().splitlines()) == 1
+    assert "no extension" in err and "noext.png" in err
+    assert not noext.exists() and os.listdir(tmp_path) == []
+    folder = tmp_path / "d1"
+    folder.mkdir()
+    for extra in ([], ["--force"]):
+        assert main([str(FIXTURE), "-o", str(folder), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == (f"stageload plot: {folder} is a folder; give a file name such as "
+                               f"{folder / 'chart.png'}")
+        assert folder.is_dir() and os.listdir(folder) == []
+    # the hinted names work; so does .svg in capitals
+    assert main([str(FIXTURE), "-o", str(folder / "chart.png")]) == 0
+    assert main([str(FIXTURE), "-o", str(tmp_path / "c.SVG")]) == 0
+    assert (tmp_path / "c.SVG").read_bytes().lstrip().startswith((b"<?xml", b"<svg"))
+
+
 def test_module_entry_point(repo_root, tmp_path):
     out = tmp_path / "m.png"
     done = subprocess.run([sys.executable, "-m", "stageload", "plot", str(FIXTURE), "-o", str(out)],
