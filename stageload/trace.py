@@ -100,16 +100,22 @@ class TraceWriter:
         self.close()
 
 
+_JSON_KIND = {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+              type(None): "null"}
+
+
 def parse_lines(lines: Iterable[str | bytes | dict], source: str = "trace") -> tuple[list[dict], bool]:
     """Parse trace lines into event dicts; dicts pass through unchanged.
 
     Returns ``(events, truncated)``: ``truncated`` is True when the last non-blank line was not
     valid JSON (a writer killed inside its last write) and was dropped. Blank lines are skipped.
-    Raises ``TraceError`` when a line *before* the last is not a JSON object (the file is not a
-    trace or was corrupted), naming the line number.
+    Raises ``TraceError`` when a line *before* the last is not a JSON object with ``"event"`` (the
+    file is not a trace or was corrupted), or when the only non-blank line is not (a one-line
+    text file, ``[1, 2, 3]``), naming the line number.
     """
     events: list[dict] = []
     bad: tuple[int, str] | None = None
+    line_text = ""  # the text of the bad line, when it was not JSON at all
     for number, line in enumerate(lines, 1):
         if isinstance(line, dict):
             item = line
@@ -124,15 +130,26 @@ def parse_lines(lines: Iterable[str | bytes | dict], source: str = "trace") -> t
             try:
                 item = json.loads(line)
             except ValueError as exc:
-                bad = (number, str(exc))
+                bad, line_text = (number, str(exc)), line
                 continue
-            if not isinstance(item, dict) or "event" not in item:
+            if not isinstance(item, dict):
+                bad = (number, f"a JSON {_JSON_KIND.get(type(item), type(item).__name__)}")
+                continue
+            if "event" not in item:
                 bad = (number, "no \"event\" field")
                 continue
         if bad is not None:
             raise TraceError(f"{source}: line {bad[0]} is not a JSON object ({bad[1]}); "
                              "is this a stageload trace?")
         events.append(item)
+    if bad is not None and not events:
+        # the only line is bad: a one-line text file, ``[1, 2, 3]``, or a writer killed inside
+        # its very first write. Say which line and why rather than "the trace has no events".
+        if line_text.lstrip().startswith('{"event"'):
+            raise TraceError(f"{source}: line {bad[0]}, the only one, is cut short ({bad[1]}); "
+                             "the writer stopped during its first event: the trace has no events")
+        raise TraceError(f"{source}: line {bad[0]} is not a JSON object ({bad[1]}); "
+                         "is this a stageload trace?")
     return events, bad is not None
 
 

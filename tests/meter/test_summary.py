@@ -114,6 +114,34 @@ def test_cli_text_json_and_bad_input(tmp_path, capsys):
     assert "not a JSON object" in capsys.readouterr().err
 
 
+def test_a_lone_line_that_is_not_an_event_is_named(tmp_path, capsys):
+    """A one-line text file or ``[1,2,3]`` once got "the trace has no events" (the lone bad line
+    was taken for a torn last line and dropped), while binary garbage got the line-1 message:
+    now any first line that is not a JSON object with "event" gets the line-1 message."""
+    cases = {"text.jsonl": "hello world\n", "list.jsonl": "[1,2,3]\n",
+             "obj.jsonl": '{"name": "x"}', "garbage.bin": "\x00\xff\xfe binary"}
+    reasons = {"list.jsonl": "a JSON array", "obj.jsonl": 'no "event" field'}
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        assert main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "line 1 is not a JSON object" in err and "stageload trace?" in err, (name, err)
+        assert "no events" not in err
+        assert reasons.get(name, "") in err
+    # a writer killed inside its first write: said as such
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"event": "sta')
+    assert main([str(torn)]) == 2
+    assert "cut short" in capsys.readouterr().err
+    # a file with nothing in it is still "no events"; a torn line after real events is dropped
+    (tmp_path / "empty.jsonl").write_text("\n")
+    assert main([str(tmp_path / "empty.jsonl")]) == 2
+    assert "no events" in capsys.readouterr().err
+    assert summarize(['{"event": "stage", "t": 1, "stage": "s"}', "[1"])["truncated"] is True
+
+
 def test_module_entry_point(repo_root):
     done = subprocess.run([sys.executable, "-m", "stageload", "summary", str(FIXTURE), "--json"],
                           capture_output=True, text=True, cwd=repo_root, timeout=60)
