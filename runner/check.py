@@ -9,7 +9,10 @@ Prints one JSON object (also a protocol line: ``"v": 1, "event": "check"``) with
 Exit status: 0 when every requested backend (``--backend``, default ``builtin``) can run;
 ``no_torch`` (30) when torch cannot be imported; otherwise the kind the failing backend's check
 names (``pixal3d_missing`` 32, ``pixal3d_version`` 33 — the codes a run exits with for the same
-reason), or ``backend_unavailable`` (31) when it names none.
+reason), or ``backend_unavailable`` (31) when it names none; ``usage`` (2) for a bad command
+line or a backend option value a run would refuse too (``--keep-resident abc``). Every answer is
+one line on stdout: the ``check`` event, or an ``error`` event (no ``hello``: that belongs to
+runs and batches; runner/PROTOCOL.md).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import sys
 
 from . import backends
 from .cli import ArgumentParser, add_backend_arguments, backend_options, usage_failure
-from .errors import RunnerError
+from .errors import KINDS, RunnerError
 from .protocol import Emitter, make
 
 PROBE_TIMEOUT = 180.0
@@ -68,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     add_backend_arguments(parser)
     try:
         ns = parser.parse_args(argv)
+        check_backend_options(ns)
     except RunnerError as err:
+        if err.kind == "usage" and err.hint == KINDS["usage"].hint:
+            err.hint = "Run `python -m runner check --help` for the options."
         return usage_failure(err, "check")
     emitter = Emitter()
     try:
@@ -89,12 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     return verdict_exit_code(result["backends"], wanted)
 
 
+def check_backend_options(ns) -> None:
+    """Refuse the backend option values a run would refuse (``--keep-resident abc``), with the
+    same ``RunnerError('usage')`` (exit 2) and message: each backend's ``Backend.validate`` over
+    its own options as given. Unlike a run, an option of a backend that was not requested is
+    allowed (``check --pixal3d-dir DIR`` reports every backend, the add-on's Check does that)."""
+    given = backend_options(ns)
+    for name in backends.names():
+        entry = backends.get(name)
+        entry.validate(texture_size=None, height_m=None,
+                       options={o.dest: given.get(o.dest) for o in entry.options})
+
+
 def verdict_exit_code(verdicts: dict, wanted: list[str]) -> int:
     """Exit status for the first requested backend that cannot run: the ``kind`` its check
     reported when that is an environment kind (30-39, e.g. ``pixal3d_missing`` 32 — the code a
     run would exit with for the same reason), else ``backend_unavailable`` (31)."""
-    from .errors import KINDS
-
     for name in wanted:
         verdict = verdicts.get(name) or {}
         if not verdict.get("ok"):

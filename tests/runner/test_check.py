@@ -119,3 +119,38 @@ def test_interpreter_without_pillow(rt, tmp_path):
     assert fin.kinds() == ["hello", "error"]
     assert fin.last()["kind"] == "missing_dependency" and fin.returncode == 34
     assert base in fin.last()["hint"]
+
+
+CHECK_USAGE = [
+    # the tester's case: a run with the same options exits 2, check exited 0
+    (["--backend", "pixal3d", "--pixal3d-dir", "{dir}", "--keep-resident", "abc"],
+     "--keep-resident"),
+    (["--backend", "pixal3d", "--keep-resident=-1G"], "--keep-resident"),
+    (["--backend", "nope"], "--backend"),
+    (["--pipeline-type", "2048_cascade"], "--pipeline-type"),
+]
+
+
+@pytest.mark.parametrize("args,flag", CHECK_USAGE, ids=[" ".join(a) for a, _ in CHECK_USAGE])
+def test_check_refuses_what_a_run_refuses_in_one_error_line(rt, tmp_path, shared_images, args,
+                                                            flag):
+    """check validates the backend options as a run does (same kind, exit status and message),
+    and answers with one line like a normal check: an `error`, no `hello` (PROTOCOL.md)."""
+    args = [str(a).replace("{dir}", str(tmp_path)) for a in args]
+    fin = rt.run(["check", *args], timeout=60)
+    assert fin.kinds() == ["error"], (fin.kinds(), fin.stderr[-1500:])
+    err = fin.last()
+    assert err["kind"] == "usage" and fin.returncode == 2 == err["exit_code"]
+    assert flag in err["message"] and "check --help" in err["hint"], err
+    assert "Traceback" not in fin.stderr and err["message"] in fin.stderr
+    if flag == "--keep-resident":  # a run with the same options: the same refusal
+        run = rt.run([shared_images[0], "-o", tmp_path / "a.glb", *args], timeout=60)
+        assert run.returncode == 2 and run.last()["message"] == err["message"]
+
+
+def test_check_accepts_another_backends_good_options(rt, tmp_path):
+    """Unlike a run, check may be given pixal3d's options without --backend pixal3d (the
+    add-on's Check passes --pixal3d-dir alone): it still answers with its one `check` line."""
+    fin = rt.run(["check", "--pixal3d-dir", tmp_path, "--keep-resident", "1G"], timeout=120)
+    assert fin.kinds() == ["check"] and fin.returncode == 0, fin.stderr[-1500:]
+    assert fin.last()["requested"] == ["builtin"]
