@@ -16,6 +16,7 @@ runs and batches; runner/PROTOCOL.md).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -25,6 +26,17 @@ from . import backends
 from .cli import ArgumentParser, add_backend_arguments, backend_options, usage_failure
 from .errors import KINDS, RunnerError
 from .protocol import Emitter, make
+
+CHECK_EPILOG = """\
+exit status (runner/PROTOCOL.md):
+  0        every requested backend (--backend, default builtin) can run
+  2        usage: bad command line or option value (the same ones a run refuses)
+  30       torch cannot be imported by this Python
+  31       a requested backend cannot run here (the check event says why)
+  32, 33   the Pixal3D folder is missing or incomplete / of an unknown version
+  34       this Python lacks Pillow, NumPy or psutil
+  42       the probe subprocess gave no answer
+"""
 
 PROBE_TIMEOUT = 180.0
 """Seconds the probe subprocess may take (importing torch on a cold disk can be slow)."""
@@ -64,8 +76,11 @@ def probe(options: dict, python: str | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m runner check``; returns the exit status."""
     parser = ArgumentParser(prog="python -m runner check",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
                             description="Python, torch, devices and which backends can run here "
-                                        "(one JSON object on stdout).")
+                                        "(one JSON line on stdout:\nthe check event, or an error "
+                                        "event when it could not check).",
+                            epilog=CHECK_EPILOG)
     parser.add_argument("--backend", choices=backends.names(), action="append",
                         help="backend(s) whose readiness sets the exit status (default: builtin)")
     add_backend_arguments(parser)

@@ -91,7 +91,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     for opt in backends.all_options():
         default = f" (default: {opt.default})" if opt.default not in (None, "") else ""
         group.add_argument(opt.flag, dest=opt.dest, default=None, choices=opt.choices,
-                           help=opt.help + default)
+                           metavar=opt.metavar, help=opt.help + default)
 
 
 def backend_options(ns: argparse.Namespace) -> dict:
@@ -127,13 +127,34 @@ def setup(ns: argparse.Namespace | None = None) -> tuple[Emitter, Cancel]:
     return emitter, cancel
 
 
+EXIT_EPILOG = """\
+exit status (the last stdout line is the result or error event; every kind, and what
+to do, in runner/PROTOCOL.md and docs/runner.md):
+  0        the GLB was written (result event)
+  1        internal error: a bug (traceback on stderr)
+  2        usage: bad command line or option value
+  3, 4     the guard stopped the job / never admitted it (--start-timeout)
+  10-17    the input image: missing, empty, not an image, truncated, too large or small …
+  20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
+  30-34    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
+           missing Pillow/NumPy/psutil (`python -m runner check` says what)
+  40-44    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
+           empty matte, background not plain
+  130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
+"""
+"""``python -m runner --help``'s epilog: the exit statuses grouped (tests/runner/
+test_job_options.py checks it against ``runner.errors.KINDS``)."""
+
+
 def build_parser() -> ArgumentParser:
-    """Parser of the single-image command."""
+    """Parser of the single-image command (its ``--help`` ends with ``EXIT_EPILOG``)."""
     parser = ArgumentParser(
         prog="python -m runner",
-        description="Image → textured GLB in a guarded worker process; NDJSON events on stdout "
-                    "(runner/PROTOCOL.md). Other commands: `python -m runner batch DIR -o OUTDIR`, "
-                    "`python -m runner check`.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Image → textured GLB in a guarded worker process; NDJSON events on stdout\n"
+                    "(runner/PROTOCOL.md). Other commands: `python -m runner batch DIR -o OUTDIR`,\n"
+                    "`python -m runner check`.",
+        epilog=EXIT_EPILOG)
     parser.add_argument("image", help="the input image (PNG, JPEG, WebP …)")
     parser.add_argument("-o", "--output", required=True, help="the GLB to write (…/name.glb)")
     parser.add_argument("--trace", default=None,

@@ -32,7 +32,9 @@ class Option:
     only when the option's backend is chosen), ``parse`` (optional callable text → value that
     raises ``ValueError`` with a message for a person; the supervisor calls it before anything
     starts), ``affects_output`` (False for options that change how, not what, is computed —
-    batch resume ignores those)."""
+    batch resume ignores those), ``metavar`` (the value's name in ``--help``, e.g. ``SIZE``;
+    default: argparse's, the upper-case dest). ``help`` must not give the default: the
+    command line appends ``(default: …)`` itself."""
 
     flag: str
     dest: str
@@ -41,6 +43,7 @@ class Option:
     default: object = None
     parse: Callable[[str], object] | None = None
     affects_output: bool = True
+    metavar: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,15 +216,15 @@ BACKENDS: dict[str, Backend] = {
                 "texture", "decode", "export"),
         options=(
             Option("--pixal3d-dir", "pixal3d_dir", "folder of the Pixal3D-mac checkout "
-                   "(default: $PIXAL3D_DIR)"),
+                   "(default: $PIXAL3D_DIR)", metavar="DIR"),
             Option("--pipeline-type", "pipeline_type", "Pixal3D pipeline type",
                    ("1024_cascade", "1536_cascade"), "1024_cascade"),
             Option("--load", "load", "staged: load each model when its stage needs it; eager: "
                    "the port's own loading (for comparison)", ("staged", "eager"), "staged",
                    affects_output=False),
-            Option("--keep-resident", "keep_resident", "bytes (or 1G) a model needed again later "
-                   "may stay loaded across stages that do not use it (default 0)", default="0",
-                   parse=parse_size, affects_output=False),
+            Option("--keep-resident", "keep_resident", "bytes (or a size like 1G) a model "
+                   "needed again later may stay loaded across stages that do not use it",
+                   default="0", parse=parse_size, affects_output=False, metavar="SIZE"),
         ),
         # runner.backends.pixal3d.TEXTURE_SIZES (checked by a test); no --height (unit box).
         texture_sizes=(512, 1024, 2048, 4096),

@@ -72,3 +72,57 @@ def test_registry_ranges_match_the_backends():
     assert backends.get("builtin").texture_sizes == (1, MAX_TEXTURE_SIZE)
     assert backends.get("pixal3d").texture_sizes == pixal3d.TEXTURE_SIZES
     assert backends.get("pixal3d").height_range is None
+
+
+def _help(repo_root, *command) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "runner", *command, "--help"], cwd=repo_root,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return done.stdout
+
+
+def _codes(spec: str) -> set[int]:
+    """``"3, 4"`` → {3, 4}; ``"10-17"`` → {10, …, 17}."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.strip().partition("-")
+        out |= set(range(int(low), int(high or low) + 1))
+    return out
+
+
+@pytest.mark.parametrize("command", [(), ("batch",), ("check",)], ids=["run", "batch", "check"])
+def test_help_names_sizes_and_gives_each_default_once(repo_root, command):
+    """`--keep-resident KEEP_RESIDENT … (default 0) (default: 0)` once: now SIZE like the
+    guard's size options, and each default given once."""
+    import re
+
+    text = _help(repo_root, *command)
+    assert "--keep-resident SIZE" in text and "KEEP_RESIDENT" not in text
+    assert "--pixal3d-dir DIR" in text and "PIXAL3D_DIR]" not in text
+    for option, help_text in re.findall(r"\n  (--[\w-]+)[^\n]*\n((?:\s{20,}[^\n]*\n)*)", text):
+        assert len(re.findall(r"\(default[: ]", help_text)) <= 1, (option, help_text)
+    flat = " ".join(text.split())
+    assert "(default 0)" not in flat and flat.count("(default: 0)") == 1
+
+
+def test_run_and_check_help_list_the_exit_statuses(repo_root):
+    """`runner --help` ends with the exit statuses, grouped; every group is real (each code a
+    kind of runner/errors.py, or 0) and every kind a single run can end with is listed (5,
+    batch_failed, is batch only). The same for check's own list, against the kinds it uses."""
+    import re
+
+    from runner.errors import KINDS
+
+    known = {k.exit_code for k in KINDS.values()} | {0}
+    for command, must in (((), known - {5}),
+                          (("check",), {0, 2, 30, 31, 32, 33, 34, 42})):
+        text = _help(repo_root, *command)
+        assert "exit status" in text and "runner/PROTOCOL.md" in text
+        listed: set[int] = set()
+        for spec in re.findall(r"^  (\d[\d, -]*?)\s{2,}\S", text.split("exit status")[-1], re.M):
+            listed |= _codes(spec)
+        assert listed <= known, (command, listed - known)
+        assert must <= listed, (command, must - listed)
