@@ -134,7 +134,7 @@ def guard_args(args, need: int, log: Path) -> list[str]:
     """Guard options for one run: admit only when available memory covers ``need`` bytes (the
     run's predicted peak) plus the guard's --kill-free floor, give up after 300 s, log every
     decision to ``log``, then the user's ``--guard-arg`` options."""
-    return ["--need", str(int(need)), "--start-timeout", "300", "--log", str(log),
+    return ["--need", f"{int(need)}B", "--start-timeout", "300", "--log", str(log),
             *args.guard_arg]
 
 
@@ -208,6 +208,16 @@ def _run(args) -> int:
     for rnd in range(args.rounds):
         for mode in MODES:
             one(mode, rnd)
+
+    empty = [r for r in runs if r["events"] == 0]
+    if empty:  # nothing to summarise: say which run and why instead of a traceback later
+        for r in empty:
+            log_file = args.out / (r["trace"][:-len(".jsonl")] + ".log")
+            tail = log_file.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:] \
+                if log_file.is_file() else []
+            print(f"{r['mode']} run {r['round']} exited {r['rc']} without a single event; "
+                  f"its log ({log_file}) ends:\n  " + "\n  ".join(tail), file=sys.stderr)
+        return 1
 
     _log(t_start, "summary, table and chart")
     summary = build_summary(args, weights, cold, working, budget, runs, t_start)
@@ -319,6 +329,14 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
             for x in analysis.load_transients(recs, args.interval)] for m in MODES}
     summary["double_loads"] = {m: [d for r in resident[m] for d in r["double_loads"]]
                                for m in resident}
+    # What stageload.pixal3d.direct.prepare_meta_runtime() paid in each process (the one-time
+    # torch._dynamo import a meta-device initialiser triggers): the alone process calls it to
+    # set up the same runtime as a staged run's setup; eager runs never call it.
+    def runtime_paid(recs):
+        found = [e for e in recs if e.get("event") == "bench_runtime"]
+        return {k: found[0].get(k) for k in ("seconds", "modules", "rss_bytes")} if found else None
+    summary["meta_runtime"] = {"alone": runtime_paid(records(alone_run)),
+                               **{m: [runtime_paid(recs) for recs in data[m]] for m in MODES}}
     summary["targets"] = report.targets(summary)
     return summary
 

@@ -60,15 +60,22 @@ def write_weights(work: Path, scale: float) -> dict:
             "plan": {stage: list(models) for stage, models in sizes.REAL_PLAN.items()}}
 
 
-def open_port_only(args) -> None:
-    """What the "alone" process imports besides torch: the adapter and the stand-in port's
-    modules (``open_port`` loads no weights), so its baseline matches the pipeline modes'."""
+def open_port_only(args) -> dict:
+    """What the "alone" process imports and runs besides torch, so its runtime baseline matches
+    the staged modes': the adapter and the stand-in port's modules (``open_port`` loads no
+    weights), and ``stageload.pixal3d.direct.prepare_meta_runtime()`` — the same call the
+    adapter makes in a staged run's ``setup`` (the one-time ``torch._dynamo`` import the first
+    meta-device initialiser triggers, ~70 MB). Returns that call's cost as
+    ``{"seconds", "modules", "rss_bytes"}``."""
     from stageload.pixal3d import open_port
+    from stageload.pixal3d.direct import prepare_meta_runtime
 
     if args.weights:
         env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]
         os.environ.update(env)
     open_port(STANDIN)
+    note = prepare_meta_runtime()
+    return {"seconds": note.seconds, "modules": note.modules, "rss_bytes": note.rss_bytes}
 
 
 def run(args, working, emit) -> dict:
@@ -93,6 +100,9 @@ def run(args, working, emit) -> dict:
         emit(event)
 
     pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink)
+    if pipeline.runtime_note is not None:
+        note = pipeline.runtime_note
+        emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules, rss_bytes=note.rss_bytes))
 
     def stage_end(*_args, **_kwargs) -> None:
         # The stage from the events, not pipeline.stage: closing the staged models during

@@ -175,7 +175,8 @@ def table_markdown(summary: dict) -> str:
     lines += [
         "",
         f"Limit = runtime baseline ({gb(summary['runtime_baseline'])}: the interpreter with "
-        "torch imported, nothing allocated) + the weights the plan lists for the stage + the "
+        "torch imported and the meta-device runtime set up as a staged run's setup does, "
+        "nothing allocated) + the weights the plan lists for the stage + the "
         "stage's working memory measured alone.",
         "",
         "| stage | plan weights | working memory alone | limit | staged peak − limit | staged resident weights (events) |",

@@ -66,7 +66,9 @@ def main(argv=None) -> int:
     import pixal3d_bench_pipeline
 
     if args.mode == "alone":
-        pixal3d_bench_pipeline.open_port_only(args)  # same imports as the pipeline modes
+        runtime = pixal3d_bench_pipeline.open_port_only(args)  # same imports and setup as staged
+        from stageload.events import make_event
+        _emit(make_event("bench_runtime", **runtime))
         run_alone(args, working)
         return 0
 

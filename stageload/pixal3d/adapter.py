@@ -16,7 +16,10 @@ Staged mode, in order (names and files: see the package docstring):
    ``"fallback": reason``; every such event carries ``"method"``). ``--no-direct-load``: the
    port's ``from_pretrained`` on the CPU, then moved. ``pipeline.rembg_model`` becomes a proxy
    that builds the port's wrapper when called.
-3. ``low_vram`` is set False (on unified memory its CPU parking frees nothing and adds a copy)
+3. Still in ``setup``, with ``direct_to_device``: ``direct.prepare_meta_runtime()`` pays the
+   one-time import of ``torch._dynamo`` that the first initialiser on a meta tensor triggers
+   (runtime, ~70 MB; otherwise paid inside the first model's load and carried by every later
+   stage). ``low_vram`` is set False (on unified memory its CPU parking frees nothing and adds a copy)
    and ``pipeline.to(device)`` is called as ``init_pipeline`` does.
 4. Stage hooks (``stageload.on_call``) on the pipeline instance: ``preprocess_image``
    (enters ``preprocess``; on return enters ``camera``, which releases the background remover),
@@ -53,7 +56,7 @@ from ..hooks import on_call
 from ..release import module_bytes
 from ..share import share
 from ..staged import StagedModels
-from .direct import METHOD_PORT, LoadNote, load_port_model
+from .direct import METHOD_PORT, LoadNote, RuntimeNote, load_port_model, prepare_meta_runtime
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
 from .port import EXTRACTOR_KEYS, Port, PortError, open_port
@@ -212,7 +215,9 @@ class Pixal3DRun:
 
     Raises ``PortError`` before anything is loaded when the port lacks a name it relies on.
     Attributes after a run: ``load_notes`` (``pipeline.models`` name → ``direct.LoadNote``: how
-    it was last loaded, and why it fell back if it did), ``resident_bytes`` (stage → bytes of models loaded at the end of the
+    it was last loaded, and why it fell back if it did), ``runtime_note`` (``direct.RuntimeNote``:
+    what setup paid for the meta-device runtime, staged with ``direct_to_device`` only; None
+    otherwise), ``resident_bytes`` (stage → bytes of models loaded at the end of the
     stage), ``kept`` (stage → names kept across a gap), ``last_latents`` (key → sampler output),
     ``share_stats`` (``{"backbone": (calls, hits), "naf": (calls, hits)}``).
     """
@@ -243,6 +248,7 @@ class Pixal3DRun:
         self.last_latents: dict[str, Any] = {}
         self.share_stats: dict[str, tuple[int, int]] = {}
         self.load_notes: dict[str, LoadNote] = {}
+        self.runtime_note: Optional[RuntimeNote] = None
         self._kept_now: list[str] = []
         self._recorder: Optional[FingerprintRecorder] = None
         self._hooks = []
@@ -366,6 +372,12 @@ class Pixal3DRun:
             setattr(pipeline, attr, PendingExtractor(attr))
         self.pipeline = pipeline
         self.enter("setup")
+        if self.direct_to_device:
+            # Runtime, not weights: the first initialiser on a meta tensor imports
+            # torch._dynamo (~70 MB, 1.5-2.5 s, once per process; see
+            # direct.prepare_meta_runtime). Paid here, in setup, with the interpreter's other
+            # fixed costs, so no later stage's window (and no model's load time) carries it.
+            self.runtime_note = prepare_meta_runtime()
         pipeline.to(self.device)
 
     def _building(self):
