@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 
 import psutil
 
@@ -22,12 +23,14 @@ def own_lineage(pid: int | None = None) -> set[int]:
     return pids
 
 
-def find_busy(patterns: list[str], ignore: set[int]) -> list[str]:
+def find_busy(patterns: list[str], ignore: set[int],
+              skip: Callable[[list[str]], bool] | None = None) -> list[str]:
     """Describe (``pid 123: python train.py``) each process whose command line matches a pattern.
 
     The command line is the process's arguments joined by single spaces; a pattern matches when
-    ``re.search`` finds it anywhere. Processes in ``ignore``, kernel threads (no command line)
-    and processes that vanish or may not be read are skipped.
+    ``re.search`` finds it anywhere. Processes in ``ignore``, those whose argument list
+    ``skip(argv)`` accepts (other guards, :func:`stageload.guard.peers.looks_like_guard`),
+    kernel threads (no command line) and processes that vanish or may not be read are skipped.
     """
     if not patterns:
         return []
@@ -38,7 +41,7 @@ def find_busy(patterns: list[str], ignore: set[int]) -> list[str]:
             if proc.pid in ignore:
                 continue
             argv = proc.info.get("cmdline")
-            if not argv:
+            if not argv or (skip is not None and skip(argv)):
                 continue
             line = " ".join(argv)
             for pattern in compiled:

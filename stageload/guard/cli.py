@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 
@@ -13,15 +14,29 @@ EXIT_USAGE = 2
 _HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with friendlier wording for the two mistakes people make most."""
+
+    def error(self, message: str):
+        if "expected one argument" in message:
+            message += (" (a value that starts with '-' must be joined with '=', e.g. "
+                        "--swap-budget=VALUE; sizes, amounts and seconds are never negative)")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The guard's argument parser (options only; the command follows ``--``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m stageload guard",
         usage="python -m stageload guard [options] -- COMMAND [ARG ...]",
         description="Start COMMAND only when there is memory to spare, and stop its whole process "
-                    "tree before swap runs away. Exit codes: the command's own; 3 stopped by the "
-                    "budget; 4 gave up waiting (--start-timeout); 127 could not start; 128+N the "
-                    "guard got signal N (the command is stopped first); 2 bad options.",
+                    "tree before swap runs away. Sizes need a unit (18G, 512M, 1024B; binary "
+                    "multiples, shown as GiB/MiB); amounts are a size or a percent (40%%). "
+                    "Exit codes: the command's own; 3 stopped by the budget; 4 gave up waiting "
+                    "(--start-timeout); 127 could not start; 128+N the guard got signal N (the "
+                    "command is stopped first); 2 bad options. A command may exit 3 or 4 itself: "
+                    "with --log FILE the last line, {\"state\": \"exited\", \"exit_code\": N, "
+                    "\"by\": \"command\"|\"guard\"}, says which.",
     )
     add_guard_arguments(parser)
     return parser
@@ -40,9 +55,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        ns = parser.parse_args(options)
+        ns, extra = parser.parse_known_args(options)
     except SystemExit as exc:  # argparse already printed the message
         return int(exc.code or 0) if exc.code not in (None, 0) else EXIT_USAGE
+    if extra:
+        parser.print_usage(sys.stderr)
+        text = f"guard: unrecognized arguments: {' '.join(extra)}"
+        if not command and not extra[0].startswith("-"):
+            text += ("; put -- before the command: python -m stageload guard [options] -- "
+                     + shlex.join(extra))
+        print(text, file=sys.stderr)
+        return EXIT_USAGE
     if not command:
         parser.print_usage(sys.stderr)
         print("guard: no command given; put it after --, e.g. "

@@ -111,7 +111,7 @@ class GuardConfig:
                 raise ConfigError("give either --need or --need-from, not both")
             need = peak_from_trace(ns.guard_need_from)
             source = str(ns.guard_need_from)
-        return cls(
+        config = cls(
             wait_free=ns.guard_wait_free,
             need=need,
             need_source=source,
@@ -126,6 +126,45 @@ class GuardConfig:
             grace=ns.guard_grace,
             log=ns.guard_log,
         )
+        config.check_satisfiable(_total_memory())
+        return config
+
+    def check_satisfiable(self, total: int | None) -> None:
+        """Raise :class:`ConfigError` when a condition can never hold on a machine with
+        ``total`` bytes of memory (None = unknown: nothing is checked).
+
+        Available memory never reaches total memory (the kernel keeps some), so ``--wait-free``
+        of 100 % or of total memory or more, and ``--need`` that with the ``--kill-free`` floor
+        reaches total memory, would wait for ever; ``--kill-free`` at or above total memory
+        would stop every command at once.
+        """
+        if not total:
+            return
+        shown = format_size(total)
+        hint = "; it can never start. Lower it (see free memory with `free -h`)"
+        wait = self.wait_free
+        if wait is not None:
+            if wait.percent is not None and wait.percent >= 100:
+                raise ConfigError(f"--wait-free {wait}: available memory never reaches 100 % of total "
+                                  f"(the system keeps some); it can never start. Use e.g. 90%")
+            if wait.bytes is not None and wait.bytes >= total:
+                raise ConfigError(f"--wait-free {format_size(wait.bytes)} is not less than this "
+                                  f"machine's {shown} total memory{hint}")
+        if self.need is not None:
+            floor = self.kill_free.resolve(total) if self.kill_free is not None else 0
+            if self.need >= total:
+                raise ConfigError(f"--need {format_size(self.need)} is not less than this "
+                                  f"machine's {shown} total memory{hint}")
+            if self.need + floor >= total:
+                raise ConfigError(f"--need {format_size(self.need)} plus the --kill-free floor "
+                                  f"{format_size(floor)} is not less than this machine's {shown} "
+                                  "total memory; it can never start. Lower --kill-free (or "
+                                  "--kill-free off) or --need")
+        kill = self.kill_free
+        if kill is not None and kill.bytes is not None and kill.bytes >= total:
+            raise ConfigError(f"--kill-free {format_size(kill.bytes)} is not less than this "
+                              f"machine's {shown} total memory; every command would be stopped "
+                              "at once. Use a percent such as 10%")
 
     def describe(self) -> str:
         """One line for people summarising the active settings."""
@@ -141,6 +180,17 @@ class GuardConfig:
         parts.append("swap-budget " + ("off" if self.swap_budget is None else format_size(self.swap_budget)))
         parts.append("kill-free " + ("off" if self.kill_free is None else f"{self.kill_free} x{self.kill_samples}"))
         return ", ".join(parts)
+
+
+def _total_memory() -> int | None:
+    """Total memory in bytes through ``stageload.meter.system_memory()``; None when unknown."""
+    from stageload.meter import system_memory  # imported here: keeps `import stageload.guard` light
+
+    try:
+        total = system_memory().total
+    except OSError:
+        return None
+    return int(total) if total else None
 
 
 def peak_from_trace(path: str | Path) -> int:
@@ -189,18 +239,29 @@ def _type(parser_fn, option):
     return convert
 
 
+def _amount(text):
+    return parse_amount(text, require_unit=True)
+
+
+def _size(text):
+    return parse_size(text, require_unit=True)
+
+
 def _amount_or_off(text):
-    return None if is_off(text) else parse_amount(text)
+    return None if is_off(text) else _amount(text)
 
 
 def _size_or_off(text):
-    return None if is_off(text) else parse_size(text)
+    return None if is_off(text) else _size(text)
 
 
 def _seconds(text):
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{text!r} is not a number of seconds >= 0")
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r} is not a number of seconds >= 0; write e.g. 0.5 or 180")
     return value
 
 
@@ -209,9 +270,12 @@ def _seconds_or_off(text):
 
 
 def _positive_int(text):
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise ValueError(f"{text!r}: give a whole number >= 1")
+        raise ValueError(f"{text!r} is not a whole number >= 1; write e.g. 3")
     return value
 
 
@@ -231,10 +295,10 @@ def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
             kwargs["type"] = _type(parse, flag)
         group.add_argument(flag, dest="guard_" + flag[2:].replace("-", "_"), **kwargs)
 
-    option("--wait-free", metavar="AMOUNT", parse=parse_amount,
+    option("--wait-free", metavar="AMOUNT", parse=_amount,
            help="start only when available memory is at least this: percent of total (40%%) "
                 "or a size (18G)")
-    option("--need", metavar="SIZE", parse=parse_size,
+    option("--need", metavar="SIZE", parse=_size,
            help="predicted peak of the command (e.g. 30G): start only when available memory "
                 "covers it plus the --kill-free floor")
     option("--need-from", metavar="TRACE",
@@ -246,7 +310,7 @@ def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
            help="seconds without any --busy match before starting (default: %(default)s); "
                 "counted from the first poll that no longer sees one, or from the guard's "
                 "start when none was seen, so a gap between two jobs of a chain is not quiet")
-    option("--swap-limit", metavar="SIZE", parse=parse_size,
+    option("--swap-limit", metavar="SIZE", parse=_size,
            help="do not start while swap in use is above this size")
     option("--start-timeout", metavar="SECONDS", parse=_seconds_or_off,
            help="give up waiting after this many seconds (exit 4); default: wait for ever")

@@ -16,6 +16,7 @@ or simply ``Guard(config).run(argv)``, which is what ``python -m stageload guard
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -26,6 +27,7 @@ from .admission import Verdict, decide_admission
 from .budget import Budget
 from .busy import find_busy, own_lineage
 from .config import ConfigError, GuardConfig
+from .peers import Peers, looks_like_guard
 from .process_tree import ProcessTree, StopReport
 
 #: Exit codes of :meth:`Guard.run` (and of ``python -m stageload guard``) besides the command's own.
@@ -79,6 +81,9 @@ class Guard:
         self._sink_failed = False
         self._admission: tuple[Verdict, dict] | None = None
         self._next_refresh = 0.0
+        self.peers = Peers()
+        self.peers.register()  # from the start: other guards must not count this one as busy
+        self.exit_code: int | None = None
 
     # -- logging -----------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -108,8 +113,24 @@ class Guard:
                     self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr only")
         return event
 
+    def _record(self, event: dict) -> None:
+        """Write ``event`` to the ``--log`` file and the sink only (no human line)."""
+        if self._log_file is not None:
+            try:
+                self._log_file.write(json.dumps(event) + "\n")
+                self._log_file.flush()
+            except OSError as exc:
+                self._say(f"guard: warning: cannot write --log: {exc}")
+        if self._sink is not None:
+            try:
+                self._sink(event)
+            except Exception:
+                pass
+
     def close(self) -> None:
-        """Close the ``--log`` file (decisions already written stay written)."""
+        """Close the ``--log`` file (decisions already written stay written) and leave the
+        registry of guards (:mod:`stageload.guard.peers`)."""
+        self.peers.unregister()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -155,6 +176,8 @@ class Guard:
         began = time.monotonic()
         deadline = None if config.start_timeout is None else began + config.start_timeout
         ignore = own_lineage()
+        if config.busy:
+            self.peers.register()  # other guards must not count this process as busy
         quiet_since = began
         busy_before = False
         last_keys: tuple | None = None
@@ -163,7 +186,7 @@ class Guard:
             if self._cancelled:
                 return False
             readings = self._read()
-            busy = find_busy(config.busy, ignore) if config.busy else []
+            busy = self._find_busy(ignore)
             now = time.monotonic()
             if busy:
                 busy_before = True
@@ -171,6 +194,18 @@ class Guard:
                 quiet_since, busy_before = now, False
             quiet = (now - quiet_since) if config.busy else None
             verdict: Verdict = decide_admission(config, readings, busy_seen=busy, quiet_seconds=quiet)
+            if verdict.ok and config.busy:
+                # Only one guard at a time passes from here to its command's exec; under the
+                # lock a peer's command that started a moment ago is visible (peers.py).
+                if not self.peers.try_lock():
+                    verdict = Verdict(False, "another guard is starting its command", ("peer",))
+                else:
+                    busy = self._find_busy(ignore)
+                    if busy:
+                        self.peers.unlock()
+                        busy_before = True
+                        verdict = decide_admission(config, readings, busy_seen=busy,
+                                                   quiet_seconds=quiet)
             if verdict.ok:
                 self._admission = (verdict, readings)
                 return True
@@ -189,6 +224,12 @@ class Guard:
                 pause = min(pause, config.quiet_for - quiet + 0.01)
             self._sleep(pause)
 
+    def _find_busy(self, ignore: set[int]) -> list[str]:
+        """``--busy`` matches, skipping this process's lineage and every registered guard."""
+        if not self.config.busy:
+            return []
+        return find_busy(self.config.busy, ignore | self.peers.guard_pids(), skip=looks_like_guard)
+
     # -- running -----------------------------------------------------------------------------
     def start(self, argv: list[str], **popen_kwargs):
         """Start ``argv`` in its own session and process group; return its ``subprocess.Popen``.
@@ -202,7 +243,11 @@ class Guard:
         if self.tree is not None and self.tree.poll() is None:
             raise RuntimeError("a command is already running under this guard")
         readings = self._read()
-        self.tree = ProcessTree(argv, **popen_kwargs)
+        self.peers.register()
+        try:
+            self.tree = ProcessTree(argv, **popen_kwargs)
+        finally:
+            self.peers.unlock()  # the command has been exec'd (or failed): others may look now
         self.budget = Budget(self.config, readings.get("swap"))
         self.stop_report = None
         self.stopped_by = None
@@ -283,40 +328,68 @@ class Guard:
 
         When the command ends by itself, processes it left behind in its group or tree are
         stopped too (a leftover the guard no longer watched could exhaust memory unseen).
+
+        Writes a last line to the ``--log`` file (and the sink) so scripts can tell the
+        command's own code from the guard's: ``{"event": "guard", "state": "exited",
+        "exit_code": N, "by": "command" | "guard"}``.
         """
         try:
-            if not self.wait_for_admission():
-                return self._cancel_code() if self._cancelled else EXIT_TIMEOUT
-            if self._cancelled:
-                return self._cancel_code()
-            try:
-                self.start(argv, **popen_kwargs)
-            except OSError as exc:
-                self._say(f"guard: cannot start {argv[0]!r}: {exc.strerror or exc}")
-                return EXIT_CANNOT_START
-            next_check = time.monotonic() + self.config.poll
-            while True:
-                code = self.tree.poll()
-                if code is not None:
-                    break
-                if self._cancelled:
-                    name = _signal_name(self.cancel_signal)
-                    self.stop(f"the guard got {name}; stopping the command first")
-                    return self._cancel_code()
-                if time.monotonic() >= next_check:
-                    next_check = time.monotonic() + self.config.poll
-                    if self.check() is not None:
-                        return EXIT_STOPPED
-                time.sleep(_SLICE)
-            self.stop_leftovers()
-            if self._cancelled:
-                return self._cancel_code()
-            return code if code >= 0 else EXIT_SIGNAL_BASE - code
+            code, by = self._run(argv, popen_kwargs)
+            self.exit_code = code
+            self._record({"event": "guard", "t": time.time(), "state": "exited",
+                          "exit_code": code, "by": by})
+            return code
         finally:
             self.close()
 
+    def _run(self, argv: list[str], popen_kwargs: dict) -> tuple[int, str]:
+        """:meth:`run` without the final record: (exit code, "command" | "guard")."""
+        if not self.wait_for_admission():
+            if self._cancelled:
+                self._say("guard: interrupted while waiting; nothing was started")
+                return self._cancel_code(), "guard"
+            return EXIT_TIMEOUT, "guard"
+        if self._cancelled:
+            self._say("guard: interrupted while waiting; nothing was started")
+            return self._cancel_code(), "guard"
+        try:
+            self.start(argv, **popen_kwargs)
+        except OSError as exc:
+            self._say(f"guard: cannot start {argv[0]!r}: {exc.strerror or exc}{_start_hint(argv[0], exc)}")
+            return EXIT_CANNOT_START, "guard"
+        next_check = time.monotonic() + self.config.poll
+        while True:
+            code = self.tree.poll()
+            if code is not None:
+                break
+            if self._cancelled:
+                name = _signal_name(self.cancel_signal)
+                self.stop(f"the guard got {name}; stopping the command first")
+                return self._cancel_code(), "guard"
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + self.config.poll
+                if self.check() is not None:
+                    return EXIT_STOPPED, "guard"
+            time.sleep(_SLICE)
+        self.stop_leftovers()
+        if self._cancelled:
+            return self._cancel_code(), "guard"
+        return (code if code >= 0 else EXIT_SIGNAL_BASE - code), "command"
+
     def _cancel_code(self) -> int:
         return EXIT_SIGNAL_BASE + (self.cancel_signal or signal.SIGTERM)
+
+
+def _start_hint(program: str, exc: OSError) -> str:
+    """What to do when ``program`` could not be exec'd with a permission error."""
+    if not isinstance(exc, PermissionError):
+        return ""
+    if os.path.isdir(program):
+        return f" ({program} is a folder, which cannot be run; give the program inside it)"
+    if os.path.isfile(program):
+        return (f" ({program} is not executable: make it so with chmod +x {program}, or run it "
+                f"with its interpreter, e.g. -- sh {program} or -- python {program})")
+    return ""
 
 
 def _signal_name(signum: int | None) -> str:

@@ -39,19 +39,43 @@ def test_cannot_start_is_127(env, tmp_path):
     code, err, _ = run_guard(FAST, [str(script)], env)
     assert code == 127, err
     assert "Permission denied" in err
+    assert f"chmod +x {script}" in err and f"sh {script}" in err
+    code, err, _ = run_guard(FAST, [str(tmp_path)], env)
+    assert code == 127, err
+    assert "is a folder, which cannot be run" in err
 
 
-def test_wait_free_beyond_the_machine_times_out_with_4(env, tmp_path):
+@pytest.mark.parametrize("option", [["--wait-free", "{total_plus_1}B"], ["--wait-free", "100%"],
+                                    ["--need", "{total_plus_1}B"], ["--kill-free", "{total_plus_1}B"]])
+def test_a_condition_that_can_never_hold_is_refused_at_once(env, tmp_path, option):
+    """More than the machine's total memory (or 100 %) would wait for ever: exit 2 at once,
+    a message naming the machine's total, nothing started, no traceback."""
+    total = system_memory().total
+    option = [o.format(total_plus_1=total + 1) for o in option]
+    code, err, seconds = run_guard(FAST + option, procs("stamp", tmp_path / "started"), env)
+    assert code == 2, err
+    assert seconds < 10
+    assert not (tmp_path / "started").exists()
+    assert "Traceback" not in err and err.startswith("guard: " + option[0])
+    assert ("never" in err or "every command would be stopped" in err) and "total" in err
+    if option[1] != "100%":
+        from stageload.guard import format_size
+        assert f"this machine's {format_size(total)} total memory" in err
+
+
+def test_wait_free_beyond_what_is_available_times_out_with_4(env, tmp_path):
     total = system_memory().total
     log = tmp_path / "guard.jsonl"
-    code, err, seconds = run_guard(
-        FAST + ["--wait-free", str(total + 1), "--start-timeout", "1.5", "--log", str(log)],
+    code, err, seconds = run_guard(  # 99.99 % is allowed, but the kernel alone uses more than 0.01 %
+        FAST + ["--wait-free", "99.99%", "--start-timeout", "1.5", "--log", str(log)],
         procs("stamp", tmp_path / "started"), env)
     assert code == 4, err
     assert seconds >= 1.5 and seconds < 6.0, seconds  # waited the whole --start-timeout, then gave up
     assert not (tmp_path / "started").exists(), "the command ran although there was no room"
     decisions = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [d["state"] for d in decisions] == ["waiting", "timeout"]
+    assert [d["state"] for d in decisions] == ["waiting", "timeout", "exited"]
+    assert (decisions[-1]["exit_code"], decisions[-1]["by"]) == (4, "guard")
+    decisions.pop()
     assert decisions[-1]["readings"]["total"] == total
     assert decisions[-1]["readings"]["available"] <= total
     assert "guard: timeout: no room after 1.5 s: available" in err
@@ -64,7 +88,8 @@ def test_kill_free_stop_is_exit_3_even_at_full_memory(env, tmp_path):
                                    ["sleep", "30"], env)
     assert code == 3, err
     assert seconds < 10
-    stop = [json.loads(line) for line in log.read_text().splitlines()][-1]
+    *_, stop, exited = [json.loads(line) for line in log.read_text().splitlines()]
+    assert exited["state"] == "exited" and (exited["exit_code"], exited["by"]) == (3, "guard")
     assert stop["state"] == "stopped" and stop["readings"]["low_samples"] == 2
     assert "for 2 consecutive samples" in stop["reason"]
 
@@ -144,7 +169,7 @@ def test_guard_sigint_sighup_while_waiting_exit_128_plus_n(env, tmp_path, sig):
     total = system_memory().total
     stamp = tmp_path / "started"
     log = tmp_path / "guard.jsonl"
-    guard = subprocess.Popen(guard_cmd(*FAST, "--wait-free", str(total + 1), "--log", str(log),
+    guard = subprocess.Popen(guard_cmd(*FAST, "--wait-free", "99.99%", "--log", str(log),
                                        command=procs("stamp", stamp)),
                              env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -154,6 +179,11 @@ def test_guard_sigint_sighup_while_waiting_exit_128_plus_n(env, tmp_path, sig):
         guard.send_signal(sig)
         assert guard.wait(timeout=10) == 128 + sig
         assert not stamp.exists()
+        err = guard.stderr.read()
+        assert "guard: interrupted while waiting; nothing was started" in err
+        assert "Traceback" not in err
+        exited = json.loads(log.read_text().splitlines()[-1])
+        assert (exited["state"], exited["exit_code"], exited["by"]) == ("exited", 128 + sig, "guard")
     finally:
         if guard.poll() is None:
             guard.kill()
@@ -175,12 +205,62 @@ def test_leftovers_are_stopped_when_the_command_exits(env, tmp_path, tag):
     (["--busy", "(unclosed"], "not a valid regular expression"),
     (["--need-from", "/no/such/trace.jsonl"], "does not exist"),
     (["--poll", "0"], "--poll must be more than 0"),
+    # a plain number is almost always a forgotten unit (it would mean bytes)
+    (["--wait-free", "40"], "'40' has no unit (it would mean 40 bytes); write 40% or 40G"),
+    (["--kill-free", "10"], "'10' has no unit (it would mean 10 bytes); write 10% or 10G"),
+    (["--need", "30"], "'30' has no unit; write 30G, 30M or 30B"),
+    (["--swap-budget", "6"], "'6' has no unit"),
+    (["--swap-limit", "1"], "'1' has no unit"),
+    # argparse quirks: a value starting with '-', a number that is not one
+    (["--swap-budget", "-1G"], "must be joined with '=', e.g. --swap-budget=VALUE"),
+    (["--wait-free", "-5%"], "must be joined with '='"),
+    (["--swap-budget=-1G"], "a size cannot be negative"),
+    (["--poll", "abc"], "--poll: 'abc' is not a number of seconds >= 0; write e.g. 0.5"),
+    (["--kill-samples", "x"], "'x' is not a whole number >= 1"),
 ])
 def test_bad_options_exit_2_with_a_message(env, options, message):
     code, err, _ = run_guard(options, ["true"], env)
     assert code == 2
     assert message in err
     assert "Traceback" not in err
+    assert "could not convert" not in err and "invalid literal" not in err
+
+
+def test_units_are_accepted_with_a_suffix_or_as_zero(env):
+    code, err, _ = run_guard(FAST + ["--wait-free", "0", "--need", "1024B", "--swap-budget", "6G",
+                                     "--swap-limit", "0", "--kill-free", "1%"], ["true"], env)
+    assert code == 0, err
+    assert "covers need 1.0 KiB" in err  # binary sizes carry their IEC names
+
+
+def test_a_forgotten_double_dash_gets_a_hint(env):
+    done = subprocess.run([sys.executable, "-m", "stageload", "guard", "--poll", "0.1", "sleep", "1"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "put -- before the command: python -m stageload guard [options] -- sleep 1" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_help_explains_exit_codes_and_the_exited_line(env):
+    done = subprocess.run([sys.executable, "-m", "stageload", "guard", "--help"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0
+    assert "A command may exit 3 or 4 itself" in text and '"by": "command"|"guard"' in text
+
+
+@pytest.mark.parametrize("own, by", [(3, "command"), (0, "command")])
+def test_exited_line_tells_the_commands_code_from_the_guards(env, tmp_path, own, by):
+    """A command that exits 3 itself looks like a budget stop by exit code alone; the last
+    --log line says who decided it."""
+    log = tmp_path / "guard.jsonl"
+    code, err, _ = run_guard(FAST + ["--log", str(log)],
+                             [sys.executable, "-c", f"import sys; sys.exit({own})"], env)
+    assert code == own, err
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert {k: last[k] for k in ("event", "state", "exit_code", "by")} == \
+        {"event": "guard", "state": "exited", "exit_code": own, "by": by}
+    assert not any(json.loads(line)["state"] == "stopped" for line in log.read_text().splitlines())
 
 
 def test_missing_command_is_a_usage_error(env):
@@ -204,10 +284,17 @@ def test_need_from_an_earlier_trace_admits_or_waits(env, tmp_path):
     total = system_memory().total
     small, huge = tmp_path / "small.trace.jsonl", tmp_path / "huge.trace.jsonl"
     small.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1, "footprint": 64 * 1024**2, "hwm": None}) + "\n")
-    huge.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1, "footprint": 1, "hwm": total}) + "\n")
+    huge.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1, "footprint": 1, "hwm": total - 2**20}) + "\n")
     code, err, _ = run_guard(FAST + ["--need-from", str(small)], ["true"], env)
     assert code == 0, err
-    assert "covers need 64.0 MB" in err
-    code, err, _ = run_guard(FAST + ["--need-from", str(huge), "--start-timeout", "0.5"], ["true"], env)
+    assert "covers need 64.0 MiB" in err
+    # total − 1 MiB plus the default 10 % floor can never fit: refused at once, nothing started
+    code, err, seconds = run_guard(FAST + ["--need-from", str(huge)], ["true"], env)
+    assert code == 2 and seconds < 10, err
+    assert "plus the --kill-free floor" in err and "it can never start" in err
+    assert "Traceback" not in err
+    # without the floor it could fit in theory: it waits, then times out
+    code, err, _ = run_guard(FAST + ["--need-from", str(huge), "--kill-free", "off",
+                                     "--start-timeout", "0.5"], ["true"], env)
     assert code == 4, err
-    assert "< need " in err and "kill-free floor" in err
+    assert "< need " in err

@@ -4,6 +4,7 @@ kill-free run counter, unknown readings, and admission; plus size/percent parsin
 --need-from."""
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def test_recorded_swap_run_is_stopped_at_the_first_sample_past_the_budget():
     index, reason = replay(Budget(config, swap_at_start=samples[0]["swap"]), samples)
     assert index is not None
     assert growth[index] > 400 * MB and all(g <= 400 * MB for g in growth[:index])
-    assert reason == f"swap +{format_size(growth[index])} over start (budget 400.0 MB)"
+    assert reason == f"swap +{format_size(growth[index])} over start (budget 400.0 MiB)"
 
 
 def test_recorded_run_within_a_larger_budget_is_left_alone():
@@ -53,7 +54,7 @@ def test_swap_growth_is_over_the_value_at_start_not_zero():
     config = GuardConfig(swap_budget=1 * GB, kill_free=None)
     budget = Budget(config, swap_at_start=5 * GB)  # a Mac that already swaps 5 GB
     assert budget.observe({"swap": int(5.9 * GB)}) is None
-    assert budget.observe({"swap": int(6.2 * GB)}).startswith("swap +1.2 GB over start")
+    assert budget.observe({"swap": int(6.2 * GB)}).startswith("swap +1.2 GiB over start")
 
 
 def test_unknown_swap_at_start_takes_the_first_readable_value():
@@ -91,7 +92,7 @@ def test_unknown_available_neither_counts_nor_resets():
 
 def test_absolute_kill_free():
     config = GuardConfig(kill_free=Amount(bytes=2 * GB), kill_samples=1, swap_budget=None)
-    assert Budget(config, 0).observe(low(1 * GB)) == "available 1.0 GB < 2.0 GB for 1 consecutive samples"
+    assert Budget(config, 0).observe(low(1 * GB)) == "available 1.0 GiB < 2.0 GiB for 1 consecutive samples"
     assert Budget(config, 0).observe(low(2 * GB)) is None
 
 
@@ -99,7 +100,7 @@ def test_both_reasons_are_given_when_both_trip():
     config = GuardConfig(kill_free=Amount(percent=10), kill_samples=1, swap_budget=8 * GB)
     reason = Budget(config, swap_at_start=0).observe({"available": int(3.4 * GB), "total": 48 * GB,
                                                        "swap": int(8.3 * GB)})
-    assert reason == "swap +8.3 GB over start (budget 8.0 GB); available 7 % < 10 % for 1 consecutive samples"
+    assert reason == "swap +8.3 GiB over start (budget 8.0 GiB); available 7 % < 10 % for 1 consecutive samples"
 
 
 # -- admission -----------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ def test_admission_percent_and_unknown():
 def test_admission_need_includes_the_kill_free_floor():
     config = GuardConfig(need=10 * GB, kill_free=Amount(bytes=2 * GB))
     short = decide_admission(config, {"available": 11 * GB, "total": 48 * GB, "swap": 0})
-    assert not short.ok and short.reason == "available 11.0 GB < need 10.0 GB + kill-free floor 2.0 GB"
+    assert not short.ok and short.reason == "available 11.0 GiB < need 10.0 GiB + kill-free floor 2.0 GiB"
     assert decide_admission(config, {"available": 12 * GB, "total": 48 * GB, "swap": 0}).ok
 
 
@@ -127,7 +128,7 @@ def test_admission_busy_quiet_and_swap_limit():
     readings = {"available": 20 * GB, "total": 48 * GB, "swap": 2 * GB}
     verdict = decide_admission(config, readings, busy_seen=["pid 5: ffmpeg -i a.mov"], quiet_seconds=0)
     assert verdict.blocking == ("busy", "swap_limit")
-    assert verdict.reason == "busy: pid 5: ffmpeg -i a.mov; swap 2.0 GB > limit 1.0 GB"
+    assert verdict.reason == "busy: pid 5: ffmpeg -i a.mov; swap 2.0 GiB > limit 1.0 GiB"
     readings["swap"] = 0
     assert decide_admission(config, readings, quiet_seconds=179.5).reason == "quiet for 179 s of 180 s"
     assert decide_admission(config, readings, quiet_seconds=180).ok
@@ -146,6 +147,46 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError, match="not a size"):
         parse_size(text)
+
+
+def test_parse_size_with_required_unit():
+    assert parse_size("40B", require_unit=True) == 40
+    assert parse_size("0", require_unit=True) == 0
+    assert parse_size("2G", require_unit=True) == 2 * GB
+    with pytest.raises(ValueError, match="has no unit; write 40G, 40M or 40B"):
+        parse_size("40", require_unit=True)
+
+
+def test_parse_amount_with_required_unit():
+    assert parse_amount("0", require_unit=True) == Amount(bytes=0)
+    assert parse_amount("40%", require_unit=True) == Amount(percent=40.0)
+    with pytest.raises(ValueError, match="write 40% or 40G"):
+        parse_amount("40", require_unit=True)
+    with pytest.raises(ValueError, match="write 2.5% or 2.5G"):
+        parse_amount("2.5", require_unit=True)
+
+
+def test_format_size_labels_binary_multiples_gib():
+    assert format_size(383 * MB) == "383.0 MiB"  # stageload summary would say 401.6 MB (10^6)
+    assert format_size(int(1.5 * GB)) == "1.5 GiB"
+    assert format_size(2048) == "2.0 KiB" and format_size(5) == "5 B" and format_size(None) == "?"
+
+
+def test_satisfiable_is_judged_against_total_memory():
+    total = 16 * GB
+    GuardConfig(wait_free=Amount(bytes=15 * GB)).check_satisfiable(total)
+    GuardConfig(wait_free=Amount(percent=99.0)).check_satisfiable(total)
+    GuardConfig(need=14 * GB).check_satisfiable(total)  # + 1.6 GiB floor < 16 GiB
+    for config, message in [
+        (GuardConfig(wait_free=Amount(bytes=30 * GB)), "--wait-free 30.0 GiB is not less than this machine's 16.0 GiB"),
+        (GuardConfig(wait_free=Amount(percent=100.0)), "never reaches 100 %"),
+        (GuardConfig(need=100 * GB), "--need 100.0 GiB is not less than"),
+        (GuardConfig(need=15 * GB), "plus the --kill-free floor 1.6 GiB"),
+        (GuardConfig(kill_free=Amount(bytes=16 * GB)), "every command would be stopped"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            config.check_satisfiable(total)
+    GuardConfig(need=100 * GB).check_satisfiable(None)  # unknown total: nothing is refused
 
 
 def test_parse_amount():
@@ -169,26 +210,26 @@ def test_options_round_trip_and_defaults():
     assert config.start_timeout is None and config.busy == []
     config = parse("--wait-free", "18G", "--busy", "ffmpeg", "--busy", "python .*train", "--quiet-for", "180",
                    "--swap-limit", "1G", "--start-timeout", "600", "--swap-budget", "off", "--kill-free", "5%",
-                   "--kill-samples", "4", "--poll", "0.25", "--grace", "3", "--log", "g.jsonl", "--need", "30G")
+                   "--kill-samples", "4", "--poll", "0.25", "--grace", "3", "--log", "g.jsonl", "--need", "3G")
     assert (config.wait_free, config.busy, config.quiet_for, config.swap_limit, config.start_timeout) == \
         (Amount(bytes=18 * GB), ["ffmpeg", "python .*train"], 180.0, 1 * GB, 600.0)
     assert (config.swap_budget, config.kill_free, config.kill_samples, config.poll, config.grace, config.log,
-            config.need) == (None, Amount(percent=5.0), 4, 0.25, 3.0, "g.jsonl", 30 * GB)
+            config.need) == (None, Amount(percent=5.0), 4, 0.25, 3.0, "g.jsonl", 3 * GB)
 
 
 def test_need_from_trace_takes_the_peak_of_footprint_and_hwm(tmp_path):
     trace = tmp_path / "run.trace.jsonl"
     trace.write_text("\n".join([
         json.dumps({"event": "stage", "t": 1.0, "stage": "setup", "index": 0, "count": 2}),
-        json.dumps({"event": "sample", "t": 1.1, "pid": 1, "footprint": 3 * GB, "hwm": None}),
-        json.dumps({"event": "sample", "t": 1.2, "pid": 1, "footprint": 30 * GB, "hwm": 31 * GB}),
+        json.dumps({"event": "sample", "t": 1.1, "pid": 1, "footprint": 1 * GB, "hwm": None}),
+        json.dumps({"event": "sample", "t": 1.2, "pid": 1, "footprint": 2 * GB, "hwm": 3 * GB}),
         json.dumps({"event": "load", "t": 1.3, "bytes": 99 * GB}),  # not a sample: ignored
-        json.dumps({"event": "sample", "t": 1.4, "pid": 1, "footprint": 8 * GB, "hwm": 31 * GB}),
+        json.dumps({"event": "sample", "t": 1.4, "pid": 1, "footprint": 1 * GB, "hwm": 3 * GB}),
         '{"event": "sample", "t": 1.5, "footpr',  # cut off by a kill
     ]) + "\n")
-    assert peak_from_trace(trace) == 31 * GB
+    assert peak_from_trace(trace) == 3 * GB
     config = parse("--need-from", str(trace))
-    assert config.need == 31 * GB and config.need_source == str(trace)
+    assert config.need == 3 * GB and config.need_source == str(trace)
 
 
 def test_need_from_rejects_what_is_not_a_trace(tmp_path):

@@ -29,7 +29,7 @@ def test_check_with_samples_stops_the_group_and_returns_the_decision(env):
     assert guard.check(short) is None           # one low sample is not enough
     decision = guard.check(short)
     assert decision is not None and decision["state"] == "stopped"
-    assert decision["reason"] == "available 1.0 GB < 2.0 GB for 2 consecutive samples"
+    assert decision["reason"] == "available 1.0 GiB < 2.0 GiB for 2 consecutive samples"
     assert decision["readings"]["available"] == 1 * GB and decision["readings"]["total"] == 24 * GB
     assert popen.poll() == -signal.SIGTERM
     assert guard.check(short) is None           # nothing runs any more

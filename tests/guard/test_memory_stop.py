@@ -27,7 +27,7 @@ def test_memory_hog_is_stopped_under_kill_free(env, tmp_path, tag):
     out = tmp_path / "hog.out"
     with out.open("w") as hog_out:
         code, err, seconds = run_guard(
-            ["--poll", "0.2", "--grace", "2", "--kill-free", str(kill_free), "--kill-samples", "3",
+            ["--poll", "0.2", "--grace", "2", "--kill-free", f"{kill_free}B", "--kill-samples", "3",
              "--log", str(log)],
             procs("hog", STEP, CAP, 0.1), env, timeout=60, stdout=hog_out)
     assert code == 3, err
@@ -37,7 +37,8 @@ def test_memory_hog_is_stopped_under_kill_free(env, tmp_path, tag):
     assert reached[-1] < CAP + STEP
     assert reached[-1] >= MARGIN - 2 * STEP
     decisions = [json.loads(line) for line in log.read_text().splitlines()]
-    stop = decisions[-1]
+    assert decisions[-1]["state"] == "exited" and decisions[-1]["by"] == "guard"
+    stop = decisions[-2]
     assert stop["state"] == "stopped"
     assert stop["readings"]["available"] < kill_free
     assert stop["readings"]["low_samples"] == 3

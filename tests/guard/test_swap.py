@@ -33,9 +33,9 @@ def test_swapping_child_is_stopped_past_the_swap_budget(env, tmp_path, swap_cgro
             ["--poll", "0.2", "--grace", "2", "--swap-budget", "400M", "--kill-free", "off", "--log", str(log)],
             ["sh", "-c", f"echo $$ > {procs_file} && exec {hog}"], env, timeout=60, stdout=hog_out)
     assert code == 3, f"{notes}\n{err}"
-    stop = [json.loads(line) for line in log.read_text().splitlines()][-1]
+    stop = [d for d in map(json.loads, log.read_text().splitlines()) if d["state"] == "stopped"][-1]
     assert stop["state"] == "stopped"
-    assert stop["reason"].startswith("swap +") and "over start (budget 400.0 MB)" in stop["reason"]
+    assert stop["reason"].startswith("swap +") and "over start (budget 400.0 MiB)" in stop["reason"]
     assert stop["readings"]["swap_growth"] > BUDGET
     assert stop["readings"]["swap"] - stop["readings"]["swap_at_start"] == stop["readings"]["swap_growth"]
     assert "guard: stop: swap +" in err
