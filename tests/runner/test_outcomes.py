@@ -65,7 +65,7 @@ def test_guard_stop(rt, shared_images, sentinel_output):
 
 
 def test_guard_timeout(rt, shared_images, tmp_path):
-    fin = rt.run([shared_images[0], "-o", tmp_path / "a.glb", "--wait-free", "100%",
+    fin = rt.run([shared_images[0], "-o", tmp_path / "a.glb", "--wait-free", "99.99%",
                   "--start-timeout", "0.5"])
     assert fin.last()["kind"] == "guard_timeout" and fin.returncode == 4
     states = [e["state"] for e in fin.events if e["event"] == "guard"]

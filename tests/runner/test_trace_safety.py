@@ -93,7 +93,7 @@ def test_two_runners_on_one_output_keep_the_winners_trace(rt, shared_images, tmp
     without touching A's trace, which ends with A's own result."""
     out = tmp_path / "a.glb"
     trace = out.with_name("a.trace.jsonl")
-    a = rt.Live([shared_images[0], "-o", out, "--wait-free", "100%", "--start-timeout", "4"])
+    a = rt.Live([shared_images[0], "-o", out, "--wait-free", "99.99%", "--start-timeout", "4"])
     try:
         a.wait_for("input")  # A's trace is open; A now waits for admission
         for extra in ([], ["--overwrite"]):
