@@ -24,33 +24,50 @@ def own_lineage(pid: int | None = None) -> set[int]:
 
 
 def find_busy(patterns: list[str], ignore: set[int],
-              skip: Callable[[list[str]], bool] | None = None) -> list[str]:
+              skip: Callable[[list[str]], bool] | None = None,
+              guards: set[int] = frozenset()) -> list[str]:
     """Describe (``pid 123: python train.py``) each process whose command line matches a pattern.
 
     The command line is the process's arguments joined by single spaces; a pattern matches when
-    ``re.search`` finds it anywhere. Processes in ``ignore``, those whose argument list
-    ``skip(argv)`` accepts (other guards, :func:`stageload.guard.peers.looks_like_guard`),
-    kernel threads (no command line) and processes that vanish or may not be read are skipped.
+    ``re.search`` finds it anywhere. Skipped: processes in ``ignore``; other guards — pids in
+    ``guards`` and processes whose argument list ``skip(argv)`` accepts
+    (:func:`stageload.guard.peers.looks_like_guard`) — and their wrappers, i.e. ancestors whose
+    command line holds the guard's own arguments (``timeout 600 python -m runner …``,
+    ``sh -c "python -m stageload guard …"``); kernel threads (no command line); processes that
+    vanish or may not be read.
     """
     if not patterns:
         return []
     compiled = [re.compile(p) for p in patterns]
-    found = []
+    lines: dict[int, str] = {}
+    peer_tails: dict[int, str] = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.pid in ignore:
+            continue
+        argv = proc.info.get("cmdline")
+        if not argv:
+            continue
+        if proc.pid in guards or (skip is not None and skip(argv)):
+            peer_tails[proc.pid] = " ".join(argv[1:])
+            continue
+        lines[proc.pid] = " ".join(argv)
+    for pid, tail in peer_tails.items():  # a wrapper carries the guard's arguments in its own line
         try:
-            if proc.pid in ignore:
-                continue
-            argv = proc.info.get("cmdline")
-            if not argv or (skip is not None and skip(argv)):
-                continue
-            line = " ".join(argv)
-            for pattern in compiled:
-                match = pattern.search(line)
-                if match:
-                    found.append(f"pid {proc.pid}: {_shorten(line, match.start(), match.end())}")
-                    break
+            parents = psutil.Process(pid).parents()
         except psutil.Error:
             continue
+        for parent in parents:
+            line = lines.get(parent.pid)
+            if line is None or tail not in line:
+                break
+            del lines[parent.pid]
+    found = []
+    for pid, line in lines.items():
+        for pattern in compiled:
+            match = pattern.search(line)
+            if match:
+                found.append(f"pid {pid}: {_shorten(line, match.start(), match.end())}")
+                break
     return found
 
 

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="python -m stageload guard [options] -- COMMAND [ARG ...]",
         description="Start COMMAND only when there is memory to spare, and stop its whole process "
                     "tree before swap runs away. Sizes need a unit (18G, 512M, 1024B; binary "
-                    "multiples, shown as GiB/MiB); amounts are a size or a percent (40%%). "
+                    "multiples, shown as GiB/MiB); amounts are a size or a percent (40%); a "
+                    "value that starts with - must be joined with =, e.g. --swap-budget=VALUE. "
                     "Exit codes: the command's own; 3 stopped by the budget; 4 gave up waiting "
                     "(--start-timeout); 127 could not start; 128+N the guard got signal N (the "
                     "command is stopped first); 2 bad options. A command may exit 3 or 4 itself: "

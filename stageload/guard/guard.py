@@ -228,7 +228,8 @@ class Guard:
         """``--busy`` matches, skipping this process's lineage and every registered guard."""
         if not self.config.busy:
             return []
-        return find_busy(self.config.busy, ignore | self.peers.guard_pids(), skip=looks_like_guard)
+        return find_busy(self.config.busy, ignore, skip=looks_like_guard,
+                         guards=self.peers.guard_pids())
 
     # -- running -----------------------------------------------------------------------------
     def start(self, argv: list[str], **popen_kwargs):

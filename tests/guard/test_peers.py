@@ -8,6 +8,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from guard_helpers import guard_cmd
 from stageload.guard.peers import Peers
@@ -16,12 +17,15 @@ JOB = ("import sys, time; out = sys.argv[2]; open(out + '.start', 'w').write(rep
        "time.sleep(1.5); open(out + '.end', 'w').write(repr(time.time()))")
 
 
-def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag):
+@pytest.mark.parametrize("wrapper", [[], ["timeout", "60"]], ids=["plain", "under-timeout"])
+def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag, wrapper):
+    """Also when each guard runs under a wrapper (``timeout 60 python -m stageload guard …``),
+    whose command line holds the pattern too."""
     pattern = f"{tag}-job"
     quiet = 1.0
     logs = [tmp_path / f"{name}.jsonl" for name in "ab"]
     guards = [subprocess.Popen(
-        guard_cmd("--busy", pattern, "--quiet-for", str(quiet), "--poll", "0.1", "--grace", "1",
+        wrapper + guard_cmd("--busy", pattern, "--quiet-for", str(quiet), "--poll", "0.1", "--grace", "1",
                   "--start-timeout", "20", "--log", str(log),
                   command=[sys.executable, "-c", JOB, pattern, str(tmp_path / name)]),
         env=env, stderr=subprocess.PIPE, text=True) for name, log in zip("ab", logs)]
@@ -42,7 +46,7 @@ def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag):
     second_log = logs[0] if (tmp_path / "a.start").read_text() == repr(second_start) else logs[1]
     decisions = [json.loads(line) for line in second_log.read_text().splitlines()]
     busy = [b for d in decisions if d["state"] == "waiting" for b in d["readings"].get("busy", [])]
-    assert busy and all(" -m stageload guard " not in b for b in busy), busy
+    assert busy and all(" -m stageload guard " not in b for b in busy), busy  # nor their wrappers
     assert any(" -c " in b for b in busy), busy
     assert decisions[-1]["state"] == "exited" and decisions[-1]["exit_code"] == 0
 
