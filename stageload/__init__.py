@@ -16,7 +16,8 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any
+
+from ._lazy import lazy_exports
 
 _EXPORTS = {
     "StagedModels": "stageload.staged",
@@ -50,17 +51,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stageload' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def _function_over_submodule(name: str) -> property:
