@@ -98,19 +98,7 @@ class Guard:
                  "readings": {**readings, **context}}
         self.decisions.append(event)
         self._say(f"guard: {_LABELS.get(state, state)}: {reason}; {readings_mod.describe(readings)}")
-        if self._log_file is not None:
-            try:
-                self._log_file.write(json.dumps(event) + "\n")
-                self._log_file.flush()
-            except OSError as exc:
-                self._say(f"guard: warning: cannot write --log: {exc}")
-        if self._sink is not None:
-            try:
-                self._sink(event)
-            except Exception as exc:  # a broken sink must never keep the guard from stopping
-                if not self._sink_failed:
-                    self._sink_failed = True
-                    self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr only")
+        self._record(event)
         return event
 
     def _record(self, event: dict) -> None:
@@ -124,8 +112,10 @@ class Guard:
         if self._sink is not None:
             try:
                 self._sink(event)
-            except Exception:
-                pass
+            except Exception as exc:  # a broken sink must never keep the guard from stopping
+                if not self._sink_failed:
+                    self._sink_failed = True
+                    self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr only")
 
     def close(self) -> None:
         """Close the ``--log`` file (decisions already written stay written) and leave the
