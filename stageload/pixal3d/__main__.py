@@ -155,6 +155,13 @@ def _run(ns) -> int:
     # With a trace, this process samples its own footprint into it (10 Hz, from a thread of this
     # process): the runner samples its worker from outside; here there is no outside process.
     sampler = Sampler(os.getpid(), trace, interval=0.1) if trace is not None else None
+
+    def sample_at_stage_edges(event: dict) -> None:
+        # The sampling thread shares this process's interpreter, so a busy stage can starve it;
+        # one sample at each edge (after `stage`: the end of the previous window; after `ready`:
+        # the start of the new one) gives every stage at least one reading.
+        if sampler is not None and event.get("event") in ("stage", "ready"):
+            sampler.sample_now()
     out = _PortOutputToStderr()
     try:
         with out:
@@ -163,7 +170,7 @@ def _run(ns) -> int:
             try:
                 run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
                                  pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
-                                 events=fan_out(out.emit, trace), preserve_rng=not ns.no_rng_restore,
+                                 events=fan_out(out.emit, trace, sample_at_stage_edges), preserve_rng=not ns.no_rng_restore,
                                  fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load)
                 result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size,
                                       fov=ns.fov, steps=ns.steps)
