@@ -9,10 +9,19 @@ found before), which Python finds before the class's method. Other instances and
 untouched. ``remove()`` deletes the instance attribute again (or puts back an instance attribute
 that was there before), so lookup falls back to the class. Written by hand: it is a dozen lines
 and the libraries that do it (e.g. ``wrapt``) patch the class, not one instance.
+
+Copies and pickles: a hook belongs to the one object it was installed on. ``copy.deepcopy`` and
+``pickle`` of a hooked object give an object *without* the hook, which behaves like an unhooked
+instance: its method is its own class's method (or the instance attribute that was there before
+the hook), running on the copy's own state — never the original's. The hook's ``before`` and
+``after`` (which usually drive one ``StagedModels``) are not carried over; hook the copy with
+its own ``on_call`` if it needs one. A shallow ``copy.copy`` shares instance attributes by
+definition, so it shares the hook too (its method runs the original's): use ``deepcopy``.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Optional
 
 from .errors import HookError
@@ -104,21 +113,53 @@ def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
         raise HookError(f"cannot hook {type(obj).__name__}.{method}: the object has no instance "
                         f"__dict__ (__slots__), so a per-instance hook cannot be installed")
     previous = vars(obj).get(method, _MISSING)
-    handle: CallHook
-
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        if not handle.active:  # removed while another hook sits on top of us
-            return original(*args, **kwargs)
-        handle.calls += 1
-        if before is not None:
-            before(*args, **kwargs)
-        result = original(*args, **kwargs)
-        if after is not None:
-            after(result, *args, **kwargs)
-        return result
-
+    wrapper = _HookedMethod(original, before, after)
     handle = CallHook(obj, method, previous, wrapper)
     wrapper._stageload_hook = handle
     setattr_plain(obj, method, wrapper)
     return handle
+
+
+class _HookedMethod:
+    """The instance attribute :func:`on_call` installs: calls ``before``, the method found
+    before (``original``, bound to the hooked object), then ``after``. A class rather than a
+    closure so that copies and pickles can drop it (see the module docstring)."""
+
+    def __init__(self, original: Callable, before: Optional[Callable], after: Optional[Callable]):
+        functools.update_wrapper(self, original)  # name, docstring and signature of the method
+        self._original = original
+        self._before = before
+        self._after = after
+        self._stageload_hook: CallHook
+
+    def __call__(self, *args, **kwargs):
+        handle = self._stageload_hook
+        if not handle.active:  # removed while another hook sits on top of us
+            return self._original(*args, **kwargs)
+        handle.calls += 1
+        if self._before is not None:
+            self._before(*args, **kwargs)
+        result = self._original(*args, **kwargs)
+        if self._after is not None:
+            self._after(result, *args, **kwargs)
+        return result
+
+    def __reduce__(self):
+        # Used by pickle and copy.deepcopy, which copy the hooked object's instance dict: in the
+        # copy this attribute becomes what was there without the hook, for the copy's object.
+        handle = self._stageload_hook
+        previous = handle._previous
+        had_previous = previous is not _MISSING
+        return _unhooked, (handle.obj, handle.method, had_previous,
+                           previous if had_previous else None)
+
+
+def _unhooked(obj: Any, method: str, had_previous: bool, previous: Any) -> Any:
+    """What a copy (or unpickled object) ``obj`` gets for a hooked ``method``: the instance
+    attribute that was there before the hook (itself unhooked the same way if it was a hook),
+    else the class's method bound to ``obj``."""
+    if had_previous:
+        return previous
+    # The class attribute through the descriptor protocol, as attribute lookup does: a plain
+    # function binds to obj, a staticmethod or classmethod stays what it is.
+    return inspect.getattr_static(type(obj), method).__get__(obj, type(obj))

@@ -9,14 +9,29 @@ does an autograd graph: an output computed with gradients enabled keeps the weig
 until that output is dropped, so run inference under ``torch.inference_mode()`` or
 ``torch.no_grad()`` (the ``release`` event counts the bytes either way).
 
-A released module is marked so that using it raises :class:`ReleasedModuleError` naming the
-model and the stage that released it, instead of PyTorch's meta-tensor error from deep inside a
-kernel: ``forward`` is replaced on the instance (covers ``module.forward(x)``) and a forward
-pre-hook is registered on the module and every submodule (covers ``module(x)`` and other
-methods such as ``decoder.upsample(x)`` that call a submodule), and ``_apply`` is replaced on the
-instance (covers ``.to()``, ``.cpu()``, ``.cuda()``, ``.half()`` and the like). Reading a
-parameter directly (``module.weight``) still gives a ``meta`` tensor: a plain attribute read
-cannot be intercepted without a tensor subclass.
+A released module — and every submodule in it, so that a reference such as ``sub = model[1]``
+kept elsewhere is covered too — is marked so that anything that would use, move, cast or save
+its (now absent) weights raises :class:`ReleasedModuleError` naming the model and the stage
+that released it, instead of PyTorch's meta-tensor error from deep inside a kernel, a silent
+no-op, or a pickling error about a local function. On each of them these are replaced by
+instance attributes that raise (:data:`REFUSED`):
+
+- calling: ``forward`` (covers ``module(x)``, ``module.forward(x)`` and methods such as
+  ``decoder.upsample(x)`` that call a submodule);
+- moving and casting: ``to``, ``cpu``, ``cuda``, ``xpu``, ``ipu``, ``mtia``, ``half``,
+  ``float``, ``double``, ``bfloat16``, ``type``, ``to_empty``, ``share_memory`` and the
+  ``_apply`` they all go through (PyTorch's ``nn.Module`` has no ``mps()``: ``to("mps")``
+  is covered by ``to``);
+- saving and copying: ``state_dict`` (it would give ``meta`` tensors that save as nothing),
+  ``load_state_dict`` (weights put back into a released module would stay unusable: build a new
+  one), and ``__reduce_ex__`` / ``__reduce__``, through which
+  ``torch.save``, ``pickle`` and ``copy.deepcopy`` work — so ``torch.save(model)`` of a model
+  that is or contains a released module raises too.
+
+Reading a parameter directly (``module.weight``, ``module.parameters()``) still gives a
+``meta`` tensor: a plain attribute read cannot be intercepted without a tensor subclass. A
+shallow ``copy.copy`` of a released module shares these attributes and so is refused the same
+way.
 """
 from __future__ import annotations
 
@@ -136,25 +151,42 @@ def _swap_to_meta(module: nn.Module) -> None:
                 sub._buffers[key] = new
 
 
+#: Methods a released module (and each of its submodules) refuses; see the module docstring.
+REFUSED = ("forward", "_apply", "to", "cpu", "cuda", "xpu", "ipu", "mtia", "half", "float",
+           "double", "bfloat16", "type", "to_empty", "share_memory", "state_dict",
+           "load_state_dict", "__reduce_ex__", "__reduce__")
+
+
+class _Refusal:
+    """Instance attribute standing in for method ``method`` of a released module: raises
+    :class:`ReleasedModuleError` with the (model, stage) the module is marked with when called."""
+
+    def __init__(self, module: nn.Module, method: str):
+        self.module = module
+        self.method = method
+
+    def __call__(self, *args, **kwargs):
+        model, stage = getattr(self.module, _MARK, None) or (None, None)
+        if self.method == "forward":
+            detail = ""
+        elif self.method.startswith("__"):
+            detail = "(It cannot be saved, pickled or copied: save the model before releasing it.)"
+        else:
+            detail = f"(.{self.method}() refused: there are no weights to move, cast or save.)"
+        raise ReleasedModuleError(model, stage, detail)
+
+
 def _mark_released(module: nn.Module, name: Optional[str], stage: Optional[str]) -> None:
-    if is_released(module):
-        # Released again (e.g. under another stage): keep the hooks, update the names.
-        object.__setattr__(module, _MARK, (name, stage))
-        return
-    object.__setattr__(module, _MARK, (name, stage))
-
-    def refuse(*args, **kwargs):
-        model, by = getattr(module, _MARK, (name, stage))
-        raise ReleasedModuleError(model, by)
-
-    def pre_hook(sub, args):
-        model, by = getattr(module, _MARK, (name, stage))
-        raise ReleasedModuleError(model, by)
-
+    # Every submodule gets the mark and its own refusals: a reference to a submodule kept
+    # elsewhere is refused too. Releasing again (another stage, or a shared submodule released
+    # with its other owner) only updates the names the refusals report.
     for sub in module.modules():
-        sub.register_forward_pre_hook(pre_hook)
-    object.__setattr__(module, "forward", refuse)
-    object.__setattr__(module, "_apply", refuse)  # .to(), .cpu(), .cuda(), .half(), ...
+        fresh = not is_released(sub)
+        object.__setattr__(sub, _MARK, (name, stage))
+        if fresh:
+            for method in REFUSED:
+                if method == "forward" or hasattr(nn.Module, method):  # torch-version proof
+                    object.__setattr__(sub, method, _Refusal(sub, method))
 
 
 def empty_allocator_cache() -> list[str]:

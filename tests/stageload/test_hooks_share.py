@@ -1,6 +1,8 @@
 """on_call (per-instance hooks) and share (identical calls → one instance)."""
 from __future__ import annotations
 
+import copy
+import pickle
 import types
 
 import pytest
@@ -116,6 +118,66 @@ class Backbone(nn.Module):
     @classmethod
     def from_pretrained(cls, name, dim=4):
         return cls(name, dim)
+
+
+# -- issue 14 item 5: copies and pickles of a hooked object ------------------------------------
+class Encoder:
+    """A pipeline object holding weights, with a method a stage boundary is hooked on."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.net = nn.Linear(4, 4)
+
+    def encode(self, x):
+        with torch.no_grad():
+            return self.net(x)
+
+
+def _zero(obj):
+    with torch.no_grad():
+        obj.net.weight.zero_()
+        obj.net.bias.zero_()
+
+
+@pytest.mark.parametrize("make_copy", [copy.deepcopy, lambda o: pickle.loads(pickle.dumps(o))],
+                         ids=["deepcopy", "pickle"])
+def test_a_copy_of_a_hooked_object_runs_its_own_method_unhooked(make_copy):
+    original = Encoder()
+    seen = []
+    handle = on_call(original, "encode", before=lambda x: seen.append("before"))
+    duplicate = make_copy(original)
+    _zero(duplicate)
+    x = torch.ones(1, 4)
+    assert not torch.equal(duplicate.encode(x), original.encode(x))
+    assert torch.equal(duplicate.encode(x), torch.zeros(1, 4))  # the copy's own (zeroed) weights
+    assert seen == ["before"]  # only the original's call ran the hook: it was not carried over
+    assert handle.calls == 1 and handle.active
+    handle.remove()
+    assert "encode" not in vars(original)
+
+
+def test_a_copy_keeps_an_instance_attribute_that_was_there_before_stacked_hooks():
+    pipe = Pipe()
+    pipe.step = lambda x, scale=1: -x  # the object's own per-instance override
+    first = on_call(pipe, "step", before=lambda *a, **k: None)
+    second = on_call(pipe, "run", after=lambda *a, **k: None)
+    on_call(pipe, "step", after=lambda *a, **k: None)  # stacked on the first
+    duplicate = copy.deepcopy(pipe)
+    assert duplicate.step(3) == -3  # the override, not a hook and not the class method
+    assert duplicate.run(1) == -3 and duplicate.log == ["run"]
+    assert first.calls == 0 and second.calls == 0
+
+
+def test_a_hooked_nn_module_deep_copies_with_its_own_weights():
+    model = nn.Linear(4, 4)
+    handle = on_call(model, "forward", before=lambda x: None)
+    duplicate = copy.deepcopy(model)
+    with torch.no_grad():
+        duplicate.weight.zero_()
+        duplicate.bias.zero_()
+        assert torch.equal(duplicate(torch.ones(1, 4)), torch.zeros(1, 4))
+        model(torch.ones(1, 4))
+    assert handle.calls == 1
 
 
 def test_four_extractors_share_one_backbone():

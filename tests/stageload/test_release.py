@@ -1,6 +1,10 @@
 """release(): weights to meta, a clear error on use, tied weights, bytes, cache emptying."""
 from __future__ import annotations
 
+import copy
+import io
+import pickle
+
 import pytest
 import torch
 from torch import nn
@@ -90,3 +94,62 @@ def test_empty_allocator_cache_reports_what_it_did():
     import sys
     if sys.platform.startswith("linux"):
         assert "malloc_trim" in done
+
+
+# -- issue 14 item 4: a kept submodule, moving/casting/saving a released model ----------------
+REFUSED_CALLS = {
+    "call": lambda m: m(torch.zeros(1, 8)),
+    "to-cpu": lambda m: m.to("cpu"),
+    "to-dtype": lambda m: m.to(torch.float16),
+    "cpu": lambda m: m.cpu(),
+    "cuda": lambda m: m.cuda(),
+    "half": lambda m: m.half(),
+    "float": lambda m: m.float(),
+    "double": lambda m: m.double(),
+    "bfloat16": lambda m: m.bfloat16(),
+    "type": lambda m: m.type(torch.float64),
+    "to_empty": lambda m: m.to_empty(device="cpu"),
+    "share_memory": lambda m: m.share_memory(),
+    "state_dict": lambda m: m.state_dict(),
+    "load_state_dict": lambda m: m.load_state_dict({}, strict=False),
+    "torch.save": lambda m: torch.save(m, io.BytesIO()),
+    "torch.save-in-new-parent": lambda m: torch.save(nn.Sequential(m), io.BytesIO()),
+    "pickle": lambda m: pickle.dumps(m),
+    "deepcopy": lambda m: copy.deepcopy(m),
+}
+
+
+@pytest.mark.parametrize("which", ["model", "kept-submodule"])
+@pytest.mark.parametrize("call", list(REFUSED_CALLS.values()), ids=list(REFUSED_CALLS))
+def test_a_released_model_and_a_kept_submodule_refuse_moves_casts_and_saving(call, which):
+    model = nn.Sequential(nn.Linear(8, 8), Decoder())
+    sub = model[1]  # kept elsewhere, as a pipeline attribute would be
+    release(model, name="texture_decoder", stage="export")
+    target = model if which == "model" else sub
+    with pytest.raises(ReleasedModuleError) as info:
+        call(target)
+    assert info.value.model == "texture_decoder" and info.value.stage == "export"
+    assert "'texture_decoder'" in str(info.value) and "'export'" in str(info.value)
+    assert all(t.is_meta for t in model.parameters())  # nothing was revived or replaced
+
+
+def test_a_model_holding_a_released_module_cannot_be_saved():
+    shared = nn.Linear(8, 8)
+    owner, other = nn.Sequential(shared), nn.Sequential(nn.Linear(8, 8), shared)
+    release(owner, name="backbone", stage="decode")
+    with pytest.raises(ReleasedModuleError, match="'backbone'"):
+        torch.save(other, io.BytesIO())
+    kept = nn.Sequential(nn.Linear(8, 8))
+    buffer = io.BytesIO()
+    torch.save(kept, buffer)  # an unreleased model still saves and loads
+    buffer.seek(0)
+    assert isinstance(torch.load(buffer, weights_only=False), nn.Sequential)
+
+
+def test_the_refused_methods_are_all_real_module_methods():
+    # REFUSED names nn.Module's methods; one renamed or dropped by a torch upgrade shows here
+    from stageload.release import REFUSED
+    missing = [m for m in REFUSED if m != "forward" and not hasattr(nn.Module, m)]
+    assert missing == []
+    moving = {"to", "cpu", "cuda", "half", "float", "double", "bfloat16", "type", "to_empty"}
+    assert moving <= set(REFUSED)
