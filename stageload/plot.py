@@ -1,7 +1,7 @@
 """``python -m stageload plot TRACE... -o chart.png``: footprint over time with stage bands,
 several runs overlaid.
 
-The chart: one line per run (footprint of the sampled process tree, GB = 10^9 bytes, against
+The chart: one line per run (footprint of the sampled process tree in GiB = 1024³ bytes, against
 seconds since the run's first trace line), its peak marked and named in the legend. The first
 run's stage windows are shaded (from each ``ready`` to the next ``stage``; the release time
 between ``stage`` and ``ready`` is hatched) with the stage names along the top. With more than
@@ -19,10 +19,11 @@ import secrets
 import sys
 from pathlib import Path
 
-from .summary import gb, print_quietly, summarize
+from .summary import print_quietly, summarize
+from .units import format_size
 from .trace import TraceError, iter_lines, parse_lines
 
-GB = 1e9
+GIB = 1024**3  # the y axis unit (stageload.units: binary multiples, IEC labels)
 FORMATS = ("png", "svg", "pdf")  # the -o suffixes accepted; all written by matplotlib's Agg canvas
 BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9", "#dff3f3",
                 "#f1e0d6"]
@@ -30,7 +31,7 @@ BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9"
 
 class Run:
     """One trace prepared for drawing: ``label``, ``times`` (s from the first line),
-    ``gb`` (footprint, GB), ``stages`` (list of dicts: ``stage``, ``start``, ``ready``, ``end``,
+    ``gib`` (footprint, GiB), ``stages`` (list of dicts: ``stage``, ``start``, ``ready``, ``end``,
     seconds from the first line), ``summary`` (``stageload.summary.summarize``)."""
 
     def __init__(self, label: str, events: list[dict]):
@@ -44,7 +45,7 @@ class Run:
                    and isinstance(e.get("footprint"), (int, float))]
         self.label = label
         self.times = [s["t"] - t0 for s in samples]
-        self.gb = [s["footprint"] / GB for s in samples]
+        self.gib = [s["footprint"] / GIB for s in samples]
         self.summary = summarize(events)
         marks = [e for e in events if e.get("event") == "stage"]
         self.stages = []
@@ -127,9 +128,9 @@ def make_figure(runs: list[Run], title: str | None = None):
     colours = _stage_colours(runs)
     x_max = max(max(run.times, default=0) for run in runs)
     x_max = max([x_max] + [st["end"] for run in runs for st in run.stages]) or 1.0
-    y_max = max(max(run.gb, default=0) for run in runs)
+    y_max = max(max(run.gib, default=0) for run in runs)
     peaks = [run.summary["peak"]["bytes"] for run in runs if run.summary["peak"]["bytes"]]
-    y_max = max([y_max] + [p / GB for p in peaks]) or 1.0
+    y_max = max([y_max] + [p / GIB for p in peaks]) or 1.0
 
     # shaded stage windows of the first run, with names along the top
     band_labels = []
@@ -152,25 +153,25 @@ def make_figure(runs: list[Run], title: str | None = None):
     line_colours, handles = [], []
     for i, run in enumerate(runs):
         p = run.summary["peak"]
-        peak_txt = f"peak {gb(p['bytes'])}" if p["bytes"] else "no peak"
+        peak_txt = f"peak {format_size(p['bytes'])}" if p["bytes"] else "no peak"
         if p.get("stage"):
             peak_txt += f" in {p['stage']}"
         if p.get("source") == "hwm":
             peak_txt += " (kernel high-water mark, ▼ between samples)"
-        (line,) = ax.plot(run.times, run.gb, linewidth=1.8, zorder=3,
+        (line,) = ax.plot(run.times, run.gib, linewidth=1.8, zorder=3,
                           label=f"{run.label} — {peak_txt}")
         line_colours.append(line.get_color())
         handles.append(line)
         if p["bytes"]:
-            ax.plot([p["t"]], [p["bytes"] / GB], marker="v", markersize=9, zorder=5,
+            ax.plot([p["t"]], [p["bytes"] / GIB], marker="v", markersize=9, zorder=5,
                     color=line.get_color(), markeredgecolor="black", markeredgewidth=0.6)
             if len(runs) == 1:
-                ax.annotate(gb(p["bytes"]), (p["t"], p["bytes"] / GB), xytext=(0, 8),
+                ax.annotate(format_size(p["bytes"]), (p["t"], p["bytes"] / GIB), xytext=(0, 8),
                             textcoords="offset points", ha="center", fontsize=9)
 
     # headroom above the highest point for the peak label and every row of stage names
     ax.set_ylim(0, y_max / max(0.3, 0.82 - (rows - 1) * row_height))
-    ax.set_ylabel("footprint (GB)")
+    ax.set_ylabel("footprint (GiB)")
     ax.grid(True, axis="y", color="#d0d0d0", linewidth=0.6)
     # outside the axes, under the chart: never hides a line, a band name or the peak label
     fig.legend(handles=handles, loc="outside lower center", fontsize=9,
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     (folder not writable, read-only file system, disk full)."""
     parser = argparse.ArgumentParser(
         prog="python -m stageload plot",
-        description="Chart of footprint over time (GB) with stage bands; several runs overlaid.")
+        description="Chart of footprint over time (GiB) with stage bands; several runs overlaid.")
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="JSONL trace(s)")
     parser.add_argument("-o", "--output", required=True, help="image to write (.png, .svg, .pdf)")
     parser.add_argument("--label", action="append", default=None,

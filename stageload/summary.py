@@ -27,9 +27,9 @@ from typing import Iterable
 
 from .meter._window import hwm_interval, window_peak
 from .trace import TraceError, iter_lines, parse_lines
+from .units import format_size
 
 LOAD_EVENTS = ("load", "reload")
-GB = 1e9
 
 
 def _num(v) -> bool:
@@ -152,19 +152,9 @@ def summarize(lines: Iterable[str | bytes | dict]) -> dict:
 
 
 # -- text -------------------------------------------------------------------------------------
-def gb(n) -> str:
-    """``n`` bytes for people, decimal units (GB = 10^9 bytes): ``"1.23 GB"``, ``"300 MB"``,
-    ``"12 kB"``, ``"512 B"``; ``"–"`` for None."""
-    if n is None:
-        return "–"
-    size = abs(n)
-    if size >= GB:
-        return f"{n / GB:.2f} GB"
-    if size >= 1e6:
-        return f"{n / 1e6:.0f} MB"
-    if size >= 1e3:
-        return f"{n / 1e3:.0f} kB"
-    return f"{n} B"
+def _size(n) -> str:
+    """``n`` bytes for people (:func:`stageload.units.format_size`: ``"1.2 GiB"``); ``"–"`` for None."""
+    return format_size(n, unknown="–")
 
 
 def _sec(x) -> str:
@@ -174,7 +164,7 @@ def _sec(x) -> str:
 
 
 def format_text(summary: dict, name: str = "trace") -> str:
-    """The summary as text a person reads (GB = 10^9 bytes, seconds)."""
+    """The summary as text a person reads (sizes in GiB/MiB = 1024³/1024² bytes, seconds)."""
     s = summary
     hz = f" at {s['sample_hz']:.1f} Hz" if s["sample_hz"] else ""
     lines = [f"{name}: {s['seconds']:.1f} s, {s['samples']} samples{hz}"
@@ -185,15 +175,15 @@ def format_text(summary: dict, name: str = "trace") -> str:
     else:
         where = f" in stage {p['stage']}" if p["stage"] else ""
         how = " (kernel high-water mark, between samples)" if p["source"] == "hwm" else ""
-        lines.append(f"peak footprint: {gb(p['bytes'])} at {p['t']:.1f} s{where}{how}")
+        lines.append(f"peak footprint: {_size(p['bytes'])} at {p['t']:.1f} s{where}{how}")
     sw = s["swap"]
-    growth = "" if sw["growth"] is None else f" (+{gb(sw['growth'])})"
-    lines.append(f"swap used: start {gb(sw['start'])}, peak {gb(sw['peak'])}{growth}, "
-                 f"end {gb(sw['end'])}")
+    growth = "" if sw["growth"] is None else f" (+{_size(sw['growth'])})"
+    lines.append(f"swap used: start {_size(sw['start'])}, peak {_size(sw['peak'])}{growth}, "
+                 f"end {_size(sw['end'])}")
     if s["available_min"] is not None:
-        lines.append(f"lowest available memory: {gb(s['available_min'])}")
+        lines.append(f"lowest available memory: {_size(s['available_min'])}")
     ld = s["loads"]
-    lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), {gb(ld['bytes'])} "
+    lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), {_size(ld['bytes'])} "
                  f"in {_sec(ld['seconds'])}; {len(s['outside_stage'])} outside their stage")
     if s["stages"]:
         width = max(12, max(len(str(st["stage"])) for st in s["stages"]) + 2)
@@ -201,10 +191,10 @@ def format_text(summary: dict, name: str = "trace") -> str:
         for st in s["stages"]:
             mark = "*" if st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"] \
                 and st["peak_hwm"] != st["peak_footprint"] else " "
-            loads = (f"{st['loads']} · {gb(st['load_bytes'])} · {_sec(st['load_seconds'])}"
+            loads = (f"{st['loads']} · {_size(st['load_bytes'])} · {_sec(st['load_seconds'])}"
                      if st["loads"] else "–")
             lines.append(f"{str(st['stage']):<{width}}{_sec(st['seconds']):>9}"
-                         f"{_sec(st['release_seconds']):>9}{gb(st['peak']):>11}{mark} {loads}")
+                         f"{_sec(st['release_seconds']):>9}{_size(st['peak']):>11}{mark} {loads}")
         if any(st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"]
                and st["peak_hwm"] != st["peak_footprint"] for st in s["stages"]):
             lines.append("* peak from the kernel high-water mark (a spike between samples)")
@@ -212,7 +202,7 @@ def format_text(summary: dict, name: str = "trace") -> str:
         lines += ["", "loads outside their stage:"]
         for o in s["outside_stage"]:
             lines.append(f"  {o['model']} ({o['event']}) during {o['stage']}: "
-                         f"{gb(o['bytes'])} in {_sec(o['seconds'])} at {o['t']:.1f} s")
+                         f"{_size(o['bytes'])} in {_sec(o['seconds'])} at {o['t']:.1f} s")
     return "\n".join(lines)
 
 

@@ -24,6 +24,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Callable
 
+from stageload import units
+
 
 @dataclass(frozen=True)
 class Option:
@@ -173,24 +175,12 @@ class Backend:
 
 
 def parse_size(value) -> int:
-    """Bytes from ``value``: an int, or text with an optional K/M/G suffix (powers of 1024,
-    a trailing ``B`` allowed), e.g. ``"1G"`` → 1073741824. Raises ``ValueError`` for anything
-    else or a negative size."""
+    """Bytes from an option value: an int, or text such as ``1G`` or ``1000000000``
+    (:func:`stageload.units.parse_size`: binary multiples, a bare number is bytes); None or
+    ``""`` (not given) is 0. Raises ``ValueError`` with what to write for anything else."""
     if value is None or value == "":
         return 0
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    else:
-        text = str(value).strip().upper().removesuffix("B")
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        try:
-            n = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
-        except (ValueError, KeyError, OverflowError):
-            raise ValueError("not a size in bytes; give bytes (e.g. 1000000000) or a size like "
-                             "1G") from None
-    if n < 0:
-        raise ValueError("a size cannot be negative; 0 keeps nothing resident")
-    return n
+    return units.parse_size(value)
 
 
 BACKENDS: dict[str, Backend] = {

@@ -20,22 +20,15 @@ ERRORS = {"PortError": "pixal3d_missing"}
 
 
 def _bytes(value) -> int:
-    """``--keep-resident`` value: bytes as an int, or with a K/M/G suffix (powers of 1024)."""
-    if value is None or value == "":
-        return 0
-    if isinstance(value, int):
-        return value
-    text = str(value).strip().upper().removesuffix("B")
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    """``--keep-resident`` value in bytes (an int, or text such as ``1G``; see
+    ``runner.backends.parse_size``). Raises ``RunnerError('usage')`` for anything else."""
+    from . import parse_size
     try:
-        n = int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
-    except (ValueError, KeyError):
-        n = -1
-    if n < 0:
+        return parse_size(value)
+    except ValueError as exc:
         from ..errors import RunnerError
-        raise RunnerError("usage", f"--keep-resident {value!r} is not a size in bytes.",
-                          "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing resident.")
-    return n
+        raise RunnerError("usage", f"--keep-resident {value!r}: {exc}",
+                          "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing resident.") from None
 
 
 def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: int = 2048,

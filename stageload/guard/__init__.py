@@ -10,7 +10,8 @@ from .budget import Budget
 from .config import ConfigError, GuardConfig, add_guard_arguments, peak_from_trace
 from .guard import EXIT_CANNOT_START, EXIT_SIGNAL_BASE, EXIT_STOPPED, EXIT_TIMEOUT, Guard
 from .process_tree import ProcessTree, StopReport
-from .units import Amount, format_size, parse_amount, parse_size
+from ..units import format_size, parse_size
+from .amount import Amount, parse_amount
 
 __all__ = [
     "Amount", "Budget", "ConfigError", "EXIT_CANNOT_START", "EXIT_SIGNAL_BASE", "EXIT_STOPPED",

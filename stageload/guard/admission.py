@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .config import GuardConfig
-from .units import Amount, format_percent, format_size
+from ..units import format_percent, format_size
+from .amount import Amount
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import GuardConfig
-from .units import format_percent, format_size
+from ..units import format_percent, format_size
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Budget:
 
     def observe(self, readings: dict) -> str | None:
         """Judge one sample (readings dict, bytes). Returns a reason such as
-        ``swap +8.3 GB over start (budget 8.0 GB)`` when the command must stop, else None."""
+        ``swap +8.3 GiB over start (budget 8.0 GiB)`` when the command must stop, else None."""
         reasons = []
         swap = readings.get("swap")
         if self.config.swap_budget is not None and swap is not None:

@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .units import Amount, format_size, is_off, parse_amount, parse_size
+from ..units import format_size, parse_size
+from .amount import Amount, is_off, parse_amount
 
-#: Defaults. ``kill_free`` 10 % is SPEC §2.3's figure; the swap budget of 8 GB is the example
+#: Defaults. ``kill_free`` 10 % is SPEC §2.3's figure; the swap budget of 8 GiB is the example
 #: of issue 4 (the unguarded texture stage grew swap by 12 GB in ten seconds).
 DEFAULT_KILL_FREE = Amount(percent=10.0)
 DEFAULT_SWAP_BUDGET = 8 * 1024**3

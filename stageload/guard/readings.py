@@ -7,7 +7,7 @@ any of them may be None (unknown). It is the system part of the meter's ``sample
 """
 from __future__ import annotations
 
-from .units import format_percent, format_size
+from ..units import format_percent, format_size
 
 KEYS = ("available", "total", "swap", "swap_total", "pressure")
 
@@ -52,7 +52,7 @@ def read_system() -> dict:
 
 
 def describe(readings: dict) -> str:
-    """``available 7.1 GB (29 %), swap 0 B`` — the readings for a human log line."""
+    """``available 7.1 GiB (29 % of 24.0 GiB), swap 0 B`` — the readings for a human log line."""
     available = readings.get("available")
     total = readings.get("total")
     text = f"available {format_size(available)} ({format_percent(available, total)} of {format_size(total)})"

@@ -23,18 +23,13 @@ from pathlib import Path
 
 
 def _size(text: str) -> int:
-    """Bytes: an int, or a number with K/M/G (powers of 1024), e.g. ``2G``."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().removesuffix("B")
+    """argparse type for ``--keep-resident``: bytes (``1000000000``) or a size such as ``1G``
+    (:func:`stageload.units.parse_size`, binary multiples)."""
+    from ..units import parse_size
     try:
-        if text and text[-1] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (e.g. 1000000000 or 1G)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("a size must be >= 0")
-    return value
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """The guard's pure decisions on recorded readings: the budget replayed over a real swap
 run-away recorded on this machine (data/swap_run.jsonl, made by record_swap_run.py), the
-kill-free run counter, unknown readings, and admission; plus size/percent parsing and
---need-from."""
+kill-free run counter, unknown readings, and admission; plus percent/size amounts and
+--need-from (sizes themselves: tests/stageload/test_units.py)."""
 import argparse
 import json
 import re
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from stageload.guard import (Amount, Budget, ConfigError, GuardConfig, add_guard_arguments,
-                             decide_admission, parse_amount, parse_size, peak_from_trace)
-from stageload.guard.units import format_size
+                             decide_admission, parse_amount, peak_from_trace)
+from stageload.units import format_size
 
 DATA = Path(__file__).resolve().parent / "data"
 GB = 1024**3
@@ -135,28 +135,6 @@ def test_admission_busy_quiet_and_swap_limit():
 
 
 # -- parsing -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, expected", [
-    ("18G", 18 * GB), ("18GB", 18 * GB), ("18GiB", 18 * GB), ("512M", 512 * MB), ("1.5g", int(1.5 * GB)),
-    ("1048576", 1048576), ("4k", 4096), ("2T", 2 * 1024**4),
-])
-def test_parse_size(text, expected):
-    assert parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "G", "-1G", "18X", "1.2.3G", "ten"])
-def test_parse_size_rejects(text):
-    with pytest.raises(ValueError, match="not a size"):
-        parse_size(text)
-
-
-def test_parse_size_with_required_unit():
-    assert parse_size("40B", require_unit=True) == 40
-    assert parse_size("0", require_unit=True) == 0
-    assert parse_size("2G", require_unit=True) == 2 * GB
-    with pytest.raises(ValueError, match="has no unit; write 40G, 40M or 40B"):
-        parse_size("40", require_unit=True)
-
-
 def test_parse_amount_with_required_unit():
     assert parse_amount("0", require_unit=True) == Amount(bytes=0)
     assert parse_amount("40%", require_unit=True) == Amount(percent=40.0)
@@ -164,12 +142,6 @@ def test_parse_amount_with_required_unit():
         parse_amount("40", require_unit=True)
     with pytest.raises(ValueError, match="write 2.5% or 2.5G"):
         parse_amount("2.5", require_unit=True)
-
-
-def test_format_size_labels_binary_multiples_gib():
-    assert format_size(383 * MB) == "383.0 MiB"  # stageload summary would say 401.6 MB (10^6)
-    assert format_size(int(1.5 * GB)) == "1.5 GiB"
-    assert format_size(2048) == "2.0 KiB" and format_size(5) == "5 B" and format_size(None) == "?"
 
 
 def test_satisfiable_is_judged_against_total_memory():

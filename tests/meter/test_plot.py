@@ -154,7 +154,7 @@ def _crowded_trace(path: Path) -> Path:
         lines.append({"event": "ready", "t": t0 + s + 0.001, "stage": name, "resident_bytes": 0})
     for k in range(101):
         lines.append({"event": "sample", "t": t0 + k * 0.1, "pid": 1,
-                      "footprint": int((1 + (k == 50) * 2) * 1e9), "hwm": None, "hwm_since": None,
+                      "footprint": (1 + (k == 50) * 2) * 1024**3, "hwm": None, "hwm_since": None,
                       "available": None, "total": None, "swap": None, "pressure": None})
     lines.sort(key=lambda e: e["t"])
     import json
@@ -173,7 +173,7 @@ def test_names_of_narrow_stages_do_not_overlap(tmp_path):
     overlapping = [(a, b) for a in boxes for b in boxes if a < b and boxes[a].overlaps(boxes[b])]
     assert overlapping == []
     frame = ax.get_window_extent(renderer)
-    line_top = ax.transData.transform((0, 3.0))[1]  # the peak sample, 3 GB
+    line_top = ax.transData.transform((0, 3.0))[1]  # the peak sample, 3 GiB (the y axis unit)
     for name, box in boxes.items():
         assert frame.x0 - 1 <= box.x0 and box.x1 <= frame.x1 + 1, name  # inside the axes
         assert box.y0 > line_top, name  # above the curve: headroom grows with the rows
