@@ -9,26 +9,24 @@ Public API (``from stageload import ...``)::
 
 Names are imported on first use (PEP 562 module ``__getattr__``), so ``import stageload`` —
 and ``python -m stageload guard``, which must not pay for torch — stays cheap: torch is
-imported only when a torch-using name is first touched.
+imported only when a torch-using name is first touched. The functions ``release`` and ``share``
+live in the submodules ``releasing`` and ``sharing``, so a name never means both a module and
+a function.
 """
 from __future__ import annotations
-
-import importlib
-import sys
-import types
 
 from ._lazy import lazy_exports
 
 _EXPORTS = {
     "StagedModels": "stageload.staged",
-    "release": "stageload.release",
-    "module_bytes": "stageload.release",
-    "empty_allocator_cache": "stageload.release",
-    "is_released": "stageload.release",
+    "release": "stageload.releasing",
+    "module_bytes": "stageload.releasing",
+    "empty_allocator_cache": "stageload.releasing",
+    "is_released": "stageload.releasing",
     "on_call": "stageload.hooks",
     "CallHook": "stageload.hooks",
-    "share": "stageload.share",
-    "Shared": "stageload.share",
+    "share": "stageload.sharing",
+    "Shared": "stageload.sharing",
     "load_module": "stageload.loading",
     "load_checkpoint": "stageload.loading",
     "preserved_rng": "stageload.rng",
@@ -53,25 +51,3 @@ __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
-
-def _function_over_submodule(name: str) -> property:
-    # ``release`` and ``share`` are both a submodule and the function in it. Importing the
-    # submodule makes the import system set ``stageload.<name>`` to the submodule, which would
-    # make ``from stageload import release`` return a module. A property on the package's class
-    # keeps the function; the submodule stays importable as ``from stageload.release import …``.
-    def get(package):
-        return getattr(importlib.import_module(f"stageload.{name}"), name)
-
-    def set_(package, value):
-        if not isinstance(value, types.ModuleType):
-            raise AttributeError(f"stageload.{name} cannot be replaced")
-
-    return property(get, set_)
-
-
-class _Package(types.ModuleType):
-    release = _function_over_submodule("release")
-    share = _function_over_submodule("share")
-
-
-sys.modules[__name__].__class__ = _Package

@@ -23,7 +23,7 @@ from torch import nn
 from .errors import (LoaderError, NotAModuleError, PlanError, ReleasedModuleError,
                      UnknownModelError, UnknownStageError)
 from .events import EventSink, emit
-from .release import empty_allocator_cache, is_released, module_bytes, release
+from .releasing import empty_allocator_cache, is_released, module_bytes, release
 from .rng import preserved_rng
 
 Loader = Callable[[], nn.Module]

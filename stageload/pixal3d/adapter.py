@@ -53,8 +53,8 @@ from torch import nn
 
 from ..events import EventSink, make_event
 from ..hooks import on_call
-from ..release import module_bytes
-from ..share import share
+from ..releasing import module_bytes
+from ..sharing import share
 from ..staged import StagedModels
 from .direct import METHOD_PORT, LoadNote, RuntimeNote, load_port_model, prepare_meta_runtime
 from .fingerprint import FingerprintRecorder

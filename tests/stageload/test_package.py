@@ -12,10 +12,11 @@ from stageload.events import fan_out, make_event
 
 def test_public_api_names():
     from stageload import ReleasedModuleError, StagedModels, on_call, release, share  # noqa: F401
-    import stageload.release  # noqa: F401  importing the submodule must not hide the function
-    import stageload.share  # noqa: F401
+    import stageload.releasing  # noqa: F401  importing the submodules must not hide the functions
+    import stageload.sharing  # noqa: F401
     assert callable(stageload.release) and stageload.release.__name__ == "release"
-    assert stageload.share.__name__ == "share"
+    assert callable(stageload.share) and stageload.share.__name__ == "share"
+    assert type(stageload) is type(sys), "the package is a plain module (no class swap)"
     for name in stageload.__all__:
         assert getattr(stageload, name) is not None
     with pytest.raises(AttributeError):

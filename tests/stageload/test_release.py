@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from stageload import ReleasedModuleError, StageloadError, empty_allocator_cache, module_bytes, release
-from stageload.release import is_released, released_by
+from stageload.releasing import is_released, released_by
 
 
 class Decoder(nn.Module):
@@ -148,7 +148,7 @@ def test_a_model_holding_a_released_module_cannot_be_saved():
 
 def test_the_refused_methods_are_all_real_module_methods():
     # REFUSED names nn.Module's methods; one renamed or dropped by a torch upgrade shows here
-    from stageload.release import REFUSED
+    from stageload.releasing import REFUSED
     missing = [m for m in REFUSED if m != "forward" and not hasattr(nn.Module, m)]
     assert missing == []
     moving = {"to", "cpu", "cuda", "half", "float", "double", "bfloat16", "type", "to_empty"}

@@ -7,7 +7,7 @@ from torch import nn
 
 from stageload import (LoaderError, NotAModuleError, PlanError, ReleasedModuleError, StagedModels,
                        StageloadError, UnknownModelError, UnknownStageError)
-from stageload.release import is_released, module_bytes
+from stageload.releasing import is_released, module_bytes
 
 FIELDS = {
     "stage": {"stage", "index", "count"},
