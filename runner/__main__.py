@@ -32,6 +32,10 @@ def main(argv=None) -> int:
 
         for name in _DEPENDENCIES:  # before anything else, so a missing one is one clear error
             importlib.import_module(name)
+        from stageload.guard import register_entry_point
+        # every mode runs a guard: another runner's busy scan must not count this one's command
+        # line (``python -m runner … --busy runner``) as busy
+        register_entry_point("runner")
         if mode == "batch":
             from .batch import main as command
         elif mode == "check":

@@ -115,7 +115,7 @@ def make_figure(runs: list[Run], title: str | None = None):
 
     if not any(run.times for run in runs):
         raise ValueError("no samples in any trace: nothing to draw (was the trace written with a "
-                         "Sampler, e.g. runner --trace?)")
+                         "Sampler, e.g. with a --trace option?)")
     lanes = len(runs) > 1
     fig = Figure(figsize=(12, 6.2 + (0.45 * len(runs) if lanes else 0)), dpi=110,
                  layout="constrained")

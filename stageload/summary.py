@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m stageload summary",
         description="Peak footprint per stage and overall, swap at start/peak/end, seconds per "
                     "stage, bytes and seconds loaded, loads outside their stage.")
-    parser.add_argument("trace", help="JSONL trace written by stageload (runner --trace)")
+    parser.add_argument("trace", help="JSONL trace written by stageload's Sampler (e.g. a --trace option)")
     parser.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     args = parser.parse_args(argv)
     try:

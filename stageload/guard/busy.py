@@ -32,7 +32,7 @@ def find_busy(patterns: list[str], ignore: set[int],
     ``re.search`` finds it anywhere. Skipped: processes in ``ignore``; other guards — pids in
     ``guards`` and processes whose argument list ``skip(argv)`` accepts
     (:func:`stageload.guard.peers.looks_like_guard`) — and their wrappers, i.e. ancestors whose
-    command line holds the guard's own arguments (``timeout 600 python -m runner …``,
+    command line holds the guard's own arguments (``timeout 600 python -m stageload guard …``,
     ``sh -c "python -m stageload guard …"``); kernel threads (no command line); processes that
     vanish or may not be read.
     """

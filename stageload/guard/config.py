@@ -1,7 +1,7 @@
 """``GuardConfig``: every guard setting, and the command-line options that fill it.
 
-The same options serve ``python -m stageload guard`` and ``python -m runner``: call
-:func:`add_guard_arguments` on your ``argparse`` parser, then :meth:`GuardConfig.from_args`.
+The same options serve ``python -m stageload guard`` and any program that runs a guard: call
+:func:`add_guard_arguments` on its ``argparse`` parser, then :meth:`GuardConfig.from_args`.
 ``docs/guard.md`` documents each option.
 """
 from __future__ import annotations
@@ -218,7 +218,7 @@ def peak_from_trace(path: str | Path) -> int:
                         peak = value if peak is None else max(peak, value)
     except FileNotFoundError:
         raise ConfigError(f"--need-from: trace {str(path)!r} does not exist; give the JSONL trace "
-                          "of an earlier run (python -m runner --trace FILE writes one)") from None
+                          "of an earlier run (one written by stageload's Sampler, e.g. with --trace FILE)") from None
     except (IsADirectoryError, PermissionError, OSError) as exc:
         raise ConfigError(f"--need-from: cannot read {str(path)!r}: {exc.strerror or exc}") from None
     if peak is None:

@@ -1,6 +1,6 @@
 """``Guard``: admission, start, budget and stop for one command, every decision logged.
 
-Library use (the runner supervisor)::
+Library use (a program that supervises its own command)::
 
     guard = Guard(GuardConfig.from_args(ns), log=sink)
     if not guard.wait_for_admission():       # logs "waiting" … then "timeout"

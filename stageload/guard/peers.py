@@ -2,17 +2,18 @@
 
 Two guards waiting with the same ``--busy`` pattern would otherwise each see the other's command
 line (``… --busy 'sleep 3[0-9]' -- sleep 33``) and wait for ever. So every process that runs a
-:class:`~stageload.guard.Guard` — the ``python -m stageload guard`` command, the runner's
-supervisor, any library user — registers itself while it waits or runs its command, and
+:class:`~stageload.guard.Guard` — the ``python -m stageload guard`` command, any program that
+uses the library — registers itself while it waits or runs its command, and
 :func:`~stageload.guard.busy.find_busy` skips registered guards. Only the commands a guard
 started (and anything else) can be busy.
 
 Two ways to recognise a guard, both cheap:
 
-1. its command line is one of the guard's own entry points — ``python -m stageload guard …``
-   or ``python -m runner …`` (the runner's supervisor; ``python -m runner.worker`` is the
-   command it starts and stays matchable): :func:`looks_like_guard`. This covers a guard from
-   the moment it is exec'd, before its Python has imported anything;
+1. its command line is a known guard entry point — ``python -m stageload guard …``, or one a
+   program that uses the library declared with :func:`register_entry_point` (only the
+   commands a guard starts stay matchable): :func:`looks_like_guard`. This covers a guard from
+   the moment it is exec'd, before its Python has imported anything — for entry points known in
+   the process that scans, i.e. the program's own (another program's guards are found by 2.);
 2. a registry, for any other program that uses the library: a folder of small files, ``/tmp/stageload-guards-<uid>/<pid>-<n>``, each holding
 the process's creation time, so a file left by a killed guard whose pid was reused by another
 process is recognised as stale (creation times differ) and removed. Files, not an environment
@@ -31,6 +32,7 @@ import fcntl
 import itertools
 import os
 from pathlib import Path
+from typing import Iterable
 
 import psutil
 
@@ -38,13 +40,32 @@ _SLACK = 0.05  # seconds; psutil creation times are rounded to clock ticks
 _counter = itertools.count()
 
 
-#: ``python -m MODULE FIRST_ARG`` entry points that run a guard (None: any first argument).
-GUARD_ENTRY_POINTS = {"stageload": {"guard"}, "runner": None}
+#: ``python -m MODULE FIRST_ARG`` entry points that run a guard (None: any first argument);
+#: this package's own, and those added by :func:`register_entry_point`.
+_ENTRY_POINTS: dict[str, frozenset[str] | None] = {"stageload": frozenset({"guard"})}
+
+
+def register_entry_point(module: str, first_args: Iterable[str] | None = None) -> None:
+    """Declare that ``python -m MODULE [FIRST_ARG] …`` runs a :class:`~stageload.guard.Guard`,
+    so this process's busy scan never counts such a command line as busy.
+
+    ``module``: the top-level module name run with ``-m`` (``"myjobs"``); ``first_args``: the
+    first arguments that mean a guard (``{"guard"}``), or None for any. Call it once at start-up
+    of the program that builds guards. Raises ``ValueError`` for an empty or dotted module name
+    (a dotted one, ``pkg.worker``, is what a guard *starts* and must stay matchable).
+
+    Example::
+
+        register_entry_point("myjobs")            # python -m myjobs … runs a guard
+    """
+    if not isinstance(module, str) or not module or "." in module:
+        raise ValueError(f"{module!r} is not a top-level module name (e.g. 'myjobs')")
+    _ENTRY_POINTS[module] = None if first_args is None else frozenset(first_args)
 
 
 def looks_like_guard(argv: list[str]) -> bool:
-    """True when ``argv`` runs one of :data:`GUARD_ENTRY_POINTS` under a Python interpreter
-    (``python -m stageload guard …``, ``python3.11 -m runner batch …``)."""
+    """True when ``argv`` runs a guard entry point under a Python interpreter
+    (``python -m stageload guard …``, or one declared with :func:`register_entry_point`)."""
     if len(argv) < 3 or "python" not in os.path.basename(argv[0]).lower():
         return False
     if argv[1] == "-m":
@@ -54,9 +75,9 @@ def looks_like_guard(argv: list[str]) -> bool:
     else:
         return False
     module = argv[index + 1] if index + 1 < len(argv) else ""
-    if module not in GUARD_ENTRY_POINTS:
+    if module not in _ENTRY_POINTS:
         return False
-    first = GUARD_ENTRY_POINTS[module]
+    first = _ENTRY_POINTS[module]
     return first is None or (index + 2 < len(argv) and argv[index + 2] in first)
 
 

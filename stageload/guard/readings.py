@@ -3,7 +3,7 @@
 A *readings* dict has the keys ``available``, ``total``, ``swap`` (swap in use),
 ``swap_total`` and ``pressure``; sizes are int bytes, ``pressure`` is macOS's level 1/2/4, and
 any of them may be None (unknown). It is the system part of the meter's ``sample`` dict
-(docs/ARCHITECTURE.md, "Trace"), so the runner can pass its samples straight to the guard.
+(docs/ARCHITECTURE.md, "Trace"), so a program that samples can pass its samples straight to the guard.
 """
 from __future__ import annotations
 

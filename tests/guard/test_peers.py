@@ -82,10 +82,35 @@ def test_start_lock_admits_one_guard_at_a_time(tmp_path):
     assert psutil.Process().num_fds() >= 0
 
 
-def test_guard_entry_points_are_recognised_but_their_commands_are_not():
-    from stageload.guard.peers import looks_like_guard
+def test_the_runner_declares_its_own_entry_point():
+    """stageload knows only its own guard command; ``python -m runner`` declares itself."""
+    code = ("import sys\n"
+            "from stageload.guard.peers import looks_like_guard\n"
+            "argv = [sys.executable, '-m', 'runner', 'batch', 'a.png']\n"
+            "before = looks_like_guard(argv)\n"
+            "from runner.__main__ import main\n"
+            "main(['check', '--backend', 'no-such-backend'])\n"
+            "print('RESULT', before, looks_like_guard(argv))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert result == ["RESULT False True"], (done.stdout, done.stderr)
+
+
+def test_register_entry_point_refuses_a_dotted_or_empty_name():
+    from stageload.guard import register_entry_point
+
+    for bad in ("", "runner.worker", None):
+        with pytest.raises(ValueError, match="top-level module name"):
+            register_entry_point(bad)
+
+
+def test_guard_entry_points_are_recognised_but_their_commands_are_not(monkeypatch):
+    from stageload.guard import peers
+    from stageload.guard.peers import looks_like_guard, register_entry_point
 
     py = sys.executable
+    monkeypatch.setattr(peers, "_ENTRY_POINTS", dict(peers._ENTRY_POINTS))  # undone after the test
+    register_entry_point("runner")
     assert looks_like_guard([py, "-m", "stageload", "guard", "--busy", "x", "--", "sleep", "33"])
     assert looks_like_guard(["python3", "-u", "-m", "runner", "img.png", "-o", "a.glb", "--busy", "runner"])
     assert looks_like_guard([py, "-m", "runner", "batch", "a.png"])
