@@ -32,7 +32,9 @@ BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9"
 class Run:
     """One trace prepared for drawing: ``label``, ``times`` (s from the first line),
     ``gib`` (footprint, GiB), ``stages`` (list of dicts: ``stage``, ``start``, ``ready``, ``end``,
-    seconds from the first line), ``summary`` (``stageload.summary.summarize``)."""
+    seconds from the first line; ``stage`` events with a ``parent`` are not stages),
+    ``substeps`` (``stage``, ``parent``, ``start``: those sub-step events), ``summary``
+    (``stageload.summary.summarize``)."""
 
     def __init__(self, label: str, events: list[dict]):
         events = sorted((e for e in events if isinstance(e.get("t"), (int, float))),
@@ -47,7 +49,10 @@ class Run:
         self.times = [s["t"] - t0 for s in samples]
         self.gib = [s["footprint"] / GIB for s in samples]
         self.summary = summarize(events)
-        marks = [e for e in events if e.get("event") == "stage"]
+        marks = [e for e in events if e.get("event") == "stage" and e.get("parent") is None]
+        self.substeps = [{"stage": str(e.get("stage")), "parent": str(e.get("parent")),
+                          "start": e["t"] - t0} for e in events
+                         if e.get("event") == "stage" and e.get("parent") is not None]
         self.stages = []
         for k, ev in enumerate(marks):
             end = marks[k + 1]["t"] - t0 if k + 1 < len(marks) else t_end
@@ -147,6 +152,10 @@ def make_figure(runs: list[Run], title: str | None = None):
                                    fontsize=10 if width > 0.07 else 9, color="#303030", zorder=4,
                                    bbox={"boxstyle": "round,pad=0.2", "facecolor": "white",
                                          "alpha": 0.75, "edgecolor": "none"}))
+    for sub in runs[0].substeps:  # sub-steps (e.g. export's): dotted lines, names at the bottom
+        ax.axvline(sub["start"], color="#707070", linewidth=0.7, linestyle=":", zorder=1)
+        ax.text(sub["start"], 0.01, f" {sub['stage']}", transform=ax.get_xaxis_transform(),
+                rotation=90, ha="left", va="bottom", fontsize=7, color="#404040", zorder=4)
     ax.set_xlim(0, x_max)
     rows, row_height = _stagger_labels(fig, ax, band_labels)
 

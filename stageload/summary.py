@@ -51,7 +51,7 @@ def _overall_peak(samples: list[dict]) -> dict:
 
 
 def _stages(events: list[dict], end_t: float | None) -> list[dict]:
-    marks = [e for e in events if e.get("event") == "stage"]
+    marks = [e for e in events if e.get("event") == "stage" and e.get("parent") is None]
     out = []
     for k, ev in enumerate(marks):
         nxt = marks[k + 1]["t"] if k + 1 < len(marks) else None
@@ -64,6 +64,24 @@ def _stages(events: list[dict], end_t: float | None) -> list[dict]:
                     "last": nxt is None,
                     "release_seconds": ready.get("seconds") if ready else None,
                     "released_bytes": ready.get("released_bytes") if ready else None})
+    return out
+
+
+def _substeps(events: list[dict], samples: list[dict], st: dict) -> list[dict]:
+    """Sub-steps of stage ``st``: ``stage`` events whose ``parent`` is its name, inside its
+    span. Each one's window runs from its event to the next sub-step's, or to the end of the
+    parent's window."""
+    end = None if st["last"] else st["end"]
+    marks = [e for e in events if e.get("event") == "stage" and e.get("parent") == st["stage"]
+             and e["t"] >= st["start"] and (end is None or e["t"] < end)]
+    out = []
+    for k, ev in enumerate(marks):
+        stop = marks[k + 1]["t"] if k + 1 < len(marks) else end
+        win = window_peak(samples, ev["t"], stop)
+        out.append({"stage": ev.get("stage"), "index": ev.get("index"),
+                    "seconds": (stop if stop is not None else st["end"]) - ev["t"],
+                    "peak": win["peak"], "peak_footprint": win["footprint"],
+                    "peak_hwm": win["hwm"], "samples": win["samples"]})
     return out
 
 
@@ -81,7 +99,12 @@ def summarize(lines: Iterable[str | bytes | dict]) -> dict:
          "outside_stage": [{"model", "stage", "event", "bytes", "seconds", "t"}],
          "stages": [{"stage", "index", "count", "seconds", "release_seconds", "released_bytes",
                      "window_seconds", "peak", "peak_footprint", "peak_hwm", "samples",
-                     "loads", "load_bytes", "load_seconds", "gpu_peak"}]}
+                     "loads", "load_bytes", "load_seconds", "gpu_peak",
+                     "substeps": [{"stage", "index", "seconds", "peak", "peak_footprint",
+                                   "peak_hwm", "samples"}]}]}
+
+    Sub-steps are ``stage`` events carrying ``"parent": <stage>`` (the export stage's steps,
+    runner/PROTOCOL.md); they do not end their parent's window and are listed under it.
 
     Raises ``TraceError`` if a line other than the last is not JSON or there are no events.
     """
@@ -115,6 +138,7 @@ def summarize(lines: Iterable[str | bytes | dict]) -> dict:
             "load_bytes": sum(int(e.get("bytes") or 0) for e in in_span),
             "load_seconds": sum(float(e.get("seconds") or 0) for e in in_span),
             "gpu_peak": int(max(gpu)) if gpu else None,
+            "substeps": _substeps(events, samples, st),
         })
 
     peak = _overall_peak(samples)
@@ -186,7 +210,9 @@ def format_text(summary: dict, name: str = "trace") -> str:
     lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), {_size(ld['bytes'])} "
                  f"in {_sec(ld['seconds'])}; {len(s['outside_stage'])} outside their stage")
     if s["stages"]:
-        width = max(12, max(len(str(st["stage"])) for st in s["stages"]) + 2)
+        width = max(12, max(len(str(st["stage"])) for st in s["stages"]) + 2,
+                    max((len(str(sub["stage"])) + 6 for st in s["stages"]
+                         for sub in st.get("substeps") or ()), default=0))
         lines += ["", f"{'stage':<{width}}{'time':>9}{'release':>9}{'peak':>11}  loads"]
         for st in s["stages"]:
             mark = "*" if st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"] \
@@ -195,6 +221,10 @@ def format_text(summary: dict, name: str = "trace") -> str:
                      if st["loads"] else "–")
             lines.append(f"{str(st['stage']):<{width}}{_sec(st['seconds']):>9}"
                          f"{_sec(st['release_seconds']):>9}{_size(st['peak']):>11}{mark} {loads}")
+            for sub in st.get("substeps") or ():
+                name = f"  · {sub['stage']}"
+                lines.append(f"{name:<{width}}{_sec(sub['seconds']):>9}{'':>9}"
+                             f"{_size(sub['peak']):>11}")
         if any(st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"]
                and st["peak_hwm"] != st["peak_footprint"] for st in s["stages"]):
             lines.append("* peak from the kernel high-water mark (a spike between samples)")
