@@ -37,6 +37,7 @@ from .cli import (ArgumentParser, add_job_arguments, explain, guard_config, inte
 from .errors import RunnerError
 from .inputs import IMAGE_SUFFIXES
 from .protocol import make
+from .results import Job, Outcome
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -141,8 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m runner batch DIR -o OUTDIR …``: returns 0 when every image is done or
     skipped, ``batch_failed`` (5) when any failed, another kind's code for a batch-level error
     (missing folder, cancel …)."""
-    from .supervisor import RUNNER_VERSION, Job, Outcome, run_job
-
     try:
         ns = build_parser().parse_args(argv)
         options = validate_job(ns)
@@ -150,114 +149,166 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as err:
         return usage_failure(err, "batch")
     emitter, cancel = setup(ns)
-    started = time.time()
-    in_dir = Path(ns.input_dir).expanduser().absolute()
-    out_dir = Path(ns.output_dir).expanduser().absolute()
-    manifest_path = out_dir / MANIFEST
-    stages = backends.get(ns.backend).planned_stages(options)
-    fingerprint = job_fingerprint(ns.backend, ns.seed, ns.texture_size, ns.height_m, options)
-    hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="batch",
-                 backend=ns.backend, image=None, output=None, trace=None, stages=stages,
-                 input_dir=str(in_dir), output_dir=str(out_dir), manifest=str(manifest_path),
-                 python=sys.executable)
-    emitter.emit(hello)
-
-    def fail(err: RunnerError) -> int:
-        emitter.event("error", **err.fields())
-        return err.exit_code
-
+    batch = Batch(ns, options, config, emitter, cancel)
     try:
-        if in_dir.is_file():
-            return fail(RunnerError("input_missing", f"{in_dir} is a file, not a folder.",
-                                    "batch takes a folder of images; for one image run "
-                                    "`python -m runner IMAGE -o OUT.glb`."))
-        if not in_dir.is_dir():
-            return fail(RunnerError("input_missing", f"The folder {in_dir} does not exist."))
-        images = find_images(in_dir)
-        if not images:
-            return fail(RunnerError("input_missing", f"No images ({', '.join(IMAGE_SUFFIXES)}) "
-                                    f"in {in_dir}.", "Choose a folder that contains images."))
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            return fail(RunnerError("output_unwritable", f"Cannot create {out_dir} "
-                                    f"({exc.strerror or exc})."))
-        manifest = load_manifest(manifest_path)
-        entries = manifest.get("images") if isinstance(manifest.get("images"), dict) else {}
-        manifest = {"version": MANIFEST_VERSION, "runner": RUNNER_VERSION,
-                    "input_dir": str(in_dir), "output_dir": str(out_dir),
-                    "backend": ns.backend, "updated": time.time(), "images": entries}
-        names = output_names(images)
-        counts = {"done": 0, "failed": 0, "skipped": 0}
-        count = len(images)
-        for index, image in enumerate(images, 1):
-            if cancel:
-                break
-            output = out_dir / f"{names[image]}.glb"
-            trace = out_dir / f"{names[image]}.trace.jsonl"
-            entry = entries.get(image.name) or {}
-            digest = file_sha256(image)
-            ours = entry.get("output") == str(output)  # the manifest attributes it to us
-            if (not ns.overwrite and entry.get("status") == "done" and output.exists() and ours
-                    and digest is not None and entry.get("sha256") == digest
-                    and entry.get("options") == fingerprint):
-                counts["skipped"] += 1
-                emitter.event("batch_item", index=index, count=count, image=str(image),
-                              status="skipped", output=str(output), trace=entry.get("trace"),
-                              seconds=0.0, peak=entry.get("peak"), error=None)
-                continue
-            # A changed image or changed options: this batch may replace what it wrote itself
-            # (a GLB recorded as done, a trace recorded for this image), nothing else.
-            job = Job(image=image, output=output, backend=ns.backend, trace=trace,
-                      seed=ns.seed, texture_size=ns.texture_size, height_m=ns.height_m,
-                      overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
-                      options=options,
-                      replace_trace=ns.overwrite or entry.get("trace") == str(trace))
-            item_hello = {**hello, "mode": "batch_item", "image": str(image),
-                          "output": str(output), "trace": str(trace), "item": index}
-            began = time.time()
-            try:
-                outcome = run_job(job, emitter.emit, cancel, config, preamble=[item_hello],
-                                  tag={"item": index})
-            except Exception as exc:  # a bug on this image must not stop the others
-                import traceback
-
-                traceback.print_exc(file=sys.stderr)
-                err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
-                outcome = Outcome(ok=False, final=err.fields(), exit_code=err.exit_code,
-                                  output=None, trace=None, seconds=time.time() - began,
-                                  peak=None, error=err)
-            if outcome.error is not None and outcome.error.kind == "cancelled":
-                status = "cancelled"
-            else:
-                status = "done" if outcome.ok else "failed"
-            counts["done" if outcome.ok else "failed"] += 1
-            error = None if outcome.ok else {k: outcome.final.get(k) for k in
-                                             ("kind", "message", "hint", "exit_code")}
-            if not outcome.ok:
-                explain({**outcome.final, "message": f"{image.name}: {outcome.final.get('message')}"})
-            entries[image.name] = {"image": str(image), "output": str(output),
-                                   "trace": outcome.trace, "status": status,
-                                   "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
-                                   "error": error, "sha256": digest, "options": fingerprint,
-                                   "finished": time.time()}
-            manifest["updated"] = time.time()
-            write_manifest(manifest_path, manifest)
-            emitter.event("batch_item", index=index, count=count, image=str(image),
-                          status="failed" if status == "cancelled" else status,
-                          output=str(output) if outcome.ok else None, trace=outcome.trace,
-                          seconds=round(outcome.seconds, 3), peak=outcome.peak, error=error)
-        if cancel:
-            return fail(RunnerError("cancelled", f"Batch cancelled ({cancel.reason}); the "
-                                    "manifest records what was finished."))
-        write_manifest(manifest_path, manifest)
-        emitter.event("batch_done", done=counts["done"], failed=counts["failed"],
-                      skipped=counts["skipped"], count=count, manifest=str(manifest_path),
-                      seconds=round(time.time() - started, 3))
-        return 0 if counts["failed"] == 0 else RunnerError("batch_failed", "").exit_code
+        return batch.run()
     except RunnerError as err:
-        return fail(err)
+        return batch.fail(err)
     except Exception as exc:  # a bug: one error event, the traceback on stderr only
         return internal_failure(emitter, exc)
     finally:
         cancel.uninstall()
+
+
+class Batch:
+    """One ``batch`` command: ``ns`` the parsed command line, ``options`` the backend's own
+    options, ``config`` the ``GuardConfig``; events go to ``emitter``. Publishes ``hello`` at
+    once; :meth:`run` does the rest."""
+
+    def __init__(self, ns, options: dict, config, emitter, cancel):
+        from .supervisor import RUNNER_VERSION
+
+        self.ns, self.options, self.config = ns, options, config
+        self.emitter, self.cancel = emitter, cancel
+        self.started = time.time()
+        self.in_dir = Path(ns.input_dir).expanduser().absolute()
+        self.out_dir = Path(ns.output_dir).expanduser().absolute()
+        self.manifest_path = self.out_dir / MANIFEST
+        self.fingerprint = job_fingerprint(ns.backend, ns.seed, ns.texture_size, ns.height_m,
+                                           options)
+        self.counts = {"done": 0, "failed": 0, "skipped": 0}
+        self.manifest: dict = {}
+        self.entries: dict = {}
+        self.hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="batch",
+                          backend=ns.backend, image=None, output=None, trace=None,
+                          stages=backends.get(ns.backend).planned_stages(options),
+                          input_dir=str(self.in_dir), output_dir=str(self.out_dir),
+                          manifest=str(self.manifest_path), python=sys.executable)
+        emitter.emit(self.hello)
+
+    def fail(self, err: RunnerError) -> int:
+        """Report a batch-level failure as the last event; returns its exit code."""
+        self.emitter.event("error", **err.fields())
+        return err.exit_code
+
+    def run(self) -> int:
+        """Every image in turn, then ``batch_done``; returns the exit status. Raises
+        ``RunnerError`` for a batch-level failure."""
+        images = self.images()
+        self.open_manifest()
+        names = output_names(images)
+        for index, image in enumerate(images, 1):
+            if self.cancel:
+                break
+            self.item(index, len(images), image, names[image])
+        if self.cancel:
+            raise RunnerError("cancelled", f"Batch cancelled ({self.cancel.reason}); the "
+                              "manifest records what was finished.")
+        write_manifest(self.manifest_path, self.manifest)
+        self.emitter.event("batch_done", **self.counts, count=len(images),
+                           manifest=str(self.manifest_path),
+                           seconds=round(time.time() - self.started, 3))
+        return 0 if self.counts["failed"] == 0 else RunnerError("batch_failed", "").exit_code
+
+    def images(self) -> list[Path]:
+        """The images of the input folder; creates the output folder. Raises ``RunnerError``
+        (``input_missing`` for a missing folder, a file, or no images; ``output_unwritable``)."""
+        in_dir, out_dir = self.in_dir, self.out_dir
+        if in_dir.is_file():
+            raise RunnerError("input_missing", f"{in_dir} is a file, not a folder.",
+                              "batch takes a folder of images; for one image run "
+                              "`python -m runner IMAGE -o OUT.glb`.")
+        if not in_dir.is_dir():
+            raise RunnerError("input_missing", f"The folder {in_dir} does not exist.")
+        images = find_images(in_dir)
+        if not images:
+            raise RunnerError("input_missing", f"No images ({', '.join(IMAGE_SUFFIXES)}) in "
+                              f"{in_dir}.", "Choose a folder that contains images.")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunnerError("output_unwritable", f"Cannot create {out_dir} "
+                              f"({exc.strerror or exc}).") from None
+        return images
+
+    def open_manifest(self) -> None:
+        """Read the earlier manifest's entries (if any) into a fresh manifest of this batch."""
+        from .supervisor import RUNNER_VERSION
+
+        earlier = load_manifest(self.manifest_path)
+        images = earlier.get("images")
+        self.entries = images if isinstance(images, dict) else {}
+        self.manifest = {"version": MANIFEST_VERSION, "runner": RUNNER_VERSION,
+                         "input_dir": str(self.in_dir), "output_dir": str(self.out_dir),
+                         "backend": self.ns.backend, "updated": time.time(),
+                         "images": self.entries}
+
+    def item(self, index: int, count: int, image: Path, stem: str) -> None:
+        """One image: skipped when the manifest says it is done and unchanged, else run as a
+        job; recorded in the manifest and reported as ``batch_item``."""
+        ns = self.ns
+        output = self.out_dir / f"{stem}.glb"
+        trace = self.out_dir / f"{stem}.trace.jsonl"
+        entry = self.entries.get(image.name) or {}
+        digest = file_sha256(image)
+        ours = entry.get("output") == str(output)  # the manifest attributes it to us
+        if (not ns.overwrite and entry.get("status") == "done" and output.exists() and ours
+                and digest is not None and entry.get("sha256") == digest
+                and entry.get("options") == self.fingerprint):
+            self.counts["skipped"] += 1
+            self.emitter.event("batch_item", index=index, count=count, image=str(image),
+                               status="skipped", output=str(output), trace=entry.get("trace"),
+                               seconds=0.0, peak=entry.get("peak"), error=None)
+            return
+        # A changed image or changed options: this batch may replace what it wrote itself
+        # (a GLB recorded as done, a trace recorded for this image), nothing else.
+        job = Job(image=image, output=output, backend=ns.backend, trace=trace, seed=ns.seed,
+                  texture_size=ns.texture_size, height_m=ns.height_m,
+                  overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
+                  options=self.options,
+                  replace_trace=ns.overwrite or entry.get("trace") == str(trace))
+        outcome = self.run_job(job, index)
+        self.record(index, count, image, output, outcome, digest)
+
+    def run_job(self, job: Job, index: int) -> Outcome:
+        """Run one image's job (tagged with ``item``); a bug becomes an ``internal`` outcome
+        so that the other images still run."""
+        from .supervisor import run_job
+
+        item_hello = {**self.hello, "mode": "batch_item", "image": str(job.image),
+                      "output": str(job.output), "trace": str(job.trace), "item": index}
+        began = time.time()
+        try:
+            return run_job(job, self.emitter.emit, self.cancel, self.config,
+                           preamble=[item_hello], tag={"item": index})
+        except Exception as exc:  # a bug on this image must not stop the others
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
+            return Outcome(ok=False, final=err.fields(), exit_code=err.exit_code, output=None,
+                           trace=None, seconds=time.time() - began, peak=None, error=err)
+
+    def record(self, index: int, count: int, image: Path, output: Path, outcome: Outcome,
+               digest: str | None) -> None:
+        """Write one finished image into the manifest and report it as ``batch_item``."""
+        if outcome.error is not None and outcome.error.kind == "cancelled":
+            status = "cancelled"
+        else:
+            status = "done" if outcome.ok else "failed"
+        self.counts["done" if outcome.ok else "failed"] += 1
+        error = None if outcome.ok else {k: outcome.final.get(k) for k in
+                                         ("kind", "message", "hint", "exit_code")}
+        if not outcome.ok:
+            explain({**outcome.final, "message": f"{image.name}: {outcome.final.get('message')}"})
+        self.entries[image.name] = {"image": str(image), "output": str(output),
+                                    "trace": outcome.trace, "status": status,
+                                    "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
+                                    "error": error, "sha256": digest,
+                                    "options": self.fingerprint, "finished": time.time()}
+        self.manifest["updated"] = time.time()
+        write_manifest(self.manifest_path, self.manifest)
+        self.emitter.event("batch_item", index=index, count=count, image=str(image),
+                           status="failed" if status == "cancelled" else status,
+                           output=str(output) if outcome.ok else None, trace=outcome.trace,
+                           seconds=round(outcome.seconds, 3), peak=outcome.peak, error=error)

@@ -45,13 +45,14 @@ PROBE_TIMEOUT = 180.0
 def probe(options: dict, python: str | None = None) -> dict:
     """Run the worker's ``--probe`` in a subprocess and return its ``probe`` event. Raises
     ``RunnerError('worker_crashed')`` when it gives none."""
-    from .supervisor import _worker_env, worker_argv
+    from .child import child_env
+    from .jobrun import worker_argv
 
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(worker_argv(python or sys.executable, write_fd, options, probe=True),
                                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
-                                stdout=sys.stderr.fileno(), env=_worker_env(),
+                                stdout=sys.stderr.fileno(), env=child_env(),
                                 start_new_session=True)
     finally:
         os.close(write_fd)

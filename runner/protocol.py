@@ -75,19 +75,17 @@ class Emitter:
     """Writes protocol objects to ``stream`` (default: the binary buffer of ``sys.stdout``,
     UTF-8), one line each, flushed.
 
-    ``also`` (optional callable taking the dict) sees every object first — the supervisor
-    passes the trace writer. ``on_broken`` is called once (no arguments) when the stream is
-    closed by the reader. Thread-safe.
+    ``on_broken`` is called once (no arguments) when the stream is closed by the reader.
+    Thread-safe.
     """
 
-    def __init__(self, stream: TextIO | None = None, also: Callable[[dict], None] | None = None,
+    def __init__(self, stream: TextIO | None = None,
                  on_broken: Callable[[], None] | None = None):
         # Bytes to stdout's buffer: the protocol is UTF-8 whatever the locale says (a Latin-1
         # locale would otherwise fail on a path like "漢字.png").
         if stream is None:
             stream = getattr(sys.stdout, "buffer", sys.stdout)
         self.stream = stream
-        self.also = also
         self.on_broken = on_broken
         self.broken = False
         self.count = 0
@@ -96,8 +94,6 @@ class Emitter:
     def emit(self, obj: dict) -> dict:
         """Write ``obj`` (a dict made by ``make``/``relay``) and return it."""
         with self._lock:
-            if self.also is not None:
-                self.also(obj)
             if self.broken:
                 return obj
             line = dumps(obj) + "\n"

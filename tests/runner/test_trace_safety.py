@@ -20,7 +20,7 @@ from PIL import Image
 
 from runner.errors import RunnerError
 from runner.outputs import check_trace, failed_runs_trace
-from runner.supervisor import _Trace
+from runner.jobtrace import JobTrace
 
 
 def _digest(path) -> str:
@@ -115,7 +115,7 @@ def test_losing_the_race_for_a_trace_path_refuses(tmp_path):
     """Both runners passed the up-front check before either created the file: the second
     open fails with output_exists (O_EXCL in stageload's TraceWriter), the first is intact."""
     path = check_trace(tmp_path / "t.trace.jsonl")
-    first, second = _Trace(), _Trace()
+    first, second = JobTrace(), JobTrace()
     first.open(path)
     first({"event": "hello", "t": time.time(), "pid": 1})
     with pytest.raises(RunnerError) as info:

@@ -1,0 +1,190 @@
+"""One process of a job, run under the job's guard: ``Child`` spawns it (own session and process
+group, through ``stageload.guard.Guard``), relays the JSON lines it writes to an events pipe,
+samples its process tree from outside, judges the guard's budget, and waits for its end.
+
+The worker (``python -m runner.worker``) is the first child of every job; a job may run a
+second child (e.g. an export process) the same way, one after the other — the guard watches
+one command at a time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from .jobtrace import log
+from .protocol import make, relay
+
+SAMPLE_INTERVAL = 0.1
+"""Seconds between memory samples of a child's process tree (10 Hz)."""
+
+WORKER_ONLY = frozenset({"worker", "worker_done", "error", "probe"})
+"""Events the worker sends for the supervisor alone: written to the trace (as
+``worker_<name>``), never relayed."""
+
+
+def child_env() -> dict:
+    """A child's environment: ours, with this package's folder first on ``PYTHONPATH`` so
+    the child imports the same ``runner`` and ``stageload`` even when they are not installed
+    (the Blender add-on runs them from its own folder)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    parts = [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def stderr_fd() -> int | None:
+    """Our stderr's file descriptor when it is open, else None."""
+    try:
+        fd = sys.stderr.fileno()
+        os.fstat(fd)
+        return fd
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class Child:
+    """One child process of a job.
+
+    ``run`` is the job (``runner.jobrun.JobRun``); a child uses its ``guard``,
+    ``guard_config``, ``cancel``, ``trace``, ``tracker`` and ``publish``. ``name`` labels the
+    child in the trace (its private events are traced as ``<name>_<event>``) and in messages;
+    ``private`` names the events it sends for the supervisor alone (kept in ``events``, by
+    name, the last of each), every other event is relayed to the protocol stream.
+
+    Steps: :meth:`spawn`, then :meth:`relay` and :meth:`sample` (both start a thread), then
+    :meth:`wait`. Afterwards ``code`` is the exit status (negative: killed by that signal),
+    ``events`` the private events, ``stopped`` the guard's reason when its budget stopped the
+    child (None otherwise).
+    """
+
+    def __init__(self, run, name: str = "worker", private: frozenset = WORKER_ONLY):
+        self.run = run
+        self.name = name
+        self.private = private
+        self.proc: subprocess.Popen | None = None
+        self.code: int | None = None
+        self.events: dict[str, dict] = {}
+        self.stopped: str | None = None
+        self._read_fd: int | None = None
+        self._reader: threading.Thread | None = None
+        self._sampler = None
+        self._guard_lock = threading.Lock()
+        self._next_check = 0.0
+        self._sample_failed = False
+
+    def spawn(self, argv: Callable[[int], list[str]]) -> None:
+        """Start ``argv(events_fd)`` (the command line, given the write end of the events
+        pipe) under the guard, stdin ``/dev/null``, stdout to our stderr. Raises ``OSError``
+        when it cannot be started."""
+        read_fd, write_fd = os.pipe()
+        err_fd = stderr_fd()
+        try:
+            self.proc = self.run.guard.start(
+                argv(write_fd), pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                stdout=err_fd if err_fd is not None else subprocess.DEVNULL,
+                env=child_env(), close_fds=True)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self._read_fd = read_fd
+
+    # -- relay ---------------------------------------------------------------------------------
+    def relay(self) -> None:
+        """Start the thread that reads the child's events and relays or keeps them."""
+        self._reader = threading.Thread(target=self._read_events, daemon=True,
+                                        name=f"runner-{self.name}-relay")
+        self._reader.start()
+
+    def _read_events(self) -> None:
+        with os.fdopen(self._read_fd, "r", encoding="utf-8", errors="replace") as pipe:
+            for line in pipe:
+                line = line.strip()
+                if line:
+                    self._on_line(line)
+
+    def _on_line(self, line: str) -> None:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            log(f"{self.name} sent a line that is not JSON: {line[:200]!r}")
+            return
+        if not isinstance(ev, dict) or "event" not in ev:
+            return
+        name = ev["event"]
+        if name in self.private:
+            self.events[name] = ev
+            traced = name if name.startswith(self.name) else f"{self.name}_{name}"
+            self.run.trace({**ev, "event": traced})
+            return
+        self.run.tracker.on_event(ev)
+        self.run.publish(relay(ev))
+
+    # -- sample --------------------------------------------------------------------------------
+    def sample(self) -> None:
+        """Start sampling the child's process tree (``stageload.meter.Sampler``, 10 Hz)."""
+        from stageload.meter import Sampler
+
+        self._sampler = Sampler(self.proc.pid, self._on_sample, interval=SAMPLE_INTERVAL).start()
+
+    def _on_sample(self, sample: dict) -> None:
+        # The sampler thread stops for good when its sink raises; the guard's budget rides on
+        # it, so nothing here may escape.
+        try:
+            self._account(sample)
+        except Exception as exc:
+            if not self._sample_failed:
+                log(f"memory sample handling failed ({type(exc).__name__}: {exc}); continuing")
+            self._sample_failed = True
+
+    def _account(self, sample: dict) -> None:
+        run = self.run
+        run.trace(sample)
+        if not sample.get("footprint"):
+            return  # the child has exited (a zombie has no resident memory): no report
+        memory = run.tracker.on_sample(sample)
+        if memory is not None:
+            run.publish(make("memory", **memory))
+        # The budget is judged every --poll seconds (as `python -m stageload guard` does),
+        # on the latest sample, so --kill-samples keeps its documented meaning.
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + run.guard_config.poll
+        with self._guard_lock:
+            if self.stopped is None and not run.cancel:
+                decision = run.guard.check(sample)
+                if decision is not None:
+                    self.stopped = decision.get("reason", "over budget")
+
+    # -- wait ----------------------------------------------------------------------------------
+    def wait(self) -> int:
+        """Wait until the child exits, the job is cancelled (the child's tree is stopped) or
+        the guard's budget stopped it; then stop sampling and collect the last events.
+        Returns the exit status (also in ``code``)."""
+        run, proc = self.run, self.proc
+        while proc.poll() is None and not run.cancel and self.stopped is None:
+            run.cancel.wait(0.05)
+        if run.cancel and proc.poll() is None:
+            with self._guard_lock:
+                run.guard.stop(f"cancelled: {run.cancel.reason}")
+        try:
+            self.code = proc.wait(timeout=max(5.0, run.guard_config.grace + 5.0))
+        except Exception:
+            with self._guard_lock:
+                run.guard.stop(f"the {self.name} did not exit")
+            self.code = proc.wait()
+        self._sampler.stop(final=False)
+        if self._sampler.error is not None:
+            log(f"the memory sampler stopped early: {self._sampler.error!r}")
+        self._reader.join(timeout=3.0)
+        return self.code

@@ -1,0 +1,245 @@
+"""``JobRun``: one image → GLB job from validation to its last event, in named steps.
+
+``validate`` (backend, input, output, trace — nothing of an earlier run is touched before the
+trace opens) → ``admit`` (the guard's admission) → ``spawn`` (the worker, a ``runner.child.Child``
+in its own process group) → relay and sample (the child's threads) → ``outcome`` (commit the
+partial GLB, or the ``RunnerError`` that explains the end) → ``finish`` (the ``result`` or
+``error`` event, written to the trace and returned in an ``Outcome``).
+
+A step that fails raises ``RunnerError``; :meth:`JobRun.run` turns it into the job's
+``error`` event. The supervisor (``runner.supervisor.run_job``) is this class's only caller.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import backends
+from .cancel import Cancel, cancel_error
+from .child import Child
+from .errors import KINDS, RunnerError
+from .inputs import probe_image
+from .jobtrace import JobTrace, log, summarize_trace
+from .memory import MemoryTracker
+from .outputs import (check_output, check_trace, commit, discard, failed_runs_trace,
+                      sweep_stale_partials, temp_path, trace_conflict)
+from .protocol import make, relay
+from .results import Job, Outcome
+
+
+def worker_argv(python: str, events_fd: int, payload: dict, *, probe: bool = False) -> list[str]:
+    """Command line of the worker (``python -m runner.worker``): ``--events-fd`` and the job
+    (or, with ``probe``, ``--probe`` and the backend options) as JSON."""
+    import json
+
+    argv = [python, "-m", "runner.worker", "--events-fd", str(events_fd)]
+    if probe:
+        return argv + ["--probe", "--backend-options", json.dumps(payload)]
+    return argv + ["--job", json.dumps(payload)]
+
+
+class JobRun:
+    """One job's run. ``emit`` gets each protocol object for stdout (with ``v``); the trace
+    gets them too, plus the samples. ``preamble`` (e.g. ``hello``) is written first into the
+    trace. ``tag`` fields are added to every published event (batch: ``item``). ``python`` is
+    the worker's interpreter (default: this one). ``guard_config`` is a
+    ``stageload.guard.GuardConfig``."""
+
+    def __init__(self, job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config, *,
+                 preamble: list[dict] = (), python: str | None = None, tag: dict | None = None):
+        self.job = job
+        self.emit = emit
+        self.cancel = cancel
+        self.guard_config = guard_config
+        self.python = python or sys.executable
+        self.tag = dict(tag or {})
+        self.started = time.time()
+        self.trace = JobTrace()
+        for obj in preamble:
+            self.trace(obj)
+        self.tracker = MemoryTracker()
+        self.backend = None
+        self.guard = None
+        self.output: Path | None = None
+        self.partial: Path | None = None
+        self.children: list[Child] = []
+        self._order = threading.RLock()  # re-entrant: emit's broken-pipe callback may publish
+
+    def publish(self, obj: dict) -> None:
+        """Trace then print ``obj`` (tagged), under one lock: the relay and sampler threads
+        publish concurrently, and the trace must hold the stdout lines in stdout's order."""
+        obj = {**obj, **self.tag} if self.tag else obj
+        with self._order:
+            self.trace(obj)
+            self.emit(obj)
+
+    def run(self) -> Outcome:
+        """Run every step; never raises for a job failure (the ``Outcome`` says it)."""
+        try:
+            try:
+                self.validate()
+                self.admit()
+                worker = self.spawn()
+                info = self.outcome(worker)
+            except RunnerError as err:
+                return self.finish(err)
+            return self.finish(None, info)
+        finally:
+            self.close()
+
+    # -- validate ------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """The backend, then the input, output and trace (no trace before they pass: nothing
+        of an earlier run is touched); opens the trace and publishes ``input``."""
+        job = self.job
+        try:
+            self.backend = backends.get(job.backend)
+        except KeyError as exc:
+            raise RunnerError("usage", str(exc.args[0])) from None
+        if not self.backend.installed():
+            raise RunnerError("backend_unavailable", f"The {self.backend.name} backend is not "
+                              "installed here.", self.backend.install_hint or None)
+        self.backend.run_precheck(job.options)  # cheap: files and folders only
+        try:
+            info = self._check_files()
+        except RunnerError:
+            raise
+        except Exception as exc:  # a bug in validation: this job fails, the process goes on
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            raise RunnerError("internal", f"Unexpected {type(exc).__name__} while checking "
+                              f"the input: {exc}") from None
+        self.publish(make("input", **info.as_dict()))
+        if self.cancel:
+            raise cancel_error(self.cancel, "before the worker started")
+
+    def _check_files(self):
+        """Input, output and trace checks; opens the trace. Returns the input's ``ImageInfo``."""
+        job = self.job
+        replace = job.overwrite if job.replace_trace is None else job.replace_trace
+        trace_conflict(job.resolved_trace(), job.image, job.output)
+        info = probe_image(job.image)
+        self.output = check_output(job.output, job.overwrite)
+        trace_path = job.resolved_trace()
+        if not replace and failed_runs_trace(trace_path, self.output):
+            log(f"replacing {trace_path}: the trace of an earlier run of {self.output.name} "
+                "that produced no GLB")
+            replace = True
+        trace_path = check_trace(trace_path, replace)
+        self.trace.open(trace_path, replace)
+        return info
+
+    # -- admit ---------------------------------------------------------------------------------
+    def admit(self) -> None:
+        """Create the guard and wait for its admission (a cancel stops the wait)."""
+        from stageload.guard import Guard
+
+        try:
+            self.guard = Guard(self.guard_config, log=lambda ev: self.publish(relay(ev)))
+        except ValueError as exc:  # stageload.guard.ConfigError, e.g. --log cannot be opened
+            raise RunnerError("usage", str(exc)) from None
+        self.cancel.listeners.append(self._on_cancel)
+        admitted = self.guard.wait_for_admission()
+        if self.cancel:
+            raise cancel_error(self.cancel, "while waiting for the guard's admission")
+        if not admitted:
+            raise RunnerError("guard_timeout", "The guard did not find room to start within "
+                              f"{self.guard_config.start_timeout:g} s.")
+
+    def _on_cancel(self, reason: str) -> None:
+        self.guard.cancel()
+
+    # -- spawn, relay, sample ------------------------------------------------------------------
+    def spawn(self) -> Child:
+        """Start the worker on a fresh partial file, relay its events and sample it until it
+        ends. Returns the finished ``Child``."""
+        for stale in sweep_stale_partials(self.output):
+            log(f"removed {stale.name}, left by a runner that was killed")
+        self.partial = temp_path(self.output)
+        job, backend = self.job, self.backend
+        payload = {"backend": backend.name, "image": str(Path(job.image).absolute()),
+                   "output": str(self.partial), "seed": job.seed,
+                   "texture_size": job.texture_size, "height_m": job.height_m,
+                   "options": {o.dest: job.options[o.dest] for o in backend.options
+                               if job.options.get(o.dest) is not None}}
+        worker = Child(self, "worker")
+        try:
+            worker.spawn(lambda fd: worker_argv(self.python, fd, payload))
+        except OSError as exc:
+            raise RunnerError("no_torch", f"Could not start the worker with {self.python} "
+                              f"({exc.strerror or exc}).", "Check the interpreter path.") from None
+        self.run_child(worker)
+        return worker
+
+    def run_child(self, child: Child) -> int:
+        """Relay and sample a spawned ``child`` until it ends; returns its exit status."""
+        self.children.append(child)
+        child.relay()
+        child.sample()
+        return child.wait()
+
+    # -- outcome -------------------------------------------------------------------------------
+    def outcome(self, worker: Child) -> dict:
+        """Judge how the worker ended: commit the partial GLB and return the backend's
+        ``info`` dict, or raise the ``RunnerError`` that says why there is no GLB."""
+        events, code = worker.events, worker.code
+        if worker.stopped is not None:
+            raise RunnerError("guard_stopped", f"The guard stopped the job: {worker.stopped}.")
+        if self.cancel:
+            raise cancel_error(self.cancel, "while the worker ran; the partial output was removed")
+        if "error" in events:
+            ev = events["error"]
+            kind = ev.get("kind") if ev.get("kind") in KINDS else "backend_failed"
+            raise RunnerError(kind, ev.get("message") or "The worker failed.", ev.get("hint"),
+                              **(ev.get("details") or {}))
+        if code == 0 and "worker_done" in events:
+            commit(self.partial, self.output, self.job.overwrite)
+            self.partial = None
+            return events["worker_done"].get("info") or {}
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            raise RunnerError("worker_killed", f"The worker was killed by {name}.")
+        raise RunnerError("worker_crashed", f"The worker exited with status {code} without "
+                          "a result.")
+
+    # -- finish --------------------------------------------------------------------------------
+    def finish(self, error: RunnerError | None, info: dict | None = None) -> Outcome:
+        """The job's last event (``result`` or ``error``), written to the trace (then closed)
+        but not published: the caller prints it (single run) or summarises it (batch)."""
+        seconds = time.time() - self.started
+        trace_path = str(self.trace.path) if self.trace.path else None
+        peak = self.tracker.peak
+        if error is None:
+            summary = summarize_trace(self.trace.path) if self.trace.is_open else None
+            final = make("result", output=str(self.output), trace=trace_path,
+                         seconds=round(seconds, 3), summary=summary, peak=peak,
+                         backend=self.job.backend, info=info or {})
+            if self.trace.error:
+                final["trace_error"] = self.trace.error
+        else:
+            final = make("error", **error.fields(), trace=trace_path, seconds=round(seconds, 3))
+        final.update(self.tag)
+        self.trace(final)
+        self.trace.close()
+        return Outcome(ok=error is None, final=final,
+                       exit_code=0 if error is None else error.exit_code,
+                       output=str(self.output) if error is None else None, trace=trace_path,
+                       seconds=seconds, peak=peak, error=error)
+
+    def close(self) -> None:
+        """Remove an uncommitted partial GLB and release the guard (idempotent)."""
+        if self.partial is not None:
+            discard(self.partial)
+            self.partial = None
+        if self.guard is not None:
+            if self._on_cancel in self.cancel.listeners:
+                self.cancel.listeners.remove(self._on_cancel)
+            self.guard.close()

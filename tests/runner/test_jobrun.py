@@ -1,0 +1,45 @@
+"""``runner.jobrun.JobRun`` and ``runner.child.Child`` as a second process of a job would use
+them (an export process after the worker): each child is a real subprocess started by the
+job's guard, its events relayed or kept, its tree sampled, one after the other."""
+from __future__ import annotations
+
+import sys
+
+from runner.cancel import Cancel
+from runner.child import Child
+from runner.jobrun import JobRun
+from runner.results import Job
+from stageload.guard import GuardConfig
+
+# A child that writes one relayed event and one private event to its events pipe.
+_CHILD = ("import json, os, sys\n"
+          "pipe = os.fdopen(int(sys.argv[1]), 'w')\n"
+          "for ev in ({'event': 'progress', 'stage': sys.argv[2], 'fraction': 1.0},\n"
+          "           {'event': 'done', 'pid': os.getpid()}):\n"
+          "    pipe.write(json.dumps({**ev, 't': 1.0}) + '\\n')\n"
+          "pipe.close()\n")
+
+
+def test_a_job_runs_two_children_in_turn_under_its_guard(tmp_path):
+    published: list[dict] = []
+    run = JobRun(Job(image=tmp_path / "a.png", output=tmp_path / "a.glb"), published.append,
+                 Cancel(), GuardConfig(), tag={"item": 7})
+    try:
+        run.admit()
+        pids = []
+        for name in ("worker", "export"):
+            child = Child(run, name, private=frozenset({"done"}))
+            child.spawn(lambda fd, name=name: [sys.executable, "-c", _CHILD, str(fd), name])
+            assert run.run_child(child) == 0
+            assert child.stopped is None and child.events["done"]["pid"] == child.proc.pid
+            pids.append(child.proc.pid)
+    finally:
+        run.close()
+    progress = [e for e in published if e["event"] == "progress"]
+    assert [e["stage"] for e in progress] == ["worker", "export"]
+    assert all(e["v"] == 1 and e["item"] == 7 for e in published)
+    assert not [e for e in published if e["event"] == "done"]  # private: traced, not relayed
+    started = [e for e in published if e["event"] == "guard" and e["state"] == "started"]
+    assert [e["readings"]["pid"] for e in started] == pids
+    traced = [e["event"] for e in run.trace.pending]  # the trace was never opened: buffered
+    assert traced.count("worker_done") == 1 and traced.count("export_done") == 1
