@@ -1,10 +1,10 @@
-"""Shared test settings: paths to the repository, the shared images and the bundled example."""
+"""Shared test settings: the repository root and the test images (tests/data/images, in the repository)."""
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_IMAGES = REPO.parent / "shared" / "images"
+IMAGES = REPO / "tests" / "data" / "images"  # source and licence: SOURCE.md there
 
 
 @pytest.fixture(scope="session")
@@ -14,7 +14,8 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_images() -> list[Path]:
-    """Every character image in ../shared/images (PNG with alpha and the JPEG on white)."""
-    images = sorted(p for p in SHARED_IMAGES.iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg"})
-    assert images, f"no images found in {SHARED_IMAGES}"
+    """Every character image in tests/data/images (PNGs with alpha and the JPEG on white), sorted
+    by name; shared by the tests, never written to (copy one into tmp_path to change it)."""
+    images = sorted(p for p in IMAGES.iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg"})
+    assert images, f"no images found in {IMAGES}"
     return images

@@ -70,7 +70,7 @@ def test_wait_free_beyond_what_is_available_times_out_with_4(env, tmp_path):
         FAST + ["--wait-free", "99.99%", "--start-timeout", "1.5", "--log", str(log)],
         procs("stamp", tmp_path / "started"), env)
     assert code == 4, err
-    assert seconds >= 1.5 and seconds < 6.0, seconds  # waited the whole --start-timeout, then gave up
+    assert 1.5 <= seconds < 6.0, seconds  # waited the whole --start-timeout, then gave up
     assert not (tmp_path / "started").exists(), "the command ran although there was no room"
     decisions = [json.loads(line) for line in log.read_text().splitlines()]
     assert [d["state"] for d in decisions] == ["waiting", "timeout", "exited"]

@@ -1,4 +1,4 @@
-"""`python -m runner batch` over ../shared/images plus one corrupt file: every good image done,
+"""`python -m runner batch` over tests/data/images plus one corrupt file: every good image done,
 one failure in the manifest, exit 5; a second run does nothing new."""
 from __future__ import annotations
 
