@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from stageload.meter._window import window_peak  # the placement rule summarize uses
+from stageload.meter.window import window_peak  # the placement rule summarize uses
 from stageload.summary import summarize
 
 

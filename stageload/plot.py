@@ -18,10 +18,11 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Iterable
 
-from .summary import print_quietly, summarize
+from .summary import Summarizer, print_quietly
 from .units import format_size
-from .trace import TraceError, iter_lines, parse_lines
+from .trace import TraceError, TraceReader, iter_lines
 
 GIB = 1024**3  # the y axis unit (stageload.units: binary multiples, IEC labels)
 FORMATS = ("png", "svg", "pdf")  # the -o suffixes accepted; all written by matplotlib's Agg canvas
@@ -29,46 +30,87 @@ BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9"
                 "#f1e0d6"]
 
 
-class Run:
-    """One trace prepared for drawing: ``label``, ``times`` (s from the first line),
-    ``gib`` (footprint, GiB), ``stages`` (list of dicts: ``stage``, ``start``, ``ready``, ``end``,
-    seconds from the first line; ``stage`` events with a ``parent`` are not stages),
-    ``substeps`` (``stage``, ``parent``, ``start``: those sub-step events), ``summary``
-    (``stageload.summary.summarize``)."""
+#: At most this many points are kept per run's line (twice as many before a halving): a long
+#: trace is thinned by keeping the higher of each neighbouring pair, so peaks survive and memory
+#: stays bounded whatever the trace's length (a chart cannot show more points than its pixels).
+MAX_POINTS = 20_000
 
-    def __init__(self, label: str, events: list[dict]):
-        events = sorted((e for e in events if isinstance(e.get("t"), (int, float))),
-                        key=lambda e: e["t"])
-        if not events:
+
+class _Series:
+    """Footprint over time, thinned to between MAX_POINTS and 2×MAX_POINTS points: each kept
+    point is the highest of ``stride`` consecutive samples (stride doubles at each halving)."""
+
+    def __init__(self, limit: int = MAX_POINTS):
+        self.limit = limit
+        self.times: list[float] = []
+        self.values: list[float] = []
+        self.stride = 1
+        self._bucket: tuple[float, float] | None = None
+        self._in_bucket = 0
+
+    def add(self, t: float, value: float) -> None:
+        if self._bucket is None or value > self._bucket[1]:
+            self._bucket = (t, value)
+        self._in_bucket += 1
+        if self._in_bucket < self.stride:
+            return
+        self._flush()
+        if len(self.times) >= 2 * self.limit:
+            pairs = zip(zip(self.times[0::2], self.values[0::2]),
+                        zip(self.times[1::2], self.values[1::2]))
+            kept = [a if a[1] >= b[1] else b for a, b in pairs]
+            self.times, self.values = [p[0] for p in kept], [p[1] for p in kept]
+            self.stride *= 2
+
+    def _flush(self) -> None:
+        if self._bucket is not None:
+            self.times.append(self._bucket[0])
+            self.values.append(self._bucket[1])
+        self._bucket, self._in_bucket = None, 0
+
+    def finish(self) -> tuple[list[float], list[float]]:
+        self._flush()
+        return self.times, self.values
+
+
+class Run:
+    """One trace prepared for drawing, read in one streaming pass: ``label``, ``times`` (s from
+    the first line), ``gib`` (footprint, GiB; thinned to at most 2×:data:`MAX_POINTS` points,
+    peaks kept), ``stages`` (list of dicts: ``stage``, ``start``, ``ready``, ``end``, seconds
+    from the first line; ``stage`` events with a ``parent`` are not stages), ``substeps``
+    (``stage``, ``parent``, ``start``: those sub-step events, within their stage), ``summary``
+    (``stageload.summary.summarize``'s dict).
+
+    ``events``: trace lines or event dicts, in file order (e.g. ``iter_lines(path)``). Raises
+    ``TraceError`` when they hold no events or are not a trace."""
+
+    def __init__(self, label: str, events: Iterable[str | bytes | dict]):
+        reader = TraceReader(events, source=label)
+        summarizer = Summarizer()
+        series = _Series()
+        for ev in reader:
+            summarizer.add(ev)
+            if ev.get("event") == "sample" and ev.get("footprint") is not None:
+                series.add(ev["t"], ev["footprint"] / GIB)
+        if summarizer.t0 is None:
             raise TraceError(f"{label}: the trace has no events")
-        t0 = events[0]["t"]
-        t_end = events[-1]["t"] - t0
-        samples = [e for e in events if e.get("event") == "sample"
-                   and isinstance(e.get("footprint"), (int, float))]
         self.label = label
-        self.times = [s["t"] - t0 for s in samples]
-        self.gib = [s["footprint"] / GIB for s in samples]
-        self.summary = summarize(events)
-        marks = [e for e in events if e.get("event") == "stage" and e.get("parent") is None]
-        self.substeps = [{"stage": str(e.get("stage")), "parent": str(e.get("parent")),
-                          "start": e["t"] - t0} for e in events
-                         if e.get("event") == "stage" and e.get("parent") is not None]
-        self.stages = []
-        for k, ev in enumerate(marks):
-            end = marks[k + 1]["t"] - t0 if k + 1 < len(marks) else t_end
-            ready = next((e["t"] - t0 for e in events if e.get("event") == "ready"
-                          and e.get("stage") == ev.get("stage") and e["t"] >= ev["t"]
-                          and e["t"] - t0 <= end), None)
-            self.stages.append({"stage": str(ev.get("stage")), "start": ev["t"] - t0,
-                                "ready": ready if ready is not None else ev["t"] - t0,
-                                "end": end})
+        self.summary = summarizer.result(reader)
+        times, self.gib = series.finish()
+        self.times = [t - summarizer.t0 for t in times]
+        self.stages = [{"stage": str(st["stage"]), "start": st["start"],
+                        "ready": st["ready"] if st["ready"] is not None else st["start"],
+                        "end": st["start"] + st["seconds"]} for st in self.summary["stages"]]
+        self.substeps = [{"stage": str(sub["stage"]), "parent": str(st["stage"]),
+                          "start": sub["start"]}
+                         for st in self.summary["stages"] for sub in st["substeps"]]
 
 
 def load_run(path: str | os.PathLike, label: str | None = None) -> Run:
-    """Read the trace at ``path`` into a ``Run`` labelled ``label`` (default: the file stem).
-    Raises ``TraceError`` when the file is missing or not a trace."""
-    events, _ = parse_lines(iter_lines(path), source=str(path))
-    return Run(label or Path(path).stem, events)
+    """Read the trace at ``path`` into a ``Run`` labelled ``label`` (default: the file stem),
+    streaming (memory bounded whatever the trace's length). Raises ``TraceError`` when the file
+    is missing, not a regular file (a FIFO) or not a trace."""
+    return Run(label or Path(path).stem, iter_lines(path))
 
 
 def _stage_colours(runs: list[Run]) -> dict[str, str]:

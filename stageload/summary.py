@@ -1,178 +1,255 @@
 """``python -m stageload summary TRACE [--json]`` and ``summarize(lines)``: what a trace says
 about memory, swap, time and loading, per stage and overall.
 
-Stage windows (docs/ARCHITECTURE.md): a stage's memory window begins at its ``ready`` event
-(after the releases its ``stage`` event triggered) and ends at the next ``stage`` event, or at
-the end of the trace for the last stage. A stage without a ``ready`` event (an older pipeline,
-a run killed during release) gets a window from its ``stage`` event. Time between a ``stage``
-and its ``ready`` (releases running) belongs to no stage's memory window; it counts for the
-overall peak.
-
-Peaks combine two sources: the sampled ``footprint`` of each sample in the window, and the
-kernel high-water mark ``hwm`` where it can be placed wholly inside the window (rule in
-``stageload.meter._window.hwm_interval`` and docs/meter.md). A stage's ``peak`` is the larger.
+Stage windows and peaks follow the one rule in :mod:`stageload.meter.window` (also used by the
+runner's live ``memory`` events, so the add-on's panel and this summary blame the same stage):
+a stage's memory window begins at its ``ready`` event and ends at the next ``stage`` event (or
+the end of the trace); a stage without ``ready`` gets the window from its ``stage`` event. A
+stage's ``peak`` is the larger of the sampled ``footprint`` and the kernel high-water mark
+``hwm`` placed wholly inside the window. docs/meter.md describes both.
 
 Seconds per stage run from its ``stage`` event to the next ``stage`` event (or the end);
 ``release_seconds`` is the ``ready`` event's ``seconds``. Loads are ``load`` and ``reload``
 events, counted in the stage whose [``stage``, next ``stage``) span holds their time.
+
+Streaming: the trace is read once, line by line (:class:`stageload.trace.TraceReader`), and
+memory stays bounded whatever its length — per stage one row, at most
+:data:`OUTSIDE_STAGE_KEPT` outside-stage loads listed (all counted), and the sample rate from a
+fixed-size reservoir of sample gaps (:data:`GAP_RESERVOIR`; exact below that many samples).
+Junk numbers (strings, NaN, 1e400, negatives) are skipped and counted, never a traceback.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 from typing import Iterable
 
-from .meter._window import hwm_interval, window_peak
-from .trace import TraceError, iter_lines, parse_lines
+from .meter.window import StagePeaks, WindowPeak
+from .trace import TraceError, TraceReader, iter_lines
 from .units import format_size
 
 LOAD_EVENTS = ("load", "reload")
+GPU_FIELDS = ("peak", "current", "allocated")
+OUTSIDE_STAGE_KEPT = 1000
+GAP_RESERVOIR = 10_000
+OUTSIDE_STAGE_SHOWN = 20  # in the text; --json has OUTSIDE_STAGE_KEPT
 
 
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _max(a, b):
+    return b if a is None else a if b is None else max(a, b)
 
 
-def _overall_peak(samples: list[dict]) -> dict:
-    best = {"bytes": None, "t": None, "source": None}
-    prev = None
-    for s in samples:
-        fp = s.get("footprint")
-        if _num(fp) and (best["bytes"] is None or fp > best["bytes"]):
-            best = {"bytes": int(fp), "t": s["t"], "source": "footprint"}
-        span = hwm_interval(prev, s)
-        if span is not None and (best["bytes"] is None or span[2] > best["bytes"]):
-            best = {"bytes": span[2], "t": span[1], "source": "hwm"}
-        prev = s
-    return best
+class Summarizer:
+    """Streaming form of :func:`summarize`: ``add(event)`` each validated event in time order
+    (what :class:`stageload.trace.TraceReader` yields), then ``result(reader)`` gives the same
+    dict. ``t0`` is the first event's time (None until one was added). Memory stays bounded
+    (module docstring). Used by ``stageload plot`` to read a trace once for both its line and
+    its summary."""
+
+    def __init__(self):
+        self.peaks = StagePeaks(on_close=self._stage_closed)
+        self.stages: list[dict] = []
+        self.t0 = self.t_end = None
+        self.samples = 0
+        self._last_sample_t = None
+        self._gaps: list[float] = []
+        self._gap_count = 0
+        self._rng = random.Random(0)  # reservoir sampling, reproducible
+        self.swap = {"start": None, "peak": None, "end": None}
+        self.available_min = None
+        self.loads = {"count": 0, "reloads": 0, "bytes": 0, "seconds": 0.0}
+        self.outside: list[dict] = []
+        self.outside_count = 0
+        self._stage_extra = self._new_extra()
+        self._prev_sample: dict | None = None
+        self._substeps: list[dict] = []  # of the current stage, closed ones
+        self._substep: dict | None = None  # the open one: its event's fields and a WindowPeak
+
+    @staticmethod
+    def _new_extra() -> dict:
+        return {"loads": 0, "load_bytes": 0, "load_seconds": 0.0, "gpu_all": None,
+                "gpu_ready": None}
+
+    def add(self, ev: dict) -> None:
+        t = ev["t"]
+        self.t0 = t if self.t0 is None else self.t0
+        self.t_end = t
+        kind = ev.get("event")
+        if kind == "sample":
+            self._sample(ev)
+        elif kind == "stage" and ev.get("parent") is not None:
+            self._substep_event(ev)
+        elif kind == "stage":
+            self.peaks.on_event(ev)  # closes the previous stage with its extras and sub-steps
+            self._stage_extra = self._new_extra()
+            self._substeps, self._substep = [], None
+        elif kind == "ready":
+            self.peaks.on_event(ev)
+        elif kind in LOAD_EVENTS:
+            self._load(ev)
+        elif kind == "gpu":
+            values = [ev[k] for k in GPU_FIELDS if ev.get(k) is not None]
+            if values and self.peaks.current is not None:
+                extra = self._stage_extra
+                extra["gpu_all"] = _max(extra["gpu_all"], int(max(values)))
+                if self.peaks.current["ready"] is not None:
+                    extra["gpu_ready"] = _max(extra["gpu_ready"], int(max(values)))
+
+    def _substep_event(self, ev: dict) -> None:
+        # a sub-step of the current stage (others are ignored): it runs to the next sub-step
+        # of that stage or to the end of the stage's window
+        cur = self.peaks.current
+        if cur is None or ev.get("parent") != cur["stage"]:
+            return
+        self._close_substep(ev["t"])
+        self._substep = {"stage": ev.get("stage"), "index": ev.get("index"), "t": ev["t"],
+                         "window": WindowPeak(ev["t"])}
+
+    def _close_substep(self, stop: float | None) -> None:
+        sub = self._substep
+        if sub is None:
+            return
+        win = sub["window"]
+        self._substeps.append({
+            "stage": sub["stage"], "index": sub["index"], "start": sub["t"] - self.t0,
+            "seconds": (stop if stop is not None else self.t_end) - sub["t"],
+            "peak": win.peak, "peak_footprint": win.footprint, "peak_hwm": win.hwm,
+            "samples": win.samples})
+        self._substep = None
+
+    def _sample(self, ev: dict) -> None:
+        self.samples += 1
+        self.peaks.on_sample(ev)
+        if self._substep is not None:
+            self._substep["window"].add(self._prev_sample, ev)
+        self._prev_sample = ev
+        t, last = ev["t"], self._last_sample_t
+        self._last_sample_t = t
+        if last is not None and t > last:
+            self._gap_count += 1
+            if len(self._gaps) < GAP_RESERVOIR:
+                self._gaps.append(t - last)
+            else:
+                k = self._rng.randrange(self._gap_count)
+                if k < GAP_RESERVOIR:
+                    self._gaps[k] = t - last
+        swap = ev.get("swap")
+        if swap is not None:
+            sw = self.swap
+            sw["start"] = swap if sw["start"] is None else sw["start"]
+            sw["peak"], sw["end"] = _max(sw["peak"], swap), swap
+        self.available_min = (ev.get("available") if self.available_min is None
+                              else min(v for v in (self.available_min, ev.get("available"))
+                                       if v is not None))
+
+    def _load(self, ev: dict) -> None:
+        size, secs = int(ev.get("bytes") or 0), float(ev.get("seconds") or 0)
+        ld = self.loads
+        ld["count"] += 1
+        ld["reloads"] += ev["event"] == "reload"
+        ld["bytes"] += size
+        ld["seconds"] += secs
+        if self.peaks.current is not None:
+            extra = self._stage_extra
+            extra["loads"] += 1
+            extra["load_bytes"] += size
+            extra["load_seconds"] += secs
+        if ev.get("outside_stage"):
+            self.outside_count += 1
+            if len(self.outside) < OUTSIDE_STAGE_KEPT:
+                self.outside.append({"model": ev.get("model"), "stage": ev.get("stage"),
+                                     "event": ev["event"], "bytes": ev.get("bytes"),
+                                     "seconds": ev.get("seconds"), "t": ev["t"] - self.t0})
+
+    def _stage_closed(self, rec: dict) -> None:
+        self._close_substep(rec["end"])
+        end = rec["end"] if rec["end"] is not None else self.t_end
+        extra, win = self._stage_extra, rec["window"]
+        self.stages.append({
+            "stage": rec["stage"], "index": rec["index"], "count": rec["count"],
+            "start": rec["start"] - self.t0,
+            "ready": rec["ready"] - self.t0 if rec["ready"] is not None else None,
+            "seconds": end - rec["start"],
+            "release_seconds": rec["release_seconds"], "released_bytes": rec["released_bytes"],
+            "window_seconds": end - win.start,
+            "peak": win.peak, "peak_footprint": win.footprint, "peak_hwm": win.hwm,
+            "samples": win.samples,
+            "loads": extra["loads"], "load_bytes": extra["load_bytes"],
+            "load_seconds": extra["load_seconds"],
+            "gpu_peak": extra["gpu_ready"] if rec["ready"] is not None else extra["gpu_all"],
+            "substeps": self._substeps,
+        })
+
+    def result(self, reader: TraceReader) -> dict:
+        """The summary dict (see :func:`summarize`); ``reader`` says what was truncated or
+        skipped. Call once, after the last ``add``."""
+        self.peaks.finish(None)
+        peak = self.peaks.peak_info()
+        if peak["t"] is not None:
+            peak["t"] -= self.t0
+        sw = self.swap
+        return {
+            "seconds": self.t_end - self.t0,
+            "samples": self.samples,
+            "sample_hz": (1.0 / statistics.median(self._gaps)) if self._gaps else None,
+            "truncated": reader.truncated,
+            "skipped": reader.skipped,
+            "first_skipped": reader.first_skipped,
+            "peak": peak,
+            "swap": dict(sw, growth=(sw["peak"] - sw["start"]) if sw["start"] is not None
+                         else None),
+            "available_min": self.available_min,
+            "loads": self.loads,
+            "outside_stage": self.outside,
+            "outside_stage_count": self.outside_count,
+            "stages": self.stages,
+        }
 
 
-def _stages(events: list[dict], end_t: float | None) -> list[dict]:
-    marks = [e for e in events if e.get("event") == "stage" and e.get("parent") is None]
-    out = []
-    for k, ev in enumerate(marks):
-        nxt = marks[k + 1]["t"] if k + 1 < len(marks) else None
-        ready = next((e for e in events if e.get("event") == "ready"
-                      and e.get("stage") == ev.get("stage") and e["t"] >= ev["t"]
-                      and (nxt is None or e["t"] < nxt)), None)
-        out.append({"stage": ev.get("stage"), "index": ev.get("index"), "count": ev.get("count"),
-                    "start": ev["t"], "ready": ready["t"] if ready else None,
-                    "end": nxt if nxt is not None else end_t,
-                    "last": nxt is None,
-                    "release_seconds": ready.get("seconds") if ready else None,
-                    "released_bytes": ready.get("released_bytes") if ready else None})
-    return out
+def summarize(lines: Iterable[str | bytes | dict], source: str = "trace") -> dict:
+    """Summary of one trace, read in one streaming pass.
 
+    ``lines``: trace lines (str/bytes JSONL, e.g. ``stageload.trace.iter_lines(path)``) or
+    event dicts, in file order; ``source`` names them in errors. Returns a JSON-serialisable
+    dict, sizes in bytes (int), times in seconds (float), ``None`` where the trace does not
+    say::
 
-def _substeps(events: list[dict], samples: list[dict], st: dict) -> list[dict]:
-    """Sub-steps of stage ``st``: ``stage`` events whose ``parent`` is its name, inside its
-    span. Each one's window runs from its event to the next sub-step's, or to the end of the
-    parent's window."""
-    end = None if st["last"] else st["end"]
-    marks = [e for e in events if e.get("event") == "stage" and e.get("parent") == st["stage"]
-             and e["t"] >= st["start"] and (end is None or e["t"] < end)]
-    out = []
-    for k, ev in enumerate(marks):
-        stop = marks[k + 1]["t"] if k + 1 < len(marks) else end
-        win = window_peak(samples, ev["t"], stop)
-        out.append({"stage": ev.get("stage"), "index": ev.get("index"),
-                    "seconds": (stop if stop is not None else st["end"]) - ev["t"],
-                    "peak": win["peak"], "peak_footprint": win["footprint"],
-                    "peak_hwm": win["hwm"], "samples": win["samples"]})
-    return out
-
-
-def summarize(lines: Iterable[str | bytes | dict]) -> dict:
-    """Summary of one trace.
-
-    ``lines``: trace lines (str/bytes JSONL) or event dicts, in file order. Returns a
-    JSON-serialisable dict, sizes in bytes (int), times in seconds (float), ``None`` where the
-    trace does not say::
-
-        {"seconds", "samples", "sample_hz", "truncated",
+        {"seconds", "samples", "sample_hz", "truncated", "skipped" (values and events dropped
+         as unusable), "first_skipped" ("line 12: footprint=\"abc\"" or None),
          "peak": {"bytes", "t" (s from trace start), "source": "footprint"|"hwm", "stage"},
          "swap": {"start", "peak", "end", "growth"}, "available_min",
          "loads": {"count", "reloads", "bytes", "seconds"},
-         "outside_stage": [{"model", "stage", "event", "bytes", "seconds", "t"}],
-         "stages": [{"stage", "index", "count", "seconds", "release_seconds", "released_bytes",
+         "outside_stage": [{"model", "stage", "event", "bytes", "seconds", "t"}] (the first
+         1000), "outside_stage_count",
+         "stages": [{"stage", "index", "count", "start", "ready" (s from trace start; ready
+                     None without a ready event), "seconds", "release_seconds", "released_bytes",
                      "window_seconds", "peak", "peak_footprint", "peak_hwm", "samples",
                      "loads", "load_bytes", "load_seconds", "gpu_peak",
-                     "substeps": [{"stage", "index", "seconds", "peak", "peak_footprint",
-                                   "peak_hwm", "samples"}]}]}
+                     "substeps": [{"stage", "index", "start", "seconds", "peak",
+                                   "peak_footprint", "peak_hwm", "samples"}]}]}
 
     Sub-steps are ``stage`` events carrying ``"parent": <stage>`` (the export stage's steps,
-    runner/PROTOCOL.md); they do not end their parent's window and are listed under it.
+    runner/PROTOCOL.md); they do not end their parent's window and are listed under it, each
+    with a window from its event to the next sub-step's or the end of its parent's window.
 
-    Raises ``TraceError`` if a line other than the last is not JSON or there are no events.
+    Raises ``TraceError`` if a line other than the last is not a JSON object with ``"event"``,
+    or there are no events with a usable ``t``.
+
+    Example: ``summarize(iter_lines("run.trace.jsonl"))["peak"]["stage"]``.
     """
-    events, truncated = parse_lines(lines)
-    events = [e for e in events if _num(e.get("t"))]
-    if not events:
-        raise TraceError("the trace has no events")
-    events.sort(key=lambda e: e["t"])  # stable: file order among equal times
-    t0, t_end = events[0]["t"], events[-1]["t"]
-    samples = [e for e in events if e.get("event") == "sample"]
-    loads = [e for e in events if e.get("event") in LOAD_EVENTS]
-
-    stages = []
-    for st in _stages(events, t_end):
-        start = st["ready"] if st["ready"] is not None else st["start"]
-        end = None if st["last"] else st["end"]
-        win = window_peak(samples, start, end)
-        in_span = [e for e in loads if e["t"] >= st["start"] and (end is None or e["t"] < end)]
-        gpu = [max(v for k in ("peak", "current", "allocated") if _num(v := e.get(k)))
-               for e in events if e.get("event") == "gpu" and e["t"] >= start
-               and (end is None or e["t"] < end)
-               and any(_num(e.get(k)) for k in ("peak", "current", "allocated"))]
-        stages.append({
-            "stage": st["stage"], "index": st["index"], "count": st["count"],
-            "seconds": st["end"] - st["start"],
-            "release_seconds": st["release_seconds"], "released_bytes": st["released_bytes"],
-            "window_seconds": st["end"] - start,
-            "peak": win["peak"], "peak_footprint": win["footprint"], "peak_hwm": win["hwm"],
-            "samples": win["samples"],
-            "loads": len(in_span),
-            "load_bytes": sum(int(e.get("bytes") or 0) for e in in_span),
-            "load_seconds": sum(float(e.get("seconds") or 0) for e in in_span),
-            "gpu_peak": int(max(gpu)) if gpu else None,
-            "substeps": _substeps(events, samples, st),
-        })
-
-    peak = _overall_peak(samples)
-    peak_stage = None
-    if peak["t"] is not None:
-        for st, raw in zip(stages, _stages(events, t_end)):
-            w_start = raw["ready"] if raw["ready"] is not None else raw["start"]
-            if peak["t"] >= w_start and (raw["last"] or peak["t"] < raw["end"]):
-                peak_stage = st["stage"]
-        peak["t"] = peak["t"] - t0
-    peak["stage"] = peak_stage
-
-    swaps = [s["swap"] for s in samples if _num(s.get("swap"))]
-    avail = [s["available"] for s in samples if _num(s.get("available"))]
-    gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:]) if b["t"] > a["t"]]
-    outside = [{"model": e.get("model"), "stage": e.get("stage"), "event": e["event"],
-                "bytes": e.get("bytes"), "seconds": e.get("seconds"), "t": e["t"] - t0}
-               for e in loads if e.get("outside_stage")]
-    return {
-        "seconds": t_end - t0,
-        "samples": len(samples),
-        "sample_hz": (1.0 / statistics.median(gaps)) if gaps else None,
-        "truncated": truncated,
-        "peak": peak,
-        "swap": {"start": swaps[0] if swaps else None, "peak": max(swaps) if swaps else None,
-                 "end": swaps[-1] if swaps else None,
-                 "growth": (max(swaps) - swaps[0]) if swaps else None},
-        "available_min": min(avail) if avail else None,
-        "loads": {"count": len(loads), "reloads": sum(e["event"] == "reload" for e in loads),
-                  "bytes": sum(int(e.get("bytes") or 0) for e in loads),
-                  "seconds": sum(float(e.get("seconds") or 0) for e in loads)},
-        "outside_stage": outside,
-        "stages": stages,
-    }
+    reader = TraceReader(lines, source)
+    acc = Summarizer()
+    for event in reader:
+        acc.add(event)
+    if acc.t0 is None:
+        raise TraceError(f"{source}: the trace has no events"
+                         + (f" with a usable time ({reader.first_skipped})"
+                            if reader.skipped else ""))
+    return acc.result(reader)
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -193,11 +270,15 @@ def format_text(summary: dict, name: str = "trace") -> str:
     hz = f" at {s['sample_hz']:.1f} Hz" if s["sample_hz"] else ""
     lines = [f"{name}: {s['seconds']:.1f} s, {s['samples']} samples{hz}"
              + ("  (last line was cut off and skipped)" if s["truncated"] else "")]
+    if s.get("skipped"):
+        lines.append(f"skipped {s['skipped']} value(s) that are not a usable number "
+                     f"(first: {s['first_skipped']})")
     p = s["peak"]
     if p["bytes"] is None:
         lines.append("peak footprint: – (no samples)")
     else:
-        where = f" in stage {p['stage']}" if p["stage"] else ""
+        where = f" in stage {p['stage']}" if p["stage"] is not None else \
+            " outside every stage's window" if s["stages"] else ""
         how = " (kernel high-water mark, between samples)" if p["source"] == "hwm" else ""
         lines.append(f"peak footprint: {_size(p['bytes'])} at {p['t']:.1f} s{where}{how}")
     sw = s["swap"]
@@ -208,7 +289,7 @@ def format_text(summary: dict, name: str = "trace") -> str:
         lines.append(f"lowest available memory: {_size(s['available_min'])}")
     ld = s["loads"]
     lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), {_size(ld['bytes'])} "
-                 f"in {_sec(ld['seconds'])}; {len(s['outside_stage'])} outside their stage")
+                 f"in {_sec(ld['seconds'])}; {s['outside_stage_count']} outside their stage")
     if s["stages"]:
         width = max(12, max(len(str(st["stage"])) for st in s["stages"]) + 2,
                     max((len(str(sub["stage"])) + 6 for st in s["stages"]
@@ -230,9 +311,12 @@ def format_text(summary: dict, name: str = "trace") -> str:
             lines.append("* peak from the kernel high-water mark (a spike between samples)")
     if s["outside_stage"]:
         lines += ["", "loads outside their stage:"]
-        for o in s["outside_stage"]:
+        for o in s["outside_stage"][:OUTSIDE_STAGE_SHOWN]:
             lines.append(f"  {o['model']} ({o['event']}) during {o['stage']}: "
                          f"{_size(o['bytes'])} in {_sec(o['seconds'])} at {o['t']:.1f} s")
+        if s["outside_stage_count"] > OUTSIDE_STAGE_SHOWN:
+            lines.append(f"  … and {s['outside_stage_count'] - OUTSIDE_STAGE_SHOWN} more "
+                         "(--json lists the first 1000)")
     return "\n".join(lines)
 
 
@@ -272,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     args = parser.parse_args(argv)
     try:
-        summary = summarize(iter_lines(args.trace))
+        summary = summarize(iter_lines(args.trace), source=args.trace)
     except TraceError as exc:
         print(f"stageload summary: {exc}", file=sys.stderr)
         return 2

@@ -10,8 +10,11 @@ whole lines (at most a torn last line if it dies inside that one call) — is a 
 """
 from __future__ import annotations
 
+import heapq
 import json
+import math
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -103,65 +106,203 @@ class TraceWriter:
 _JSON_KIND = {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
               type(None): "null"}
 
+#: The longest trace line read (bytes). Real lines are well under 64 KiB (the runner's ``result``
+#: event with its summary is the longest); a longer one means the file is not a trace, and
+#: reading it whole would put an arbitrary amount in memory.
+MAX_LINE = 8 * 1024 * 1024
+
+#: Numeric fields checked where a trace is read. Sizes: bytes, a number 0 <= v < 2**63 (what a
+#: signed 64-bit counter holds). Seconds: a duration, 0 <= v < 10**9. Times: ``time.time()`` or
+#: seconds from a start, finite and |v| < 10**12. A value that is none of these (a string, a
+#: bool, NaN, 1e400 = infinity, negative) is dropped from its event and counted (``skipped``).
+SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "released_bytes",
+               "peak", "current", "allocated")
+SECONDS_FIELDS = ("seconds",)
+TIME_FIELDS = ("hwm_since",)
+
+
+def _usable(value, kind: str) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    if kind == "size":
+        return 0 <= value < 2**63
+    if kind == "seconds":
+        return 0 <= value < 1e9
+    return abs(value) < 1e12
+
+
+def _check_fields(event: dict) -> tuple[dict, list[str]]:
+    """``(event, dropped)``: ``event`` itself when every numeric field is usable, else a copy
+    with the unusable ones set to None (a caller's dict is never changed); ``dropped`` says
+    which (``["footprint=\"abc\""]``)."""
+    dropped = []
+    for kind, names in (("size", SIZE_FIELDS), ("seconds", SECONDS_FIELDS), ("time", TIME_FIELDS)):
+        for name in names:
+            value = event.get(name)
+            if value is not None and not _usable(value, kind):
+                if not dropped:
+                    event = dict(event)
+                dropped.append(f"{name}={_shown(value)}")
+                event[name] = None
+    return event, dropped
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if isinstance(value, (int, float, str, bool)) else type(value).__name__
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+class TraceReader:
+    """Streams the events of a trace: ``for event in TraceReader(lines): ...``, memory bounded.
+
+    ``lines``: trace lines (``bytes``/``str`` JSONL, e.g. :func:`iter_lines`) or event dicts,
+    in file order. Yields event dicts:
+
+    - parsed as :func:`parse_lines` does (blank lines skipped; a last line that is not JSON is
+      dropped and sets ``truncated``; any other bad line raises :class:`TraceError` naming it);
+    - validated: an event whose ``t`` is not a usable time is skipped; a numeric field in
+      :data:`SIZE_FIELDS` / :data:`SECONDS_FIELDS` / :data:`TIME_FIELDS` that is not usable
+      (string, bool, NaN, infinity, negative, absurdly large) is set to None. Both are counted:
+      ``skipped`` (int) and ``first_skipped`` (``"line 12: footprint=\"abc\""`` or None);
+    - in time order: several writers append to one trace (the worker its events, the
+      supervisor its samples), so neighbouring lines can be slightly out of order; a buffer of
+      ``reorder`` events (default 4096) puts them in order. An event further out of place than
+      that comes in file order.
+
+    After iteration: ``lines`` (lines read), ``truncated``, ``skipped``, ``first_skipped``.
+    A reader is iterated once.
+    """
+
+    def __init__(self, lines: Iterable[str | bytes | dict], source: str = "trace",
+                 reorder: int = 4096):
+        self._lines = lines
+        self.source = source
+        self.reorder = max(1, reorder)
+        self.lines = 0
+        self.truncated = False
+        self.skipped = 0
+        self.first_skipped: str | None = None
+
+    def __iter__(self) -> Iterator[dict]:
+        heap: list[tuple[float, int, dict]] = []
+        for number, event in self._parsed():
+            t = event.get("t")
+            if not _usable(t, "time"):
+                self._skip(number, f"t={_shown(t)}" if "t" in event else "no t")
+                continue
+            event, dropped = _check_fields(event)
+            for text in dropped:
+                self._skip(number, text)
+            heapq.heappush(heap, (float(t), number, event))
+            if len(heap) > self.reorder:
+                yield heapq.heappop(heap)[2]
+        while heap:
+            yield heapq.heappop(heap)[2]
+
+    def _skip(self, number: int, what: str) -> None:
+        self.skipped += 1
+        if self.first_skipped is None:
+            self.first_skipped = f"line {number}: {what}"
+
+    def _parsed(self) -> Iterator[tuple[int, dict]]:
+        bad: tuple[int, str] | None = None
+        line_text = ""  # the text of the bad line, when it was not JSON at all
+        seen = False
+        for number, line in enumerate(self._lines, 1):
+            self.lines = number
+            if isinstance(line, dict):
+                item = line
+            else:
+                if isinstance(line, bytes):
+                    line = line.decode("utf-8", errors="replace")
+                if not line.strip():
+                    continue
+                if bad is not None:
+                    raise self._not_a_trace(bad)
+                try:
+                    item = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    bad, line_text = (number, str(exc) if not isinstance(exc, RecursionError)
+                                      else "nested too deeply"), line[:64]
+                    continue
+                if not isinstance(item, dict):
+                    bad = (number, f"a JSON {_JSON_KIND.get(type(item), type(item).__name__)}")
+                    continue
+                if "event" not in item:
+                    bad = (number, "no \"event\" field")
+                    continue
+            if bad is not None:
+                raise self._not_a_trace(bad)
+            seen = True
+            yield number, item
+        if bad is not None and not seen:
+            # the only line is bad: a one-line text file, ``[1, 2, 3]``, or a writer killed
+            # inside its very first write. Say which line and why rather than "no events".
+            if line_text.lstrip().startswith('{"event"'):
+                raise TraceError(f"{self.source}: line {bad[0]}, the only one, is cut short "
+                                 f"({bad[1]}); the writer stopped during its first event: the "
+                                 "trace has no events")
+            raise self._not_a_trace(bad)
+        self.truncated = bad is not None
+
+    def _not_a_trace(self, bad: tuple[int, str]) -> TraceError:
+        return TraceError(f"{self.source}: line {bad[0]} is not a JSON object ({bad[1]}); "
+                          "is this a stageload trace?")
+
 
 def parse_lines(lines: Iterable[str | bytes | dict], source: str = "trace") -> tuple[list[dict], bool]:
-    """Parse trace lines into event dicts; dicts pass through unchanged.
-
-    Returns ``(events, truncated)``: ``truncated`` is True when the last non-blank line was not
-    valid JSON (a writer killed inside its last write) and was dropped. Blank lines are skipped.
-    Raises ``TraceError`` when a line *before* the last is not a JSON object with ``"event"`` (the
-    file is not a trace or was corrupted), or when the only non-blank line is not (a one-line
-    text file, ``[1, 2, 3]``), naming the line number.
-    """
-    events: list[dict] = []
-    bad: tuple[int, str] | None = None
-    line_text = ""  # the text of the bad line, when it was not JSON at all
-    for number, line in enumerate(lines, 1):
-        if isinstance(line, dict):
-            item = line
-        else:
-            if isinstance(line, bytes):
-                line = line.decode("utf-8", errors="replace")
-            if not line.strip():
-                continue
-            if bad is not None:
-                raise TraceError(f"{source}: line {bad[0]} is not a JSON object ({bad[1]}); "
-                                 "is this a stageload trace?")
-            try:
-                item = json.loads(line)
-            except ValueError as exc:
-                bad, line_text = (number, str(exc)), line
-                continue
-            if not isinstance(item, dict):
-                bad = (number, f"a JSON {_JSON_KIND.get(type(item), type(item).__name__)}")
-                continue
-            if "event" not in item:
-                bad = (number, "no \"event\" field")
-                continue
-        if bad is not None:
-            raise TraceError(f"{source}: line {bad[0]} is not a JSON object ({bad[1]}); "
-                             "is this a stageload trace?")
-        events.append(item)
-    if bad is not None and not events:
-        # the only line is bad: a one-line text file, ``[1, 2, 3]``, or a writer killed inside
-        # its very first write. Say which line and why rather than "the trace has no events".
-        if line_text.lstrip().startswith('{"event"'):
-            raise TraceError(f"{source}: line {bad[0]}, the only one, is cut short ({bad[1]}); "
-                             "the writer stopped during its first event: the trace has no events")
-        raise TraceError(f"{source}: line {bad[0]} is not a JSON object ({bad[1]}); "
-                         "is this a stageload trace?")
-    return events, bad is not None
+    """All events of ``lines`` as a list, in time order and validated (see
+    :class:`TraceReader`, which streams the same without holding them): ``(events,
+    truncated)``. Raises :class:`TraceError` as :class:`TraceReader` does."""
+    reader = TraceReader(lines, source)
+    events = list(reader)
+    return events, reader.truncated
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[bytes]:
-    """The raw lines of ``path``. Raises ``TraceError`` if it is missing or a directory."""
+    """The raw lines of the trace file at ``path``, read as they are used (memory bounded).
+
+    Raises :class:`TraceError` when ``path`` is missing, a directory, or not a regular file (a
+    FIFO, a device, a socket: such a file may never end, or block until someone writes), or a
+    line is longer than :data:`MAX_LINE`. ``OSError`` (permission denied, I/O error) passes
+    through. Opened with ``O_NONBLOCK`` and checked with ``fstat`` before anything is read, so
+    opening a FIFO with no writer does not hang.
+    """
     p = Path(path)
-    if not p.exists():
-        raise TraceError(f"trace {p} not found")
-    if p.is_dir():
-        raise TraceError(f"{p} is a directory, not a trace file")
-    with open(p, "rb") as f:
-        yield from f
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(p, flags)
+    except FileNotFoundError:
+        raise TraceError(f"trace {p} not found") from None
+    except IsADirectoryError:
+        raise TraceError(f"{p} is a directory, not a trace file") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise TraceError(f"{p} is a directory, not a trace file")
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise TraceError(f"{p} is {kind}, not a trace file; give the .jsonl file a run wrote "
+                         "(copy a stream to a file first)")
+    with open(fd, "rb") as f:
+        number = 0
+        while True:
+            line = f.readline(MAX_LINE + 1)
+            if not line:
+                return
+            number += 1
+            if len(line) > MAX_LINE:
+                raise TraceError(f"{p}: line {number} is longer than {MAX_LINE // 2**20} MiB; "
+                                 "is this a stageload trace?")
+            yield line
 
 
 def read_trace(path: str | os.PathLike) -> list[dict]:
@@ -169,3 +310,27 @@ def read_trace(path: str | os.PathLike) -> list[dict]:
     Raises ``TraceError`` (missing file, not a trace)."""
     events, _ = parse_lines(iter_lines(path), source=str(path))
     return events
+
+
+def peak_from_trace(path: str | os.PathLike) -> int:
+    """Peak footprint in bytes of an earlier run: the largest ``footprint`` or ``hwm`` of the
+    ``sample`` events of the trace at ``path`` (streamed; junk values skipped, see
+    :class:`TraceReader`). Every ``hwm`` counts, placeable in time or not: this is a prediction
+    of what the run will need (``--need-from``), where too much is safer than too little.
+
+    Raises :class:`TraceError` when the file is missing, not a regular file or not a trace, or
+    holds no sample with a size; ``OSError`` when it cannot be read.
+    """
+    peak = None
+    reader = TraceReader(iter_lines(path), source=str(path), reorder=1)
+    for event in reader:
+        if event.get("event") != "sample":
+            continue
+        for key in ("footprint", "hwm"):
+            value = event.get(key)
+            if value is not None:
+                peak = value if peak is None else max(peak, value)
+    if peak is None:
+        raise TraceError(f"{path} has no 'sample' events with a footprint; is it a stageload "
+                         "trace?")
+    return int(peak)

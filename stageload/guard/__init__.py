@@ -7,7 +7,7 @@ Importing this package imports psutil but never torch.
 """
 from .admission import Verdict, decide_admission
 from .budget import Budget
-from .config import ConfigError, GuardConfig, add_guard_arguments, peak_from_trace
+from .config import ConfigError, GuardConfig, add_guard_arguments
 from .guard import EXIT_CANNOT_START, EXIT_SIGNAL_BASE, EXIT_STOPPED, EXIT_TIMEOUT, Guard
 from .peers import register_entry_point
 from .process_tree import ProcessTree, StopReport
@@ -18,5 +18,5 @@ __all__ = [
     "Amount", "Budget", "ConfigError", "EXIT_CANNOT_START", "EXIT_SIGNAL_BASE", "EXIT_STOPPED",
     "EXIT_TIMEOUT", "Guard", "GuardConfig", "ProcessTree", "StopReport", "Verdict",
     "add_guard_arguments", "decide_admission", "format_size", "parse_amount", "parse_size",
-    "peak_from_trace", "register_entry_point",
+    "register_entry_point",
 ]

@@ -7,12 +7,12 @@ The same options serve ``python -m stageload guard`` and any program that runs a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..units import format_size, parse_size
+from ..trace import TraceError, peak_from_trace
 from .amount import Amount, is_off, parse_amount
 
 #: Defaults. ``kill_free`` 10 % is SPEC §2.3's figure; the swap budget of 8 GiB is the example
@@ -101,7 +101,7 @@ class GuardConfig:
     def from_args(cls, ns: argparse.Namespace) -> "GuardConfig":
         """Build a config from a namespace parsed with :func:`add_guard_arguments`.
 
-        ``--need-from`` is read here (see :func:`peak_from_trace`). Raises :class:`ConfigError`
+        ``--need-from`` is read here (see :func:`need_from_trace`). Raises :class:`ConfigError`
         with a message for a person when a value cannot be used (the caller should print it and
         exit 2).
         """
@@ -110,7 +110,7 @@ class GuardConfig:
         if ns.guard_need_from:
             if need is not None:
                 raise ConfigError("give either --need or --need-from, not both")
-            need = peak_from_trace(ns.guard_need_from)
+            need = need_from_trace(ns.guard_need_from)
             source = str(ns.guard_need_from)
         config = cls(
             wait_free=ns.guard_wait_free,
@@ -194,37 +194,20 @@ def _total_memory() -> int | None:
     return int(total) if total else None
 
 
-def peak_from_trace(path: str | Path) -> int:
-    """Peak footprint in bytes of an earlier run: the largest ``footprint`` or ``hwm`` of the
-    ``sample`` lines of a JSONL trace (format in docs/ARCHITECTURE.md, "Trace").
-
-    Lines that are not JSON (a trace cut off by a kill ends in a partial line) are skipped.
-    Raises :class:`ConfigError` when the file cannot be read or holds no sample with a size.
-    """
-    path = Path(path)
-    peak = None
-    try:
-        with path.open("r", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(record, dict) or record.get("event") != "sample":
-                    continue
-                for key in ("footprint", "hwm"):
-                    value = record.get(key)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                        peak = value if peak is None else max(peak, value)
-    except FileNotFoundError:
+def need_from_trace(path: str | Path) -> int:
+    """``--need-from PATH``: the peak of an earlier run's trace in bytes
+    (:func:`stageload.trace.peak_from_trace`, which streams the file and skips junk values).
+    Raises :class:`ConfigError` with a message for a person when it cannot be used."""
+    if not Path(path).exists():
         raise ConfigError(f"--need-from: trace {str(path)!r} does not exist; give the JSONL trace "
-                          "of an earlier run (one written by stageload's Sampler, e.g. with --trace FILE)") from None
-    except (IsADirectoryError, PermissionError, OSError) as exc:
+                          "of an earlier run (one written by stageload's Sampler, e.g. with "
+                          "--trace FILE)")
+    try:
+        return peak_from_trace(path)
+    except TraceError as exc:
+        raise ConfigError(f"--need-from: {exc}") from None
+    except OSError as exc:
         raise ConfigError(f"--need-from: cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    if peak is None:
-        raise ConfigError(f"--need-from: {str(path)!r} has no 'sample' lines with a footprint; "
-                          "is it a stageload trace?")
-    return int(peak)
 
 
 def _type(parser_fn, option):

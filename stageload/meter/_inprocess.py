@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ._sampler import Sampler
-from ._window import window_peak
+from .window import window_peak
 
 
 class MemoryMeter:

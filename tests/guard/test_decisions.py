@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from stageload.guard import (Amount, Budget, ConfigError, GuardConfig, add_guard_arguments,
-                             decide_admission, parse_amount, peak_from_trace)
+                             decide_admission, parse_amount)
+from stageload.trace import TraceError, peak_from_trace
 from stageload.units import format_size
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -207,7 +208,9 @@ def test_need_from_trace_takes_the_peak_of_footprint_and_hwm(tmp_path):
 def test_need_from_rejects_what_is_not_a_trace(tmp_path):
     other = tmp_path / "notes.txt"
     other.write_text("hello\n")
-    with pytest.raises(ConfigError, match="no 'sample' lines"):
+    with pytest.raises(TraceError, match="not a JSON object"):
         peak_from_trace(other)
+    with pytest.raises(ConfigError, match="--need-from: .*is this a stageload trace"):
+        parse("--need-from", str(other))
     with pytest.raises(ConfigError, match="either --need or --need-from"):
         parse("--need", "1G", "--need-from", str(other))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stageload.meter._window import hwm_interval, window_peak
+from stageload.meter.window import hwm_interval, window_peak
 from stageload.summary import main, summarize
 from stageload.trace import TraceError
 
