@@ -113,7 +113,7 @@ MAX_LINE = 8 * 1024 * 1024
 
 #: Numeric fields checked where a trace is read. Sizes: bytes, a number 0 <= v < 2**63 (what a
 #: signed 64-bit counter holds). Seconds: a duration, 0 <= v < 10**9. Times: ``time.time()`` or
-#: seconds from a start, finite and |v| < 10**12. A value that is none of these (a string, a
+#: seconds from a start, 0 <= v < 10**12. A value that is none of these (a string, a
 #: bool, NaN, 1e400 = infinity, negative) is dropped from its event and counted (``skipped``).
 SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "released_bytes",
                "peak", "current", "allocated")
@@ -130,7 +130,7 @@ def _usable(value, kind: str) -> bool:
         return 0 <= value < 2**63
     if kind == "seconds":
         return 0 <= value < 1e9
-    return abs(value) < 1e12
+    return 0 <= value < 1e12
 
 
 def _check_fields(event: dict) -> tuple[dict, list[str]]:
