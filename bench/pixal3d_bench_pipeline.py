@@ -2,7 +2,7 @@
 memory.
 
 - ``write_weights(work, scale)`` (parent process): the stand-in's own writer
-  (``tests/pixal3d/standin_port/make_weights.py``) at ``scale`` of the real sizes; real
+  (``standin/port/make_weights.py``) at ``scale`` of the real sizes; real
   safetensors files on disk.
 - ``run(args, working, emit)`` (worker process): ``stageload.pixal3d.Pixal3DRun`` on the
   stand-in port, on the CPU, ``load="eager"`` (the port's own ``init_pipeline``: every model up
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STANDIN = REPO / "tests" / "pixal3d" / "standin_port"
+STANDIN = REPO / "standin" / "port"  # standin.PORT_DIR
 
 
 def write_weights(work: Path, scale: float) -> dict:

@@ -3,7 +3,7 @@
 Every figure here is in bytes (1 GB = 1e9 bytes) unless a name says otherwise.
 
 Sources:
-- Weight sizes: the stand-in port's ``make_weights.REAL_BYTES`` (tests/pixal3d/standin_port),
+- Weight sizes: the stand-in port's ``make_weights.REAL_BYTES`` (standin/port),
   which writes the files the benchmark loads. From SPEC §1 and the issue: texture flow 2.6 GB,
   shape decoder 0.9 GB, DINOv3 ViT-L fp32 1.2 GB, 13.2 GB over the eight loads of a staged run;
   the rest of the split is that module's stated assumption. Names are mapped to the adapter's
@@ -29,10 +29,12 @@ from pathlib import Path
 
 from stageload.pixal3d.plan import PLAN_1024
 
-STANDIN = Path(__file__).resolve().parents[1] / "tests" / "pixal3d" / "standin_port"
-if str(STANDIN) not in sys.path:
-    sys.path.insert(0, str(STANDIN))
-import make_weights  # noqa: E402  the stand-in's weights writer (sizes and files)
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the stand-in package lives at the repository root
+    sys.path.insert(0, str(REPO))
+from standin import PORT_DIR as STANDIN, weights_module  # noqa: E402  the stand-in port (standin/)
+
+make_weights = weights_module()  # the stand-in's weights writer (sizes and files)
 
 GB = 10**9
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-STANDIN = Path(__file__).resolve().parent / "standin_port"
+from standin import PORT_DIR as STANDIN
+from standin import make_weights
 SCALE = 1e-4
 
 
@@ -21,9 +22,6 @@ def standin_dir() -> Path:
 @pytest.fixture(scope="session")
 def standin_weights(tmp_path_factory):
     """Write the stand-in weights and point HF_HOME / TORCH_HOME at them for the session."""
-    if str(STANDIN) not in sys.path:
-        sys.path.insert(0, str(STANDIN))
-    from make_weights import make_weights
     info = make_weights(tmp_path_factory.mktemp("pixal3d-weights"), scale=SCALE)
     old = {k: os.environ.get(k) for k in info.env}
     os.environ.update(info.env)

@@ -3,14 +3,13 @@ Pixal3D-mac reads, at a chosen fraction of the real sizes.
 
 Usage (tests, and the benchmark of issue 8)::
 
-    import sys; sys.path.insert(0, "tests/pixal3d/standin_port")
-    from make_weights import make_weights
+    from standin import make_weights             # the repository root on sys.path
     info = make_weights("/tmp/px", scale=1e-3)   # 13.2 GB of loads -> 13.2 MB
     env = {**os.environ, **info.env}              # HF_HOME and TORCH_HOME for the port
     # the port then resolves MODEL_PATH "TencentARC/Pixal3D" (and DINOv3, BiRefNet, MoGe-2,
     # NAF) from these caches, exactly as the real one does offline.
 
-or from a shell: ``python tests/pixal3d/standin_port/make_weights.py DIR --scale 1e-3``
+or from a shell: ``python standin/port/make_weights.py DIR --scale 1e-3``
 (prints the environment variables to set, as JSON).
 
 Layout written under ``root`` (``scale`` multiplies every size; bytes are float32 weights):

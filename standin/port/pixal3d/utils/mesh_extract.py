@@ -6,12 +6,22 @@ scikit-image, which this project does not install.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
 
+def cap_partial_quads() -> bool:
+    """The ``PIXAL3D_FDG_CAP_PARTIAL_QUADS`` switch, read from the environment at extraction
+    time as the real ``mesh_extract.py`` does (``generate_mps._configure_fdg_environment`` sets
+    it). The stand-in surface has no partial quads, so it changes nothing here."""
+    return os.environ.get("PIXAL3D_FDG_CAP_PARTIAL_QUADS", "1") == "1"
+
+
 def voxel_surface_to_mesh(occupied: torch.Tensor):
     """occupied: bool [R, R, R] -> (vertices float32 [V, 3], faces int32 [F, 3]) as tensors."""
+    cap_partial_quads()
     occ = occupied.cpu().numpy().astype(bool)
     res = occ.shape[0]
     padded = np.pad(occ, 1)

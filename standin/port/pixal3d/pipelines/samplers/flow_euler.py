@@ -1,7 +1,9 @@
 """Euler sampler of a rectified flow, t from 1 to 0 (deterministic: no noise is drawn here).
 
 ``sample(model, noise, cond, neg_cond, steps, ..., verbose, tqdm_desc, **kwargs)`` returns an
-object with ``.samples`` (same type as ``noise``: tensor or SparseTensor), like the real one.
+object with ``.samples`` (same type as ``noise``: tensor or SparseTensor), like the real one;
+as in TRELLIS/Pixal3D, its step loop calls ``self.sample_once(model, x_t, t, t_prev, cond,
+**kwargs)`` once per step (``.pred_x_prev``, ``.pred_x_0``).
 """
 from types import SimpleNamespace
 
@@ -33,9 +35,16 @@ class FlowEulerSampler:
         ts = [rescale_t * t / (1 + (rescale_t - 1) * t) for t in ts]
         x = noise
         for t, t_prev in zip(ts[:-1], ts[1:]):
-            v = self._velocity(model, x, t, cond, neg_cond, guidance_strength, guidance_interval, **kwargs)
-            x = x - v * (t - t_prev)
+            x = self.sample_once(model, x, t, t_prev, cond, neg_cond=neg_cond, guidance_strength=guidance_strength,
+                                 guidance_interval=guidance_interval, **kwargs).pred_x_prev
         return SimpleNamespace(samples=x)
+
+    @torch.no_grad()
+    def sample_once(self, model, x_t, t, t_prev, cond=None, neg_cond=None, guidance_strength=1.0,
+                    guidance_interval=(0.0, 1.0), **kwargs):
+        """One Euler step from ``t`` to ``t_prev``."""
+        v = self._velocity(model, x_t, t, cond, neg_cond, guidance_strength, guidance_interval, **kwargs)
+        return SimpleNamespace(pred_x_prev=x_t - v * (t - t_prev), pred_x_0=x_t - v * t)
 
 
 class FlowEulerGuidanceIntervalSampler(FlowEulerSampler):

@@ -1,5 +1,7 @@
 """Shape SLat decoder (stand-in for ``FlexiDualGridVaeDecoder``): ``upsample`` for the cascade,
-``set_resolution`` and ``forward(slat, return_subs=True)`` -> (meshes, subs)."""
+``set_resolution`` and ``forward(slat, return_subs=True)`` -> (meshes, subs); each mesh carries
+the ``fdg_coords``/``fdg_dual_vertices``/``fdg_intersected``/``fdg_split_weight`` tensors its
+extraction started from, as the real decoder sets them."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -50,6 +52,13 @@ class FlexiDualGridVaeDecoder(nn.Module):
             c = slat.coords[sel][:, 1:].long().clamp(0, grid - 1).cpu()
             occ[c[:, 0], c[:, 1], c[:, 2]] = True
             vertices, faces = voxel_surface_to_mesh(occ)
-            meshes.append(Mesh(vertices.to(slat.device), faces.to(slat.device)))
+            mesh = Mesh(vertices.to(slat.device), faces.to(slat.device))
+            # the flexible-dual-grid inputs of the extraction, kept on the mesh as the real
+            # decoder's forward does (the port's export and --save-mesh write them out)
+            mesh.fdg_coords = slat.coords[sel][:, 1:].int()
+            mesh.fdg_dual_vertices = torch.sigmoid(h[sel][:, :3])
+            mesh.fdg_intersected = (h[sel][:, 3:6] > 0)
+            mesh.fdg_split_weight = F.softplus(h[sel][:, 6:7])
+            meshes.append(mesh)
         subs = [SparseTensor(feats=logit[:, None], coords=slat.coords)]
         return (meshes, subs) if return_subs else meshes

@@ -227,10 +227,13 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         tex_voxels = self.decode_tex_slat(tex_slat, subs)
         out_mesh = []
         for m, v in zip(meshes, tex_voxels):
-            out_mesh.append(MeshWithVoxel(m.vertices, m.faces, origin=[-0.5, -0.5, -0.5],
-                                          voxel_size=1 / resolution, coords=v.coords[:, 1:], attrs=v.feats,
-                                          voxel_shape=torch.Size([*v.shape, *v.spatial_shape]),
-                                          layout=self.pbr_attr_layout))
+            mesh = MeshWithVoxel(m.vertices, m.faces, origin=[-0.5, -0.5, -0.5],
+                                 voxel_size=1 / resolution, coords=v.coords[:, 1:], attrs=v.feats,
+                                 voxel_shape=torch.Size([*v.shape, *v.spatial_shape]),
+                                 layout=self.pbr_attr_layout)
+            for attr in ('fdg_coords', 'fdg_dual_vertices', 'fdg_intersected', 'fdg_split_weight'):
+                setattr(mesh, attr, getattr(m, attr, None))
+            out_mesh.append(mesh)
         return out_mesh
 
     @torch.no_grad()
