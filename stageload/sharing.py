@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from typing import Any, Hashable, Iterator
 
 from .errors import ShareError
+from .patching import MISSING as _MISSING, own_value, patched
 
-_MISSING = object()
 
 
 class Shared:
@@ -76,7 +76,7 @@ def share(owner: Any, attr: str) -> Iterator[Shared]:
         raise ShareError(f"{_name(owner)} has no attribute {attr!r} to share")
     if not callable(current):
         raise ShareError(f"{_name(owner)}.{attr} is a {type(current).__name__}, not a constructor or factory")
-    raw = vars(owner).get(attr, _MISSING) if hasattr(owner, "__dict__") else _MISSING
+    raw = own_value(owner, attr)
     state = Shared(owner, attr)
 
     def shared(*args, **kwargs):
@@ -97,14 +97,10 @@ def share(owner: Any, attr: str) -> Iterator[Shared]:
         installed = shared
         if isinstance(owner, type):
             current = raw  # the unbound function; self arrives as the first argument
-    setattr(owner, attr, installed)
     try:
-        yield state
+        with patched(owner, attr, installed):  # restores the raw attribute, or deletes it
+            yield state
     finally:
-        if raw is _MISSING:
-            delattr(owner, attr)  # it was inherited or dynamic: lookup falls back to it
-        else:
-            setattr(owner, attr, raw)
         state._cache.clear()
         state._keep.clear()
 

@@ -53,6 +53,7 @@ from torch import nn
 
 from ..events import EventSink, make_event
 from ..hooks import on_call
+from ..patching import patched
 from ..releasing import module_bytes
 from ..sharing import share
 from ..staged import StagedModels
@@ -152,24 +153,6 @@ class StagedRembg:
         return self
 
 
-_MISSING = object()
-
-
-@contextlib.contextmanager
-def _patched(owner: Any, attr: str, value: Any):
-    """Set ``owner.attr = value`` for the block, then restore exactly what the owner's own
-    ``__dict__`` held (an inherited attribute is deleted again, a classmethod stays one)."""
-    raw = vars(owner).get(attr, _MISSING)
-    setattr(owner, attr, value)
-    try:
-        yield
-    finally:
-        if raw is _MISSING:
-            delattr(owner, attr)
-        else:
-            setattr(owner, attr, raw)
-
-
 @contextlib.contextmanager
 def _on_device(device: torch.device):
     """Build modules on ``device`` and make ``safetensors.torch.load_file`` read to it.
@@ -188,7 +171,7 @@ def _on_device(device: torch.device):
         return original(filename, device=str(target) if device in (None, "cpu") else device)
 
     target = device
-    with torch.device(device), _patched(st, "load_file", shim):
+    with torch.device(device), patched(st, "load_file", shim):
         yield
 
 
@@ -339,8 +322,8 @@ class Pixal3DRun:
         port = self.port
         names = dict(self.plan)
         recorded = port.models.from_pretrained
-        with _patched(port.models, "from_pretrained", lambda path, **kw: _Deferred(path)), \
-                _patched(port.pipeline_module, "rembg", _RecordingNamespace(port.pipeline_module.rembg)):
+        with patched(port.models, "from_pretrained", lambda path, **kw: _Deferred(path)), \
+                patched(port.pipeline_module, "rembg", _RecordingNamespace(port.pipeline_module.rembg)):
             pipeline = port.pipeline_cls.from_pretrained(self.model_path)
         deferred = getattr(pipeline, "models", {})
         not_deferred = [k for k, v in deferred.items() if not isinstance(v, _Deferred)]
@@ -479,10 +462,10 @@ class Pixal3DRun:
             return wrapper
 
         ckpt_names = {}
-        with _patched(port.models, "from_pretrained",
+        with patched(port.models, "from_pretrained",
                       timed("model", real_models, lambda path, **kw: ckpt_names.setdefault(path, Path(str(path)).name))), \
-                _patched(torch.hub, "load", timed("naf", torch.hub.load, lambda *a, **k: "naf")), \
-                _patched(port.icp.DINOv3ViTModel, "from_pretrained",
+                patched(torch.hub, "load", timed("naf", torch.hub.load, lambda *a, **k: "naf")), \
+                patched(port.icp.DINOv3ViTModel, "from_pretrained",
                          staticmethod(timed("backbone", port.icp.DINOv3ViTModel.from_pretrained,
                                             lambda *a, **k: "image_cond_backbone"))):
             self.pipeline = self.gm.init_pipeline(self.model_path, self.device)

@@ -21,10 +21,11 @@ builds the same class instead as follows:
    tensor attributes (``SparseRotaryPositionEmbedder.freqs``, read in ``microsoft/TRELLIS.2``
    and its forks), which are in no checkpoint; under a meta device context they would be
    meta and could not be restored, so every RoPE model would have to fall back. This is the
-   technique of ``accelerate.init_empty_weights(include_buffers=False)``, written here in a
-   dozen lines rather than adding accelerate as a dependency for it.
-4. ``safetensors.torch.load_file(model_file, device=device)`` (on the CPU: tensors backed by
-   the file's mapping; on CUDA/MPS: copied straight to the device), each floating tensor cast to
+   technique of ``accelerate.init_empty_weights(include_buffers=False)``: the project's one
+   meta loader switch, ``stageload.loading.init_on_meta(include_buffers=False)``.
+4. ``stageload.loading.read_state(model_file, device, fresh_cpu_memory=True)`` (on the CPU:
+   each tensor copied into fresh aligned memory through a bounded mapping, so the matmul
+   kernels see what the port's loader gives them; on CUDA/MPS: copied straight to the device), each floating tensor cast to
    the dtype the built module gave that name (what the port's ``copy_`` does; e.g. a model that
    converts its blocks to fp16 in ``__init__``), then ``load_state_dict(state, strict=False,
    assign=True)`` — ``strict=False`` as the port's ``from_pretrained`` defaults to.
@@ -41,14 +42,15 @@ adapter calls it in ``setup`` (see its docstring).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 from torch import nn
+
+from ..loading import init_on_meta, read_state
 
 #: ``LoadNote.method`` values.
 METHOD_META = "meta_assign"
@@ -117,30 +119,10 @@ class LoadNote:
     checkpoint: Optional[str] = None
 
 
-@contextlib.contextmanager
-def parameters_on_meta() -> Iterator[None]:
-    """Within the block, every parameter a module registers is replaced by a ``meta`` tensor of
-    the same shape, dtype and ``requires_grad`` (its storage is freed at once; initialisers that
-    run afterwards on it do nothing). Buffers and plain tensors are not touched. Patches
-    ``nn.Module.register_parameter`` (which ``Module.__setattr__`` calls for a ``Parameter``)
-    for the duration of the block, process-wide; restores it on exit, errors included."""
-    original = nn.Module.register_parameter
-
-    def register(self, name, param):
-        original(self, name, param)
-        current = self._parameters.get(name)
-        if current is not None and not current.is_meta:
-            try:
-                self._parameters[name] = type(current)(current.detach().to("meta"),
-                                                       requires_grad=current.requires_grad)
-            except Exception:  # an exotic Parameter subclass: keep it real (assign replaces it)
-                pass
-
-    nn.Module.register_parameter = register
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = original
+def parameters_on_meta():
+    """``loading.init_on_meta(include_buffers=False)``: parameters on ``meta`` as they are
+    registered; buffers and plain tensors made for real (see there)."""
+    return init_on_meta(include_buffers=False)
 
 
 def checkpoint_files(path: str) -> tuple[str, str]:
@@ -211,8 +193,8 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
     except Exception as exc:
         return _fallback(fallback, f"building {config['name']} with parameters on meta failed: "
                                    f"{type(exc).__name__}: {exc}", model_file)
-    from safetensors.torch import load_file
-    state = load_file(model_file, device=_safetensors_device(device))
+    # fresh (aligned) CPU memory, as the port's own loader gives: see loading.read_state
+    state = read_state(model_file, device, fresh_cpu_memory=True)
     targets = module.state_dict(keep_vars=True)
     for name, tensor in state.items():
         target = targets.get(name)
@@ -236,9 +218,3 @@ def _fallback(fallback: Callable[[], nn.Module], reason: str, model_file: Option
     if left:
         raise RuntimeError(f"the port's own loader left tensors on meta: {', '.join(left[:6])}")
     return module, LoadNote(METHOD_PORT, reason, model_file)
-
-
-def _safetensors_device(device: torch.device) -> str:
-    if device.type in ("cuda", "xpu") and device.index is None:
-        return f"{device.type}:0"
-    return str(device)
