@@ -97,3 +97,23 @@ def test_mismatches_and_missing_files(saved, tmp_path):
         load_checkpoint(Net(), wrong, strict=False)
     with pytest.raises(NotAModuleError):
         load_module(lambda: "model", path)
+
+
+def test_read_state_fresh_cpu_memory_gives_equal_aligned_tensors(tmp_path):
+    """fresh_cpu_memory: every dtype and shape round-trips, each tensor in its own 64-byte
+    aligned allocation (not the file's mapping); a truncated file is a CheckpointError."""
+    from safetensors.torch import save_file
+    from stageload.errors import CheckpointError
+    from stageload.loading import read_state
+    state = {"w": torch.randn(3, 5), "h": torch.randn(7).to(torch.bfloat16), "i": torch.arange(4),
+             "empty": torch.zeros(0, 3), "mask": torch.tensor([True, False])}
+    path = tmp_path / "x.safetensors"
+    save_file(state, str(path))
+    fresh, mapped = read_state(path, fresh_cpu_memory=True), read_state(path)
+    for name, tensor in state.items():
+        assert fresh[name].dtype == tensor.dtype and torch.equal(fresh[name], tensor), name
+        assert fresh[name].numel() == 0 or fresh[name].data_ptr() % 64 == 0, name
+    assert any(t.numel() and t.data_ptr() % 64 for t in mapped.values())  # the mapping's offsets
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(CheckpointError):
+        read_state(path, fresh_cpu_memory=True)
