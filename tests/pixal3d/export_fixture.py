@@ -12,7 +12,7 @@ import resource
 import sys
 from pathlib import Path
 
-STANDIN = Path(__file__).resolve().parent / "standin_port"
+from standin import PORT_DIR as STANDIN  # the stand-in port folder (standin/port)
 
 
 def write_asset(path: Path, radius: float = 0.3, grid: int = 64) -> Path:

@@ -20,6 +20,7 @@ from stageload.pixal3d.export_steps import SUBSTEPS, remesh_limit_supported
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import export_fixture  # noqa: E402
+from standin import PORT_DIR  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_remesh_at_512_lowers_the_peak_and_keeps_the_face_count(asset, tmp_path)
 
 
 def test_the_stand_in_supports_a_remesh_limit_and_a_port_without_keywords_does_not(tmp_path):
-    sys.path.insert(0, str(HERE / "standin_port"))
+    sys.path.insert(0, str(PORT_DIR))  # the port folder, as open_port puts it
     from o_voxel import postprocess
     assert remesh_limit_supported(postprocess) == (True, "")
     src = tmp_path / "old_postprocess.py"
