@@ -101,10 +101,10 @@ def summarize_trace(path: Path | None) -> dict | None:
     if path is None:
         return None
     from stageload.summary import summarize
+    from stageload.trace import iter_lines
 
     try:
-        with open(path, encoding="utf-8") as f:
-            return summarize(f.read().splitlines())
+        return summarize(iter_lines(path), source=str(path))  # streamed: bounded memory
     except Exception as exc:
         log(f"could not summarise {path}: {type(exc).__name__}: {exc}")
         return None

@@ -6,55 +6,67 @@ from __future__ import annotations
 import threading
 import time
 
+from stageload.meter.window import StagePeaks
+
 MEMORY_INTERVAL = 0.25
 """Seconds between ``memory`` events on the protocol stream (at most 4 per second)."""
 
 
 class MemoryTracker:
-    """Turns samples and stage events into ``memory`` events.
+    """Turns samples and stage events into ``memory`` events, by the one stage-window rule
+    that ``python -m stageload summary`` applies to the trace afterwards
+    (:class:`stageload.meter.window.StagePeaks`; docs/meter.md, "Stage windows"), so the
+    panel's numbers and the summary's agree.
 
-    ``level`` of a sample = max(footprint, hwm) — ``hwm`` is the kernel high-water mark since
-    the previous sample, so a spike between two samples still counts. ``peak`` = max level of
-    the run (bytes); ``stage_peak`` = max level since the current stage's ``ready`` event
-    (SPEC §2.1: the window begins at ``ready``), None before it. ``interval``: seconds between
-    two ``memory`` events. Thread-safe.
+    ``peak`` = the run's peak so far (bytes): the largest sampled footprint or kernel
+    high-water mark ``hwm`` that can be placed in time. ``stage_peak`` = the current stage's
+    window peak so far: from its ``ready`` event (SPEC §2.1), footprints of the samples since
+    and marks reached wholly since (a mark straddling ``ready`` may be the release's or the
+    previous stage's, and counts only for ``peak``); None before ``ready``. ``stage`` events
+    with a ``parent`` are sub-steps and leave the stage as it is. ``interval``: seconds
+    between two ``memory`` events. Thread-safe.
     """
 
     def __init__(self, interval: float = MEMORY_INTERVAL):
         self.interval = interval
-        self.peak: int | None = None
-        self.stage: str | None = None
-        self.stage_peak: int | None = None
-        self._window_open = False
+        self._peaks = StagePeaks()
         self._last_emit = float("-inf")
         self._lock = threading.Lock()
 
+    @property
+    def peak(self) -> int | None:
+        return self._peaks.peak
+
+    @property
+    def stage(self) -> str | None:
+        return self._peaks.stage
+
+    @property
+    def stage_peak(self) -> int | None:
+        return self._peaks.stage_peak
+
     def on_event(self, ev: dict) -> None:
-        """Follow ``stage`` / ``ready`` events (other events are ignored)."""
+        """Follow ``stage`` / ``ready`` events (other events are ignored). An event without a
+        numeric ``t`` is given the time it arrived."""
+        if ev.get("event") not in ("stage", "ready"):
+            return
+        if not isinstance(ev.get("t"), (int, float)) or isinstance(ev.get("t"), bool):
+            ev = {**ev, "t": time.time()}
         with self._lock:
-            if ev.get("event") == "stage":
-                self.stage = ev.get("stage")
-                self.stage_peak = None
-                self._window_open = False
-            elif ev.get("event") == "ready" and ev.get("stage") == self.stage:
-                self._window_open = True
-                self.stage_peak = None
+            self._peaks.on_event(ev)
 
     def on_sample(self, sample: dict, force: bool = False) -> dict | None:
-        """Account one meter ``sample`` dict; return the fields of a ``memory`` event
-        (``footprint``, ``peak``, ``stage``, ``stage_peak``, ``swap``, ``available``,
-        ``total``, ``pressure``) when one is due (``force``: now, whatever the interval)."""
-        footprint = sample.get("footprint")
-        level = max(v for v in (footprint, sample.get("hwm"), 0) if v is not None)
+        """Account one meter ``sample`` dict (``t`` in ``time.time()`` seconds, as the
+        ``Sampler`` writes it); return the fields of a ``memory`` event (``footprint``,
+        ``peak``, ``stage``, ``stage_peak``, ``swap``, ``available``, ``total``,
+        ``pressure``) when one is due (``force``: now, whatever the interval)."""
         with self._lock:
-            self.peak = level if self.peak is None else max(self.peak, level)
-            if self._window_open:
-                self.stage_peak = level if self.stage_peak is None else max(self.stage_peak, level)
+            self._peaks.on_sample(sample)
             now = time.monotonic()
             if not force and now - self._last_emit < self.interval:
                 return None
             self._last_emit = now
-            return {"footprint": footprint, "peak": self.peak, "stage": self.stage,
-                    "stage_peak": self.stage_peak, "swap": sample.get("swap"),
-                    "available": sample.get("available"), "total": sample.get("total"),
-                    "pressure": sample.get("pressure")}
+            return {"footprint": sample.get("footprint"), "peak": self.peak,
+                    "stage": self.stage, "stage_peak": self.stage_peak,
+                    "swap": sample.get("swap"), "available": sample.get("available"),
+                    "total": sample.get("total"), "pressure": sample.get("pressure")}

@@ -1,0 +1,95 @@
+"""One peak, one stage (issue 15 item 4): the live ``memory`` events the runner sends the add-on
+(``runner.memory.MemoryTracker``) and ``stageload summary`` read one trace by one stage-window
+rule, so the panel and the summary give each stage the same peak and blame the same stage (or
+none) for the run's peak.
+
+The trace is replayed in time order into the real tracker, whose ``memory`` events go into the
+add-on's real ``JobState`` (what the panel draws from); the same file goes to ``summarize``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from blender_addon.state import JobState
+from runner.memory import MemoryTracker
+from stageload.summary import summarize
+from stageload.trace import TraceReader, iter_lines
+
+SMALL_RUN = Path(__file__).resolve().parents[1] / "meter" / "fixtures" / "small_run.jsonl"
+MiB = 1024**2
+
+
+def panel_replay(path: Path) -> tuple[dict, int | None, str | None]:
+    """Replay the trace at ``path`` through the tracker into a JobState. Returns the stage peak
+    the panel last showed for each stage, the run's peak it shows at the end, and the stage it
+    blames for that peak: the one whose shown stage peak is the run's peak (None if none)."""
+    tracker, state = MemoryTracker(), JobState()
+    shown: dict[str, int | None] = {}
+    for ev in TraceReader(iter_lines(path)):
+        kind = ev["event"]
+        if kind in ("stage", "ready"):
+            if kind == "stage" and state.stage is not None:
+                shown[state.stage] = state.stage_peak
+            tracker.on_event(ev)
+            state.apply(ev)
+        elif kind == "sample":
+            state.apply({"event": "memory", "t": ev["t"], **tracker.on_sample(ev, force=True)})
+    if state.stage is not None:
+        shown[state.stage] = state.stage_peak
+    blamed = [name for name, value in shown.items() if value is not None and value == state.peak]
+    return shown, state.peak, blamed[0] if blamed else None
+
+
+def _line(**fields) -> str:
+    return json.dumps(fields)
+
+
+@pytest.fixture
+def release_spike(tmp_path) -> Path:
+    """The run's peak is a spike while ``decode`` releases ``denoise``'s weights: the mark is
+    read by the first sample after ``ready``, but it was reached partly before it. Blamed on
+    no stage (the previous rules blamed ``decode`` on the panel and no stage in the summary)."""
+    lines = [
+        _line(event="stage", t=100.0, stage="denoise"),
+        _line(event="ready", t=100.1, stage="denoise"),
+        _line(event="sample", t=100.2, footprint=900 * MiB, hwm=950 * MiB, hwm_since=100.1),
+        _line(event="sample", t=100.4, footprint=1000 * MiB, hwm=1100 * MiB, hwm_since=100.2),
+        _line(event="stage", t=100.45, stage="decode"),
+        _line(event="ready", t=100.5, stage="decode"),
+        _line(event="sample", t=100.6, footprint=400 * MiB, hwm=1500 * MiB, hwm_since=100.4),
+        _line(event="sample", t=100.8, footprint=600 * MiB, hwm=650 * MiB, hwm_since=100.6),
+    ]
+    path = tmp_path / "spike.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def in_stage_spike(tmp_path) -> Path:
+    """The same run with the spike inside ``decode``'s window: both blame ``decode``."""
+    path = tmp_path / "inside.jsonl"
+    lines = [
+        _line(event="stage", t=100.0, stage="denoise"),
+        _line(event="ready", t=100.1, stage="denoise"),
+        _line(event="sample", t=100.2, footprint=900 * MiB, hwm=950 * MiB, hwm_since=100.1),
+        _line(event="stage", t=100.45, stage="decode"),
+        _line(event="ready", t=100.5, stage="decode"),
+        _line(event="sample", t=100.6, footprint=400 * MiB, hwm=450 * MiB, hwm_since=100.5),
+        _line(event="sample", t=100.8, footprint=600 * MiB, hwm=1500 * MiB, hwm_since=100.6),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("trace", ["small_run", "release_spike", "in_stage_spike"])
+def test_panel_and_summary_give_each_stage_the_same_peak_and_blame_the_same_stage(trace, request):
+    path = SMALL_RUN if trace == "small_run" else request.getfixturevalue(trace)
+    summary = summarize(iter_lines(path))
+    shown, panel_peak, panel_blame = panel_replay(path)
+    assert shown == {st["stage"]: st["peak"] for st in summary["stages"]}
+    assert panel_peak == summary["peak"]["bytes"]
+    assert panel_blame == summary["peak"]["stage"]
+    expected = {"small_run": None, "release_spike": None, "in_stage_spike": "decode"}[trace]
+    assert summary["peak"]["stage"] == expected
