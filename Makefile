@@ -31,7 +31,7 @@ demo: setup
 
 # The eager-vs-staged benchmark (about 5 min, needs about 13 GB free); see docs/benchmark.md.
 bench: setup
-	$(PY) bench/pixal3d_bench.py --docs docs/benchmark.md
+	$(PY) -m bench.pixal3d --docs docs/benchmark.md
 
 clean:
 	rm -rf $(VENV) dist out

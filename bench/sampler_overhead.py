@@ -14,7 +14,7 @@ Starts a small process tree to watch (a parent holding 200 MB with three childre
 Writes ``bench/results/sampler_overhead.json`` (or ``--output``) and prints it. Target from
 issue 3: < 2 % of one core (1.2 CPU s per minute).
 
-usage: python bench/sampler_overhead.py [--seconds 60] [--interval 0.1] [--output PATH]
+usage: python -m bench.sampler_overhead [--seconds 60] [--interval 0.1] [--output PATH]
 """
 from __future__ import annotations
 
@@ -30,11 +30,10 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from stageload.meter import PLATFORM_READER, Sampler
+from stageload.trace import TraceWriter
 
-from stageload.meter import PLATFORM_READER, Sampler  # noqa: E402
-from stageload.trace import TraceWriter  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGET = r"""
 import subprocess, sys, time

@@ -36,7 +36,7 @@ class Sampler:
     samples, > 0; 0.1 = 10 Hz), ``tree`` (include descendants), ``reset_hwm`` (see above),
     ``tree_refresh`` (seconds between scans for new descendants; default 1.0). Finding
     descendants means reading every process on the machine (psutil), which at 10 Hz was most
-    of the sampler's CPU time (bench/sampler_overhead.py); between scans the known descendants
+    of the sampler's CPU time (python -m bench.sampler_overhead); between scans the known descendants
     are read directly, so a child started less than ``tree_refresh`` ago is not counted yet.
     ``tree_refresh=0`` scans on every sample.
 

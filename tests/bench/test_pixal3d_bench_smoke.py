@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark (bench/pixal3d_bench.py) at a tiny scale: it runs end to end —
+"""Smoke test of the benchmark (python -m bench.pixal3d) at a tiny scale: it runs end to end —
 real weights written, real processes under the real guard, sampled from outside — and its
 outputs agree with each other and with the traces they were computed from.
 
@@ -16,22 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from bench.pixal3d import report
+
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
 SCALE = 0.002
-
-
-def _bench_module(name: str):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return __import__(name)
 
 
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "out"
-    cmd = [sys.executable, str(BENCH / "pixal3d_bench.py"), "--scale", str(SCALE), "--rounds", "1",
+    cmd = [sys.executable, "-m", "bench.pixal3d", "--scale", str(SCALE), "--rounds", "1",
            "--hold", "0.05", "--steps", "1", "--out", str(out), "--work", str(tmp / "work")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"bench failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
@@ -52,7 +47,6 @@ def test_outputs_exist_and_chart_is_a_png(bench_run):
 
 @pytest.mark.slow
 def test_table_is_generated_from_summary(bench_run):
-    report = _bench_module("pixal3d_bench_report")
     summary = bench_run["summary"]
     table = (bench_run["out"] / "table.md").read_text()
     assert table == report.table_markdown(summary)
@@ -150,13 +144,12 @@ def test_refuses_to_overwrite_results_without_force(bench_run):
 
 @pytest.mark.slow
 def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
-    report = _bench_module("pixal3d_bench_report")
     summary_path = bench_run["out"] / "summary.json"
     doc = tmp_path / "doc.md"
     doc.write_text(f"# Title\n\nbefore\n{report.BEGIN}\nOLD-BLOCK-CONTENT\n{report.END}\nmiddle\n"
                    f"{report.README_BEGIN}\nOLD-README-CONTENT\n{report.README_END}\nafter\n")
-    proc = subprocess.run([sys.executable, str(BENCH / "pixal3d_bench_report.py"), str(summary_path),
-                           "--docs", str(doc)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "bench.pixal3d.report", str(summary_path),
+                           "--docs", str(doc)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
     assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{report.README_END}\nafter\n")
@@ -165,8 +158,8 @@ def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
     assert "OLD-README-CONTENT" not in text and report.readme_markdown(bench_run["summary"]) in text
     bare = tmp_path / "bare.md"
     bare.write_text("no markers\n")
-    proc = subprocess.run([sys.executable, str(BENCH / "pixal3d_bench_report.py"), str(summary_path),
-                           "--docs", str(bare)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "bench.pixal3d.report", str(summary_path),
+                           "--docs", str(bare)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "bench:begin" in proc.stderr
     assert bare.read_text() == "no markers\n"
 
@@ -174,9 +167,20 @@ def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
 def test_unwritable_work_folder_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")
-    proc = subprocess.run([sys.executable, str(BENCH / "pixal3d_bench.py"), "--scale", str(SCALE),
+    proc = subprocess.run([sys.executable, "-m", "bench.pixal3d", "--scale", str(SCALE),
                            "--work", str(blocker / "work"), "--out", str(tmp_path / "out")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "--work" in proc.stderr and "Traceback" not in proc.stderr
     assert blocker.read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize("module", ["bench.pixal3d", "bench.pixal3d.report", "bench.builtin",
+                                    "bench.sampler_overhead"])
+def test_every_benchmark_runs_as_a_module(module, tmp_path):
+    """``python -m bench.<name> --help`` from the repository root: usage, exit 0, no torch
+    needed for it, and no import path set up by hand (run with the repository as the cwd)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: ") and "Traceback" not in proc.stderr

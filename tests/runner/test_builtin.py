@@ -205,5 +205,5 @@ def test_result_dict(runs):
         ref = reference_matte(run["rgba"], run["had_alpha"])
         assert 0.9 < r["matte_pixels"] / ref.sum() < 1.1, (name, r["matte_pixels"], ref.sum())
         assert r["matte_source"] == ("alpha" if run["had_alpha"] else "border"), name
-        # CPU seconds, not wall: the test machine is shared; bench/builtin_bench.py measures wall.
+        # CPU seconds, not wall: the test machine is shared; python -m bench.builtin measures wall.
         assert run["cpu"] < 5.0, f"{name}: {run['cpu']:.2f} CPU s"

@@ -11,7 +11,7 @@ memory.
   own ``run()`` and export.
 
 Working memory: the stand-in's stages use almost none, so ``WorkingMemory`` adds each stage's
-scaled share (SPEC §1, see ``pixal3d_bench_sizes``). It is allocated at the *end* of each
+scaled share (SPEC §1, see ``bench.pixal3d.sizes``). It is allocated at the *end* of each
 stage, after the stage's models are loaded and used (where the real port's activations live),
 held ``--hold`` seconds, and freed — by a per-instance ``on_call`` hook on the adapter's
 ``enter`` (which every stage change goes through), i.e. before the next stage's ``stage``
@@ -26,8 +26,7 @@ import os
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-STANDIN = REPO / "standin" / "port"  # standin.PORT_DIR
+from standin import PORT_DIR as STANDIN  # the stand-in port folder (standin/, at the repository root)
 
 
 def write_weights(work: Path, scale: float) -> dict:
@@ -39,7 +38,7 @@ def write_weights(work: Path, scale: float) -> dict:
     same scale is reused (the files are deterministic: seed 0). Raises ``ValueError`` for a
     scale outside (0, 1].
     """
-    import pixal3d_bench_sizes as sizes
+    from . import sizes
 
     root = Path(work) / f"scale_{scale:g}"
     record = root / "weights.json"
@@ -140,11 +139,13 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
     """
     import time
 
-    import pixal3d_bench_disk as disk
+    from . import disk
     import torch
     from safetensors.torch import load_file
 
-    import pixal3d.models as models  # the stand-in's (on sys.path via pixal3d_bench_sizes)
+    # the stand-in's own package: the port folder is on sys.path once its weights module is
+    # loaded (bench.pixal3d.sizes does), as for the real port
+    import pixal3d.models as models
 
     ckpt = Path(weights["root"]) / "hf" / "hub" / "models--TencentARC--Pixal3D" / "ckpts" / name
     config = json.loads(ckpt.with_suffix(".json").read_text())

@@ -1,7 +1,7 @@
 """Run one benchmark worker under the guard, sampled from outside, into one JSONL trace.
 
-``run_traced`` starts ``python -m stageload guard [guard options] -- python
-bench/pixal3d_bench_worker.py ...`` in its own process, reads the worker's events from the
+``run_traced`` starts ``python -m stageload guard [guard options] -- python -m
+bench.pixal3d.worker ...`` (from the repository root) in its own process, reads the worker's events from the
 guard's stdout (the guard passes its command's stdout through), and when the worker announces
 its pid (``bench_hello``) starts a ``stageload.meter.Sampler`` on that pid from this process.
 Samples and events go to one trace file, one JSON object a line, flushed per line
@@ -20,8 +20,8 @@ from pathlib import Path
 from stageload.meter import Sampler
 from stageload.trace import TraceWriter
 
-REPO = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).resolve().with_name("pixal3d_bench_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+WORKER = "bench.pixal3d.worker"  # run with -m from REPO
 
 
 def run_traced(worker_args: list[str], trace_path: Path, *, guard_args: list[str],
@@ -42,7 +42,7 @@ def run_traced(worker_args: list[str], trace_path: Path, *, guard_args: list[str
     Path(trace_path).unlink(missing_ok=True)
     trace = TraceWriter(trace_path)
     cmd = [sys.executable, "-m", "stageload", "guard", *guard_args, "--",
-           sys.executable, str(WORKER), *worker_args]
+           sys.executable, "-m", WORKER, *worker_args]
     state = {"pid": None, "events": 0, "sampler": None, "guard": []}
     load_start = os.getloadavg()[0]
     t0 = time.time()

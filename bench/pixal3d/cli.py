@@ -1,17 +1,17 @@
-"""Benchmark: eager vs staged vs staged+budget loading of the Pixal3D stand-in, against the
+"""``python -m bench.pixal3d``: eager vs staged vs staged+budget loading of the Pixal3D stand-in, against the
 physical limit of every stage (the table of SPEC §1, reproduced on this machine).
 
 Usage (from the repository root, see docs/benchmark.md)::
 
-    .venv/bin/python bench/pixal3d_bench.py                      # full scale 1/8, 2 rounds
-    .venv/bin/python bench/pixal3d_bench.py --scale 0.002 --rounds 1 --hold 0.3 --out /tmp/b
+    .venv/bin/python -m bench.pixal3d                      # full scale 1/8, 2 rounds
+    .venv/bin/python -m bench.pixal3d --scale 0.002 --rounds 1 --hold 0.3 --out /tmp/b
 
 What it does, in order:
 
 1. writes the stand-in port's weights at ``--scale`` of the real sizes (real safetensors files
    under ``--work``; kept between runs when the scale is unchanged);
 2. measures the cold sequential read throughput of those files (evicted from the page cache
-   first, see ``pixal3d_bench_disk``);
+   first, see ``bench.pixal3d.disk``);
 3. runs the stages' working memory alone in one process (the "alone" run) to measure each
    stage's working memory over baseline on this machine;
 4. runs eager, staged and staged+budget, alternating, ``--rounds`` times, each in its own
@@ -29,33 +29,25 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+from . import disk, report  # light: no torch
+from .modes import MODE_TITLES, MODES
 
-import pixal3d_bench_disk as disk  # noqa: E402  (light: no torch)
-import pixal3d_bench_report as report  # noqa: E402  (light: no torch)
-
-# Heavier modules (torch, the stand-in port, the meter) are imported in main() after the
+# Heavier modules (torch, the stand-in port, the meter) are imported in _run() after the
 # arguments are checked, so a bad command line is answered at once.
-analysis = sizes = run_traced = None
 
-MODES = ("eager", "staged", "budget")
-MODE_TITLES = {"eager": "eager", "staged": "staged", "budget": "staged+budget"}
+REPO = Path(__file__).resolve().parents[2]
 OUTPUT_FILES = ("summary.json", "table.md", "chart.png")
+PROG = "python -m bench.pixal3d"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Parse and check the command line; exits 2 with a message naming the bad option."""
-    p = argparse.ArgumentParser(prog="pixal3d_bench.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", type=float, default=0.125,
                    help="size factor for weights and working memory (default 0.125 = 1/8)")
     p.add_argument("--rounds", type=int, default=2, help="eager/staged/budget rounds (default 2)")
@@ -103,18 +95,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def machine() -> dict:
-    """What the numbers were measured on."""
-    import psutil
-    import torch
-
-    return {"platform": platform.platform(), "python": platform.python_version(),
-            "loadavg_at_summary": list(os.getloadavg()),
-            "torch": torch.__version__, "cpus": os.cpu_count(),
-            "memory_total": psutil.virtual_memory().total,
-            "drop_caches_writable": disk.drop_caches_allowed()}
-
-
 def flattened_example(work: Path) -> Path:
     """``examples/goblin.png`` composited onto white without alpha (RGB PNG under ``work``):
     a picture with no usable alpha makes the port run its background remover, as the real run
@@ -148,18 +128,16 @@ def main(argv=None) -> int:
     try:
         return _run(args)
     except OSError as exc:  # an unwritable --work/--out, a full disk: say which, no traceback
-        print(f"pixal3d_bench.py: error: {exc.strerror or exc} ({exc.filename or ''}); check that "
+        print(f"{PROG}: error: {exc.strerror or exc} ({exc.filename or ''}); check that "
               f"--work ({args.work}) and --out ({args.out}) are writable and have room",
               file=sys.stderr)
         return 1
 
 
 def _run(args) -> int:
-    global analysis, sizes, run_traced
-    import pixal3d_bench_analysis as analysis
-    import pixal3d_bench_pipeline as pipeline
-    import pixal3d_bench_sizes as sizes
-    from pixal3d_bench_run import run_traced
+    from . import pipeline, sizes
+    from .run import run_traced
+    from .summary import build_summary
 
     args.out.mkdir(parents=True, exist_ok=True)
     traces = args.out / "traces"
@@ -247,98 +225,6 @@ def chart_command(out: Path, runs: list[dict], *, force: bool) -> list[str]:
     return cmd + (["--force"] if force else [])
 
 
-def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
-    """Everything the table and the docs quote, from the traces (bytes, seconds)."""
-    def records(run):
-        with open(args.out / run["trace"], encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-
-    for run in runs:
-        run["sample_hz"] = analysis.sample_hz(records(run))
-    alone_run = next(r for r in runs if r["mode"] == "alone")
-    alone = analysis.working_alone(records(alone_run))
-    runtime = alone.get("setup", {}).get("baseline")
-    per_mode = {m: [r for r in runs if r["mode"] == m] for m in MODES}
-    data = {m: [records(r) for r in per_mode[m]] for m in MODES}
-    peaks = {m: [analysis.stage_peaks(recs) for recs in data[m]] for m in MODES}
-    plan = weights["plan"]
-    model_bytes = weights["model_bytes"]
-
-    stages = []
-    for stage in plan:
-        listed = plan[stage]
-        wbytes = sum(model_bytes[m] for m in listed)
-        work = (alone.get(stage) or {}).get("working")
-        limit = None if runtime is None or work is None else runtime + wbytes + work
-        row = {"stage": stage, "plan_models": listed, "plan_weight_bytes": wbytes,
-               "working_alone": work, "working_target": working.get(stage, 0),
-               "limit": limit, "limit_excl_runtime": None if work is None else wbytes + work}
-        for m in MODES:
-            row[m] = analysis.span([(p.get(stage) or {}).get("peak") for p in peaks[m]])
-            row[f"{m}_release_seconds"] = analysis.span(
-                [(p.get(stage) or {}).get("release_seconds") for p in peaks[m]])
-        row["staged_over_limit"] = (row["staged"]["max"] / limit
-                                    if limit and row["staged"]["max"] else None)
-        row["budget_over_limit"] = (row["budget"]["max"] / limit
-                                    if limit and row["budget"]["max"] else None)
-        # What the staged peak holds beyond the limit, next to the largest weight of the stage
-        # (a second copy of that weight would show as an excess at least this large).
-        row["excess_over_limit"] = (None if limit is None or row["staged"]["max"] is None
-                                    else row["staged"]["max"] - limit)
-        row["largest_weight"] = max((model_bytes[m] for m in listed), default=0)
-        spec = sizes.SPEC_TABLE.get(stage)
-        row["spec"] = None if spec is None else {"eager": spec[0], "staged": list(spec[1])}
-        stages.append(row)
-
-    resident = {m: [analysis.resident_weights(recs) for recs in data[m]] for m in ("staged", "budget")}
-    for row in stages:
-        listed_sum = row["plan_weight_bytes"]
-        for m in ("staged", "budget"):
-            vals = [(r["per_stage"].get(row["stage"]) or {}).get("max_bytes") for r in resident[m]]
-            row[f"{m}_resident_weight_bytes"] = analysis.span(vals)
-        row["staged_resident_within_plan"] = all(
-            v is None or v <= listed_sum for v in row["staged_resident_weight_bytes"]["runs"])
-
-    overall = {m: analysis.span([analysis.overall_peak(recs) for recs in data[m]]) for m in MODES}
-    no_export = {m: analysis.span([max([(p.get(s) or {}).get("peak") or 0 for s in plan
-                                        if s != "export"] or [0]) for p in peaks[m]])
-                 for m in MODES}
-    loading = {m: [analysis.loads(recs) for recs in data[m]] for m in MODES}
-    cold_tp = analysis.span([c["throughput"] for c in cold])
-    summary = {
-        "schema": 1,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "config": {"scale": args.scale, "rounds": args.rounds, "hold": args.hold,
-                   "interval": args.interval, "budget": budget, "image": str(args.image),
-                   "modes": list(MODES), "wall_seconds": time.time() - t_start},
-        "sizes": {"real_weight_bytes": sizes.REAL_WEIGHT_BYTES, "model_bytes": model_bytes,
-                  "plan": plan, "working_real": sizes.real_working_bytes(),
-                  "working_scaled": working, "totals": sizes.check_totals()},
-        "runtime_baseline": runtime,
-        "alone": alone,
-        "stages": stages,
-        "overall": {"peak": overall, "peak_excluding_export": no_export},
-        "loading": {"cold_read": cold, "cold_throughput": cold_tp,
-                    **{m: loading[m] for m in MODES}},
-        "runs": [{k: v for k, v in r.items() if k != "command"} | {"command": " ".join(r["command"])}
-                 for r in runs],
-    }
-    summary["load_transients"] = {
-        m: [dict(x, round=i) for i, recs in enumerate(data[m])
-            for x in analysis.load_transients(recs, args.interval)] for m in MODES}
-    summary["double_loads"] = {m: [d for r in resident[m] for d in r["double_loads"]]
-                               for m in resident}
-    # What stageload.pixal3d.direct.prepare_meta_runtime() paid in each process (the one-time
-    # torch._dynamo import a meta-device initialiser triggers): the alone process calls it to
-    # set up the same runtime as a staged run's setup; eager runs never call it.
-    def runtime_paid(recs):
-        found = [e for e in recs if e.get("event") == "bench_runtime"]
-        return {k: found[0].get(k) for k in ("seconds", "modules", "rss_bytes")} if found else None
-    summary["meta_runtime"] = {"alone": runtime_paid(records(alone_run)),
-                               **{m: [runtime_paid(recs) for recs in data[m]] for m in MODES}}
-    summary["targets"] = report.targets(summary)
-    return summary
 
 
 if __name__ == "__main__":

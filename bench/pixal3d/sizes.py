@@ -24,15 +24,8 @@ machine's own runtime baseline instead. Ranges in SPEC §1 (e.g. 11.4–11.5 GB)
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+from standin import weights_module
 from stageload.pixal3d.plan import PLAN_1024
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script: the stand-in package lives at the repository root
-    sys.path.insert(0, str(REPO))
-from standin import PORT_DIR as STANDIN, weights_module  # noqa: E402  the stand-in port (standin/)
 
 make_weights = weights_module()  # the stand-in's weights writer (sizes and files)
 

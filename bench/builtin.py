@@ -1,9 +1,9 @@
-"""Benchmark: the built-in backend (silhouette inflation) on a 720 px image.
+"""``python -m bench.builtin``: the built-in backend (silhouette inflation) on a 720 px image.
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/builtin_bench.py                       # 3 runs, default image
-    .venv/bin/python bench/builtin_bench.py --runs 5 --image some.png --out /tmp/b.json
+    .venv/bin/python -m bench.builtin                       # 3 runs, examples/goblin.png
+    .venv/bin/python -m bench.builtin --runs 5 --image some.png --out /tmp/b.json
 
 Each run is a fresh Python process (``--child``) that imports the backend, reads the image,
 scales it so its longer side is ``--size`` px (720 by default; Lanczos), and calls
@@ -39,8 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-DEFAULT_IMAGE = REPO.parent / "shared" / "images" / "typical_humanoid_goblin.png"
-FALLBACK_IMAGE = REPO / "examples" / "goblin.png"
+DEFAULT_IMAGE = REPO / "examples" / "goblin.png"  # = tests/data/images/typical_humanoid_goblin.png
 DEFAULT_OUT = HERE / "results" / "builtin_bench.json"
 TARGET_SECONDS = 5.0
 TARGET_BYTES = 1 << 30  # 1 GiB
@@ -50,7 +49,6 @@ def child(image_path: str, size: int, output: str) -> int:
     """Run the backend once in this (fresh) process; print one JSON line with the figures."""
     from PIL import Image
 
-    sys.path.insert(0, str(REPO))
     from runner.backends.builtin import generate
 
     with Image.open(image_path) as im:
@@ -76,9 +74,9 @@ def run_once(image: Path, size: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="builtin_bench_") as tmp:
         output = os.path.join(tmp, "out.glb")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        argv = [sys.executable, str(Path(__file__).resolve()), "--child", str(image), str(size), output]
+        argv = [sys.executable, "-m", "bench.builtin", "--child", str(image), str(size), output]
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         sampled = 0
         watched = psutil.Process(proc.pid)
         while proc.poll() is None:
@@ -116,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--child":
         return child(argv[1], int(argv[2]), argv[3])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--image", type=Path, default=DEFAULT_IMAGE if DEFAULT_IMAGE.exists() else FALLBACK_IMAGE)
+    parser = argparse.ArgumentParser(prog="python -m bench.builtin", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--image", type=Path, default=DEFAULT_IMAGE)
     parser.add_argument("--size", type=int, default=720, help="longer side of the input, px (default 720)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)

@@ -3,7 +3,7 @@
 The stand-in port's tiny models use almost no activation memory, but the real port's stages do
 (SPEC §1: the texture stage peaks at 30.1 GB of which 2.6 GB is the model). ``WorkingMemory``
 stands for that memory: at a stage's ``ready`` it allocates the stage's share (bytes from
-``pixal3d_bench_sizes.scaled_working_bytes``) and writes every page, so it is resident, not just
+``bench.pixal3d.sizes.scaled_working_bytes``) and writes every page, so it is resident, not just
 reserved; at the end of the stage it holds for ``hold`` seconds (so the outside sampler at
 >= 10 Hz sees the stage's peak with its weights loaded) and frees the buffer.
 

@@ -1,6 +1,7 @@
 """One benchmark process: ``alone`` (working memory only), ``eager``, ``staged`` or ``budget``.
 
-Started by ``bench/pixal3d_bench.py`` under ``python -m stageload guard``; never run by hand
+Started as ``python -m bench.pixal3d.worker`` by ``python -m bench.pixal3d`` under
+``python -m stageload guard``; never run by hand
 except for debugging. Writes one JSON object per line on stdout (flushed per line): first
 ``{"event": "bench_hello", "pid": ..., "mode": ...}`` so the parent can start sampling this
 process from outside, then every stageload event (``stage``, ``ready``, ``load``, ``reload``,
@@ -46,7 +47,7 @@ def run_alone(args, working) -> None:
 
 def main(argv=None) -> int:
     """Parse the options, announce this pid, run the mode; returns the exit code."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.pixal3d.worker", description=__doc__.splitlines()[0])
     p.add_argument("--mode", required=True, choices=["alone", "eager", "staged", "budget"])
     p.add_argument("--weights", help="folder the stand-in's weights were written to")
     p.add_argument("--scale", type=float, required=True, help="size factor, e.g. 0.125")
@@ -58,21 +59,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     _hello(args.mode)
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import pixal3d_bench_sizes as sizes
-    from pixal3d_bench_working import WorkingMemory
+    from . import pipeline, sizes
+    from .working import WorkingMemory
 
     working = WorkingMemory(sizes.scaled_working_bytes(args.scale), args.hold)
-    import pixal3d_bench_pipeline
-
     if args.mode == "alone":
-        runtime = pixal3d_bench_pipeline.open_port_only(args)  # same imports and setup as staged
+        runtime = pipeline.open_port_only(args)  # same imports and setup as staged
         from stageload.events import make_event
         _emit(make_event("bench_runtime", **runtime))
         run_alone(args, working)
         return 0
 
-    pixal3d_bench_pipeline.run(args, working, _emit)
+    pipeline.run(args, working, _emit)
     return 0
 
 
