@@ -55,7 +55,7 @@ def thread_cpu(ident: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sampler_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "sampler_overhead.json"))
