@@ -8,7 +8,7 @@ resident set size of that process (``ru_maxrss`` from ``os.wait4``, Linux kiloby
 ratio that matters is peak RSS against file size: a reader that holds the events grows with
 the file, a streaming one stays flat.
 
-    python bench/trace_read_bench.py [--sizes-mb 100 1000] [--out bench/results/trace_read_bench.json]
+    python -m bench.trace_read [--sizes-mb 100 1000] [--out bench/results/trace_read_bench.json]
 
 Takes about a minute per GB of trace on a 2-core machine; needs twice the largest size free in
 the temporary folder (the file; the guard run writes nothing).
@@ -66,7 +66,7 @@ def measure(argv: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.trace_read", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 100, 1000])
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trace_read_bench.json")
     args = parser.parse_args()
