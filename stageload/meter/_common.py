@@ -15,10 +15,11 @@ class SystemMemory:
     this machine cannot tell. ``None`` means *unknown*, never "fine": a guard must treat it as
     missing data.
 
-    - ``total``: physical memory (bytes).
+    - ``total``: usable physical memory (bytes).
     - ``available``: memory that can be given to programs without swapping (bytes). Linux:
-      ``MemAvailable`` from ``/proc/meminfo``; macOS: ``kern.memorystatus_level`` percent of
-      ``total``, because psutil's ``available`` there leaves out compressed memory.
+      ``MemAvailable`` from ``/proc/meminfo``; macOS: ``total`` less Activity Monitor's
+      "Memory Used" (app + wired + compressed pages, ``host_statistics64``; see ``_macos_vm``).
+    - ``total``: Linux ``MemTotal``; macOS ``hw.memsize_usable`` (memory the kernel manages).
     - ``swap_used`` / ``swap_total``: swap in use / configured (bytes). Linux ``/proc/meminfo``;
       macOS ``vm.swapusage``. A machine without swap reports ``0`` / ``0``.
     - ``pressure``: macOS ``kern.memorystatus_vm_pressure_level`` (1 normal, 2 warning,
@@ -40,7 +41,7 @@ def psutil_system_memory() -> SystemMemory:
     """Total and available memory, swap used and configured (bytes) from psutil
     (``virtual_memory``, ``swap_memory``; on Linux they parse ``/proc/meminfo``); ``pressure``
     ``None``. A figure psutil cannot read is ``None`` (unknown), never raised. Shared by the
-    Linux and generic readers; macOS replaces ``available`` and adds pressure (see _macos).
+    Linux and generic readers; macOS reads everything through libSystem instead (_macos_vm).
     """
     try:
         vm = psutil.virtual_memory()

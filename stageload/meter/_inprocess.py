@@ -29,8 +29,9 @@ class MemoryMeter:
     kernel high-water mark (reset after each sample where the platform allows: Linux) covers the
     time between samples, so a short spike still counts. Phase edges take a sample at once, so
     no sample interval crosses a phase edge. Caveat of measuring in-process: while native code
-    holds the GIL the thread cannot sample; the high-water mark still sees the peak on Linux
-    (macOS only a lifetime mark). For other processes use ``Sampler`` from outside.
+    holds the GIL the thread cannot sample; the high-water mark still sees the peak (Linux
+    ``VmHWM``; macOS the interval peak, or only a lifetime mark where macOS lacks
+    ``proc_reset_footprint_interval``). For other processes use ``Sampler`` from outside.
 
     Attributes: ``peak`` (bytes or None before any sample), ``phases`` (dict name → peak bytes,
     in the order phases ended), ``samples`` (the ``sample`` dicts), ``events`` (``stage`` /

@@ -1,44 +1,48 @@
-"""macOS readers: ``proc_pid_rusage`` (libproc) and ``sysctlbyname`` through ctypes, psutil for
-total memory and swap.
+"""macOS readers: per-process footprints from ``proc_pid_rusage`` (libproc) and system memory
+as Activity Monitor counts it (``_macos_vm``), all through ctypes into libSystem
+(``_macos_lib``; a test-only stand-in can replace it, see there).
 
 What each number is:
 
 - footprint: ``ri_phys_footprint`` of ``struct rusage_info_v4`` — the kernel's per-process
-  footprint ledger, the figure Activity Monitor's "Memory" column shows; it counts Metal / MPS
-  buffers in unified memory and compressed memory. Same user: no root needed.
-- high-water mark: ``ri_lifetime_max_phys_footprint`` (same struct): the lifetime peak of that
-  ledger. macOS has no public way to reset it, so ``reset_high_water_mark`` returns ``False``
-  and a ``Sampler`` places a mark in time only when it rises (docs/meter.md).
-- available: ``kern.memorystatus_level`` (percent of memory available, 0–100) × total. psutil's
-  ``available`` on macOS (free + inactive pages) leaves compressed memory out and reads far too
-  low or high under pressure, so it is not used.
-- pressure: ``kern.memorystatus_vm_pressure_level`` (1 normal, 2 warning, 4 critical).
-- swap: psutil's ``swap_memory()``, which reads ``vm.swapusage`` (``struct xsw_usage``).
-- total: psutil's ``virtual_memory().total`` (``hw.memsize``).
+  footprint ledger, the figure Activity Monitor's "Memory" column shows; it counts compressed
+  memory and, by Apple's account, Metal / MPS buffers in unified memory (not verified here).
+  Same user: no root needed.
+- exited: a process that has exited but not been reaped still answers ``proc_pid_rusage``, with
+  ``ri_phys_footprint`` 0 and ``ri_proc_exit_abstime`` set (XNU ``proc_exit``). It is gone:
+  ``process_footprint`` raises ``ProcessLookupError``, as the Linux reader does for a zombie, so
+  no 0-footprint sample is ever written for it.
+- high-water mark: ``ri_interval_max_phys_footprint`` — the peak of the footprint since the last
+  ``proc_reset_footprint_interval(pid)`` (libproc, macOS 10.14+), which
+  ``reset_high_water_mark`` calls; the Sampler resets after every read, as with Linux's
+  ``clear_refs``. Where that call is missing from libSystem or the kernel refuses it (EINVAL: no
+  interval ledger), the mark falls back to ``ri_lifetime_max_phys_footprint`` (a lifetime peak,
+  placed in time only when it rises) and ``hwm_note()`` says so.
+- available, total, swap, pressure: see ``_macos_vm``.
 
 Struct layouts come from Apple's ``<sys/resource.h>`` (XNU ``bsd/sys/resource.h``): every
 ``rusage_info_vN`` is ``uint8_t ri_uuid[16]`` followed by ``uint64_t`` fields, v2 has 18 of them
-(160 bytes), v4 35 (296 bytes); ``ri_phys_footprint`` is at byte 72 and
-``ri_lifetime_max_phys_footprint`` at byte 240. ``tests/meter/test_macos_layout.py`` checks
-these sizes and offsets with ``ctypes.sizeof`` / field offsets, and the parsers on bytes.
+(160 bytes), v4 35 (296 bytes); ``ri_phys_footprint`` is at byte 72,
+``ri_proc_exit_abstime`` at 88, ``ri_lifetime_max_phys_footprint`` at 240 and
+``ri_interval_max_phys_footprint`` at 280. The kernel copies out exactly the size of the flavor
+asked for. A kernel without v4 answers EINVAL, and v2 is asked next (no maxima then).
 
-NOT RUN HERE: this project is developed and tested on Linux; no Mac was available. The ctypes
-calls into ``libSystem`` (``proc_pid_rusage``, ``sysctlbyname``) have not been executed; the
-struct layouts, the byte parsers and the dispatcher choice are tested on Linux. Importing this
-module on Linux works (libSystem is loaded on first use).
+NOT RUN ON A MAC: this project is developed on Linux. Every function here is executed by the
+tests against a stand-in libSystem built from C (tests/macos_standin/) that follows XNU's
+semantics as read from its source; the real libSystem has not been called.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
-import os
-from dataclasses import replace
 
-from ._common import SystemMemory, psutil_system_memory, tree_footprint
+from . import _macos_lib as libsys
+from . import _macos_vm as vm
+from ._common import SystemMemory, tree_footprint
 
 RUSAGE_INFO_V2 = 2
 RUSAGE_INFO_V4 = 4
-LIBSYSTEM = "/usr/lib/libSystem.B.dylib"
+RESET_CALL = "proc_reset_footprint_interval"
 
 _V0_FIELDS = ["ri_user_time", "ri_system_time", "ri_pkg_idle_wkups", "ri_interrupt_wkups",
               "ri_pageins", "ri_wired_size", "ri_resident_size", "ri_phys_footprint",
@@ -69,98 +73,50 @@ class RusageInfoV4(ctypes.Structure):
     _fields_ = _fields(_V0_FIELDS + _V1_FIELDS + _V2_FIELDS + _V3_FIELDS + _V4_FIELDS)
 
 
-
-_libc = None
-
-
-def _lib() -> ctypes.CDLL:
-    """libSystem (holds libproc's ``proc_pid_rusage`` and ``sysctlbyname``), loaded once.
-    Raises ``OSError`` when not on macOS."""
-    global _libc
-    if _libc is None:
-        lib = ctypes.CDLL(LIBSYSTEM, use_errno=True)
-        lib.proc_pid_rusage.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        lib.proc_pid_rusage.restype = ctypes.c_int
-        lib.sysctlbyname.argtypes = [ctypes.c_char_p, ctypes.c_void_p,
-                                     ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
-                                     ctypes.c_size_t]
-        lib.sysctlbyname.restype = ctypes.c_int
-        _libc = lib
-    return _libc
+#: Whether the interval peak works, per library path: True after a successful reset, False
+#: once the call is missing or refused with EINVAL, absent while not yet tried.
+_interval_ok: dict[str, bool] = {}
 
 
 def parse_rusage(buf: bytes) -> dict[str, int | None]:
-    """``{"footprint", "lifetime_max"}`` (bytes) from the raw bytes ``proc_pid_rusage`` filled:
-    296 bytes or more = v4 (both), 160..295 = v2 (``lifetime_max`` None). Raises ``ValueError``
-    for fewer than 160 bytes."""
+    """``{"footprint", "lifetime_max", "interval_max", "exit_abstime"}`` from the raw bytes
+    ``proc_pid_rusage`` filled (sizes in bytes, ``exit_abstime`` in Mach absolute time units,
+    0 while the process runs): 296 bytes or more = v4, 160..295 = v2 (both maxima None).
+    Raises ``ValueError`` for fewer than 160 bytes."""
     if len(buf) >= ctypes.sizeof(RusageInfoV4):
         info = RusageInfoV4.from_buffer_copy(buf[:ctypes.sizeof(RusageInfoV4)])
-        return {"footprint": int(info.ri_phys_footprint),
-                "lifetime_max": int(info.ri_lifetime_max_phys_footprint)}
-    if len(buf) >= ctypes.sizeof(RusageInfoV2):
+        maxima = int(info.ri_lifetime_max_phys_footprint), int(info.ri_interval_max_phys_footprint)
+    elif len(buf) >= ctypes.sizeof(RusageInfoV2):
         info = RusageInfoV2.from_buffer_copy(buf[:ctypes.sizeof(RusageInfoV2)])
-        return {"footprint": int(info.ri_phys_footprint), "lifetime_max": None}
-    raise ValueError(f"rusage_info buffer of {len(buf)} bytes; expected at least 160 (v2)")
+        maxima = None, None
+    else:
+        raise ValueError(f"rusage_info buffer of {len(buf)} bytes; expected at least 160 (v2)")
+    return {"footprint": int(info.ri_phys_footprint), "lifetime_max": maxima[0],
+            "interval_max": maxima[1], "exit_abstime": int(info.ri_proc_exit_abstime)}
 
 
 def _rusage(pid: int) -> dict[str, int | None]:
     """Call ``proc_pid_rusage(pid, RUSAGE_INFO_V4)`` (falling back to V2 on kernels without
-    v4). Raises ``ProcessLookupError`` (ESRCH), ``PermissionError`` (EPERM) or ``OSError``."""
-    lib = _lib()
+    v4) and parse it. Raises ``ProcessLookupError`` (ESRCH), ``PermissionError`` (EPERM) or
+    ``OSError`` (also when libSystem cannot be loaded)."""
+    lib = libsys.lib()
     for flavor, struct in ((RUSAGE_INFO_V4, RusageInfoV4), (RUSAGE_INFO_V2, RusageInfoV2)):
         info = struct()
         if lib.proc_pid_rusage(int(pid), flavor, ctypes.byref(info)) == 0:
             return parse_rusage(bytes(info))
-        err = ctypes.get_errno()
-        if err == errno.EINVAL:  # flavor unknown to this kernel, try the older one
-            continue
-        message = f"proc_pid_rusage({pid}): {os.strerror(err)}"
-        if err == errno.ESRCH:
-            raise ProcessLookupError(err, message)
-        if err == errno.EPERM:  # another user's process
-            raise PermissionError(err, message)
-        raise OSError(err, message)
+        if ctypes.get_errno() != errno.EINVAL:  # EINVAL: flavor unknown here, try the older one
+            raise libsys.errno_error(f"proc_pid_rusage({pid})")
     raise OSError(errno.EINVAL, "proc_pid_rusage: neither RUSAGE_INFO_V4 nor V2 is supported")
 
 
-def parse_sysctl_int(buf: bytes) -> int:
-    """Integer value of a sysctl from its raw bytes (little-endian, 4 or 8 bytes, as
-    ``sysctlbyname`` returns ``int`` / ``int64`` on Apple Silicon and x86_64). Raises
-    ``ValueError`` for another length."""
-    if len(buf) not in (4, 8):
-        raise ValueError(f"sysctl integer of {len(buf)} bytes; expected 4 or 8")
-    return int.from_bytes(buf, "little", signed=True)
-
-
-def _sysctl_bytes(name: str, size: int = 8) -> bytes:
-    lib = _lib()
-    buf = ctypes.create_string_buffer(size)
-    length = ctypes.c_size_t(size)
-    if lib.sysctlbyname(name.encode(), buf, ctypes.byref(length), None, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"sysctlbyname({name!r}): {os.strerror(err)}")
-    return buf.raw[:length.value]
-
-
-def sysctl_int(name: str) -> int | None:
-    """Integer sysctl ``name`` (e.g. ``kern.memorystatus_level``), ``None`` if unreadable."""
-    try:
-        return parse_sysctl_int(_sysctl_bytes(name))
-    except (OSError, ValueError):
-        return None
-
-
-def available_from_level(level: int | None, total: int | None) -> int | None:
-    """Bytes available from ``kern.memorystatus_level`` (percent, 0–100) and total bytes;
-    ``None`` when either is unknown or the level is out of range."""
-    if level is None or total is None or not 0 <= level <= 100:
-        return None
-    return total * level // 100
-
-
 def process_footprint(pid: int) -> int:
-    """``ri_phys_footprint`` of one process, bytes."""
-    return _rusage(pid)["footprint"]
+    """``ri_phys_footprint`` of one process, bytes. Raises ``ProcessLookupError`` when it does
+    not exist or has exited (``ri_proc_exit_abstime`` set: a zombie reads 0, which is not a
+    footprint), ``PermissionError`` for another user's process."""
+    info = _rusage(pid)
+    if info["exit_abstime"]:
+        raise ProcessLookupError(errno.ESRCH, f"process {pid} has exited (not yet reaped)")
+    return info["footprint"]
 
 
 def footprint(pid: int, *, tree: bool = True) -> int:
@@ -169,24 +125,65 @@ def footprint(pid: int, *, tree: bool = True) -> int:
 
 
 def high_water_mark(pid: int) -> int | None:
-    """``ri_lifetime_max_phys_footprint`` of ``pid`` (bytes, lifetime peak); ``None`` when the
-    process is gone, not ours, or the kernel lacks ``RUSAGE_INFO_V4``."""
+    """Peak footprint of ``pid`` (bytes): ``ri_interval_max_phys_footprint`` (since the last
+    reset) once ``reset_high_water_mark`` has worked, else ``ri_lifetime_max_phys_footprint``.
+    ``None`` when the process is gone or exited, not ours, or the kernel lacks v4."""
     try:
-        return _rusage(pid)["lifetime_max"]
+        info = _rusage(pid)
     except OSError:
         return None
+    if info["exit_abstime"]:
+        return None
+    if _interval_ok.get(libsys.library_path()) and info["interval_max"] is not None:
+        return info["interval_max"]
+    return info["lifetime_max"]
 
 
 def reset_high_water_mark(pid: int) -> bool:
-    """macOS offers no public reset of the lifetime peak: always ``False``."""
+    """Restart ``pid``'s interval peak from its current footprint with
+    ``proc_reset_footprint_interval(pid)``. Returns True on success; False when libSystem
+    lacks the call, the kernel refuses it (EINVAL; both make ``high_water_mark`` the lifetime
+    peak from then on), or the process is gone (ESRCH) or another user's (EACCES)."""
+    path = libsys.library_path()
+    try:
+        if not libsys.has_symbol(RESET_CALL):
+            _interval_ok[path] = False
+            return False
+        rc = libsys.lib().proc_reset_footprint_interval(int(pid))
+    except OSError:
+        return False
+    if rc == 0:
+        _interval_ok[path] = True
+        return True
+    if ctypes.get_errno() == errno.EINVAL:
+        _interval_ok[path] = False
     return False
 
 
+def hwm_note() -> str | None:
+    """Why ``hwm`` is a lifetime peak on this Mac (text), or None when interval peaks work or
+    have not been tried yet."""
+    if _interval_ok.get(libsys.library_path()) is False:
+        return (f"{RESET_CALL} is not available here (libSystem older than macOS 10.14, or a "
+                "kernel without the interval ledger): hwm is ri_lifetime_max_phys_footprint, "
+                "a lifetime peak placed in time only when it rises")
+    return None
+
+
 def system_memory() -> SystemMemory:
-    """Total (``hw.memsize`` via psutil), available (``kern.memorystatus_level`` × total),
-    swap used / total (``vm.swapusage`` via psutil), pressure
-    (``kern.memorystatus_vm_pressure_level``): bytes, pressure 1/2/4; ``None`` = unknown."""
-    base = psutil_system_memory()  # psutil's available leaves out compressed memory: replaced
-    available = available_from_level(sysctl_int("kern.memorystatus_level"), base.total)
-    pressure = sysctl_int("kern.memorystatus_vm_pressure_level")
-    return replace(base, available=available, pressure=pressure if pressure in (1, 2, 4) else None)
+    """Total (``hw.memsize_usable``), available (total − Activity Monitor's "Memory Used" from
+    ``host_statistics64``), swap used / total (``vm.swapusage``), pressure
+    (``kern.memorystatus_vm_pressure_level``): bytes, pressure 1/2/4. A figure that cannot be
+    read is ``None`` (unknown, never "fine"); all are None when libSystem cannot be loaded."""
+    try:
+        total = vm.total_memory()
+        page, stats = vm.page_size(), vm.vm_statistics()
+        swap_used, swap_total = vm.swap_usage()
+        pressure = vm.pressure()
+    except OSError:
+        return SystemMemory(total=None, available=None, swap_used=None, swap_total=None)
+    available = None
+    if total is not None and page is not None and stats is not None:
+        available = vm.available_bytes(total, stats, page)
+    return SystemMemory(total=total, available=available, swap_used=swap_used,
+                        swap_total=swap_total, pressure=pressure)

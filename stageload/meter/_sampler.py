@@ -25,12 +25,14 @@ class Sampler:
          "available": <bytes|None>, "total": <bytes|None>, "swap": <bytes|None>,
          "pressure": <1|2|4|None>}
 
-    High-water mark: when ``reset_hwm`` (default) and the platform allows it (Linux, our own
-    process), the kernel mark is reset right after each read, so every sample's ``hwm`` is the
-    peak resident size of the root process between the previous sample and this one
-    (``hwm_since`` says from when). This is how a spike shorter than ``interval`` still shows.
-    Where it cannot be reset (macOS: ``ri_lifetime_max_phys_footprint`` is lifetime;
-    a foreign process), ``hwm_since`` is ``None`` and ``hwm`` is a lifetime peak.
+    High-water mark: when ``reset_hwm`` (default) and the platform allows it (Linux
+    ``clear_refs``; macOS ``proc_reset_footprint_interval``; our own processes), the kernel
+    mark is reset right after each read, so every sample's ``hwm`` is the peak of the root
+    process between the previous sample and this one (``hwm_since`` says from when). This is
+    how a spike shorter than ``interval`` still shows. Where it cannot be reset (a macOS
+    without the interval call: ``ri_lifetime_max_phys_footprint``; a foreign process),
+    ``hwm_since`` is ``None`` and ``hwm`` is a lifetime peak; ``note`` then says why when the
+    reader knows (set by ``start()``, else None).
 
     Arguments: ``pid`` (int), ``sink`` (callable taking one dict), ``interval`` (seconds between
     samples, > 0; 0.1 = 10 Hz), ``tree`` (include descendants), ``reset_hwm`` (see above),
@@ -61,6 +63,7 @@ class Sampler:
         self.exited = False
         self.error: BaseException | None = None
         self.last: dict | None = None
+        self.note: str | None = None
         self.count = 0
         self._reader = _platform.load_reader()
         self._lock = threading.Lock()
@@ -137,6 +140,7 @@ class Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler already started; make a new one to sample again")
         self._prime()
+        self.note = getattr(self._reader, "hwm_note", lambda: None)()
         self._thread = threading.Thread(target=self._run, name=f"stageload-sampler-{self.pid}",
                                         daemon=True)
         self._thread.start()

@@ -1,12 +1,13 @@
 """macOS readers without a Mac: struct sizes and offsets against Apple's <sys/resource.h>, the
-byte parsers, the dispatcher. The libSystem calls themselves cannot run here (no macOS)."""
+byte parsers, the dispatcher. The libSystem calls run against a stand-in in
+test_macos_standin.py; the real libSystem cannot run here (no macOS)."""
 import ctypes
 import struct
 import sys
 
 import pytest
 
-from stageload.meter import _generic, _macos, _platform
+from stageload.meter import _generic, _macos, _macos_lib, _platform
 
 # From XNU bsd/sys/resource.h: uint8_t ri_uuid[16], then uint64_t fields —
 # rusage_info_v2: 18 of them, rusage_info_v4: 35 of them.
@@ -14,6 +15,8 @@ V2_SIZE = 16 + 18 * 8   # 160
 V4_SIZE = 16 + 35 * 8   # 296
 PHYS_FOOTPRINT_OFFSET = 16 + 7 * 8            # 8th uint64: ri_phys_footprint
 LIFETIME_MAX_OFFSET = 16 + 28 * 8             # 29th uint64: ri_lifetime_max_phys_footprint
+INTERVAL_MAX_OFFSET = 16 + 33 * 8             # 34th uint64: ri_interval_max_phys_footprint
+EXIT_ABSTIME_OFFSET = 16 + 9 * 8              # 10th uint64: ri_proc_exit_abstime
 
 
 def test_struct_sizes_and_offsets_match_apples_header():
@@ -30,36 +33,39 @@ def test_parse_rusage_from_bytes():
     buf = bytearray(V4_SIZE)
     struct.pack_into("<Q", buf, PHYS_FOOTPRINT_OFFSET, 27_000_000_000)
     struct.pack_into("<Q", buf, LIFETIME_MAX_OFFSET, 44_200_000_000)
+    struct.pack_into("<Q", buf, INTERVAL_MAX_OFFSET, 30_000_000_000)
     struct.pack_into("<Q", buf, 16 + 6 * 8, 1)  # ri_resident_size: must not be read as footprint
     assert _macos.parse_rusage(bytes(buf)) == {"footprint": 27_000_000_000,
-                                               "lifetime_max": 44_200_000_000}
+                                               "lifetime_max": 44_200_000_000,
+                                               "interval_max": 30_000_000_000, "exit_abstime": 0}
+    struct.pack_into("<Q", buf, EXIT_ABSTIME_OFFSET, 99)
     assert _macos.parse_rusage(bytes(buf[:V2_SIZE])) == {"footprint": 27_000_000_000,
-                                                         "lifetime_max": None}
+                                                         "lifetime_max": None,
+                                                         "interval_max": None, "exit_abstime": 99}
     with pytest.raises(ValueError, match="at least 160"):
         _macos.parse_rusage(b"\0" * 100)
 
 
 def test_sysctl_values_from_bytes():
-    assert _macos.parse_sysctl_int((42).to_bytes(4, "little")) == 42   # memorystatus_level
-    assert _macos.parse_sysctl_int((4).to_bytes(8, "little")) == 4     # pressure: critical
+    assert _macos_lib.parse_sysctl_int((42).to_bytes(4, "little")) == 42
+    assert _macos_lib.parse_sysctl_int((4).to_bytes(8, "little")) == 4     # pressure: critical
     with pytest.raises(ValueError):
-        _macos.parse_sysctl_int(b"\1\2\3")
-    assert _macos.available_from_level(6, 48_000_000_000) == 2_880_000_000
-    assert _macos.available_from_level(None, 48_000_000_000) is None
-    assert _macos.available_from_level(120, 48_000_000_000) is None
+        _macos_lib.parse_sysctl_int(b"\1\2\3")
 
 
-def test_no_reset_on_macos_and_libsystem_missing_here():
-    assert _macos.reset_high_water_mark(1) is False
+def test_libsystem_missing_here_reads_as_unknown(monkeypatch):
+    monkeypatch.delenv("STAGELOAD_MACOS_LIBSYSTEM", raising=False)
     if sys.platform != "darwin":
         with pytest.raises(OSError):
             _macos.process_footprint(1)
         assert _macos.high_water_mark(1) is None
-        m = _macos.system_memory()  # psutil parts work, the sysctls are unknown here
-        assert m.available is None and m.pressure is None and m.total
+        assert _macos.reset_high_water_mark(1) is False
+        m = _macos.system_memory()  # nothing can be read here: unknown, never "fine"
+        assert (m.total, m.available, m.swap_used, m.pressure) == (None, None, None, None)
 
 
-def test_dispatcher_choice():
+def test_dispatcher_choice(monkeypatch):
+    monkeypatch.delenv("STAGELOAD_MACOS_LIBSYSTEM", raising=False)
     assert _platform.reader_name("darwin") == "_macos"
     assert _platform.reader_name("linux") == "_linux"
     assert _platform.reader_name("win32") == "_generic"
