@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import pressure as pressure_mod
 from .config import GuardConfig
 from ..units import format_percent, format_size
 from .amount import Amount
@@ -15,7 +16,8 @@ class Verdict:
     """The outcome of one admission check.
 
     ``ok`` is True when every configured condition holds. ``blocking`` names the conditions
-    that do not (``unknown``, ``wait_free``, ``need``, ``busy``, ``quiet``, ``swap_limit``) in
+    that do not (``unknown``, ``wait_free``, ``need``, ``pressure``, ``busy``, ``quiet``,
+    ``swap_limit``) in
     a stable order, so a caller can log only when the set changes; ``reason`` says the same for
     people (``available 31 % < 40 %``), ``; ``-joined.
     """
@@ -45,6 +47,8 @@ def needed_readings(config: GuardConfig) -> list[str]:
         needed.append("total")
     if config.swap_limit is not None or config.swap_budget is not None:
         needed.append("swap")
+    if config.wait_pressure is not None or config.stop_at_pressure is not None:
+        needed.append("pressure")
     return needed
 
 
@@ -80,6 +84,10 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
                     text += f" + kill-free floor {format_size(floor)}"
                 reasons.append(("need", text))
 
+    blocked = pressure_mod.admission_block(config.wait_pressure, readings.get("pressure"))
+    if blocked:
+        reasons.append(("pressure", blocked))
+
     if config.busy:
         if busy_seen:
             shown = ", ".join(list(busy_seen)[:3]) + (" …" if len(busy_seen) > 3 else "")
@@ -108,4 +116,6 @@ def _admitted_text(config: GuardConfig, readings: dict) -> str:
         parts.append(f"no busy process for {config.quiet_for:g} s")
     if config.swap_limit is not None:
         parts.append(f"swap {format_size(readings.get('swap'))} <= {format_size(config.swap_limit)}")
+    if config.wait_pressure is not None:
+        parts.append(f"memory pressure {pressure_mod.level_name(readings.get('pressure'))}")
     return "room to start: " + (", ".join(parts) if parts else "no conditions set")

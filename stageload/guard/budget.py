@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import pressure as pressure_mod
 from .config import GuardConfig
 from ..units import format_percent, format_size
 
@@ -22,11 +23,14 @@ class Budget:
 
     ``swap_at_start``: swap in use (bytes) when the command started, None if unknown. Feed each
     sample's readings to :meth:`observe`; it returns the reason to stop, or None.
+    ``low_samples`` / ``pressure_samples``: consecutive samples under ``--kill-free`` / at or
+    above ``--stop-at-pressure`` so far.
     """
 
     config: GuardConfig
     swap_at_start: int | None
     low_samples: int = 0
+    pressure_samples: int = 0
 
     def observe(self, readings: dict) -> str | None:
         """Judge one sample (readings dict, bytes). Returns a reason such as
@@ -54,6 +58,11 @@ class Budget:
                                        f"consecutive samples")
                 else:
                     self.low_samples = 0
+        self.pressure_samples, reason = pressure_mod.observe_stop(
+            self.config.stop_at_pressure, readings.get("pressure"), self.pressure_samples,
+            self.config.kill_samples)
+        if reason:
+            reasons.append(reason)
         return "; ".join(reasons) if reasons else None
 
     def growth(self, readings: dict) -> int | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..units import format_size, parse_size
 from ..trace import TraceError, peak_from_trace
+from . import pressure as pressure_mod
 from .amount import Amount, is_off, parse_amount
 
 #: Defaults. ``kill_free`` 10 % is SPEC §2.3's figure; the swap budget of 8 GiB is the example
@@ -43,6 +44,8 @@ class GuardConfig:
       other processes; ``quiet_for`` seconds must pass with none of them seen, counted from the
       first poll that no longer sees one (or from the guard's start when none was seen).
     - ``swap_limit``: swap in use must be at most this many bytes; None = no limit.
+    - ``wait_pressure``: macOS memory pressure level (2 warn, 4 critical) at or above which
+      the guard waits; None = no condition (:mod:`stageload.guard.pressure`).
     - ``start_timeout``: give up after this many seconds (exit 4); None = wait for ever.
 
     Budget while the command runs:
@@ -51,6 +54,12 @@ class GuardConfig:
       start; None = off.
     - ``kill_free``: stop when available memory is under this for ``kill_samples``
       consecutive samples; None = off.
+    - ``stop_at_pressure``: stop when the macOS pressure level is at or above this (2 or 4)
+      for ``kill_samples`` consecutive samples; None = off.
+
+    The two pressure settings are None by default here; :meth:`from_args` turns them on
+    (``--wait-pressure warn``, ``--stop-at-pressure critical``) where the meter reports
+    pressure (macOS).
 
     Timing: ``poll`` seconds between readings, ``grace`` seconds between SIGTERM and SIGKILL.
     ``log`` is an optional JSONL file (appended to) that receives every decision.
@@ -66,6 +75,8 @@ class GuardConfig:
     swap_budget: int | None = DEFAULT_SWAP_BUDGET
     kill_free: Amount | None = DEFAULT_KILL_FREE
     kill_samples: int = DEFAULT_KILL_SAMPLES
+    wait_pressure: int | None = None
+    stop_at_pressure: int | None = None
     poll: float = DEFAULT_POLL
     grace: float = DEFAULT_GRACE
     log: str | None = None
@@ -96,6 +107,10 @@ class GuardConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must not be negative")
+        for name in ("wait_pressure", "stop_at_pressure"):
+            if getattr(self, name) not in (None, *pressure_mod.NAMES):
+                raise ConfigError(f"--{name.replace('_', '-')} must be warn, critical or off, "
+                                  f"not {getattr(self, name)!r}")
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "GuardConfig":
@@ -123,6 +138,8 @@ class GuardConfig:
             swap_budget=ns.guard_swap_budget,
             kill_free=ns.guard_kill_free,
             kill_samples=ns.guard_kill_samples,
+            wait_pressure=_pressure_setting(ns.guard_wait_pressure, "--wait-pressure", 2),
+            stop_at_pressure=_pressure_setting(ns.guard_stop_at_pressure, "--stop-at-pressure", 4),
             poll=ns.guard_poll,
             grace=ns.guard_grace,
             log=ns.guard_log,
@@ -180,7 +197,30 @@ class GuardConfig:
             parts.append(f"swap-limit {format_size(self.swap_limit)}")
         parts.append("swap-budget " + ("off" if self.swap_budget is None else format_size(self.swap_budget)))
         parts.append("kill-free " + ("off" if self.kill_free is None else f"{self.kill_free} x{self.kill_samples}"))
+        for name, level in (("wait-pressure", self.wait_pressure),
+                            ("stop-at-pressure", self.stop_at_pressure)):
+            if level is not None:
+                parts.append(f"{name} {pressure_mod.NAMES[level]}")
         return ", ".join(parts)
+
+
+def _reports_pressure() -> bool:
+    """Whether this platform's meter reports memory pressure (the macOS reader does)."""
+    from stageload.meter import _platform  # imported here: keeps `import stageload.guard` light
+
+    return _platform.reader_name() == "_macos"
+
+
+def _pressure_setting(value, option: str, default: int) -> int | None:
+    """A pressure option's level: ``auto`` (the default) is ``default`` where the platform
+    reports pressure and off elsewhere. Raises :class:`ConfigError` when a level is asked for
+    on a platform without a pressure reading (it could never be judged)."""
+    if value == pressure_mod.AUTO:
+        return default if _reports_pressure() else None
+    if value is not None and not _reports_pressure():
+        raise ConfigError(f"{option}: memory pressure is a macOS reading and this platform has "
+                          f"none; leave the option out (or write {option} off)")
+    return value
 
 
 def _total_memory() -> int | None:
@@ -237,6 +277,11 @@ def _amount_or_off(text):
 
 def _size_or_off(text):
     return None if is_off(text) else _size(text)
+
+
+def _pressure(text):
+    return pressure_mod.AUTO if str(text).strip().lower() == pressure_mod.AUTO \
+        else pressure_mod.parse_level(text)
 
 
 def _seconds(text):
@@ -305,7 +350,15 @@ def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
            help="stop the command when available memory stays under this (percent or size) "
                 "for --kill-samples consecutive samples (default: 10%%; 'off' disables)")
     option("--kill-samples", metavar="N", default=DEFAULT_KILL_SAMPLES, parse=_positive_int,
-           help="consecutive samples under --kill-free before stopping (default: %(default)s)")
+           help="consecutive samples under --kill-free (or at --stop-at-pressure) before "
+                "stopping (default: %(default)s)")
+    option("--wait-pressure", metavar="LEVEL", default=pressure_mod.AUTO, parse=_pressure,
+           help="macOS: do not start while memory pressure is at this level or worse (warn, "
+                "critical, off; default: warn on macOS, off elsewhere)")
+    option("--stop-at-pressure", metavar="LEVEL", default=pressure_mod.AUTO, parse=_pressure,
+           help="macOS: stop the command when memory pressure reaches this level for "
+                "--kill-samples consecutive samples (warn, critical, off; default: critical on "
+                "macOS, off elsewhere)")
     option("--poll", metavar="SECONDS", default=DEFAULT_POLL, parse=_seconds,
            help="seconds between readings (default: %(default)s)")
     option("--grace", metavar="SECONDS", default=DEFAULT_GRACE, parse=_seconds,

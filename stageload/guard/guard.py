@@ -270,7 +270,8 @@ class Guard:
         event = self._decide("stopped", reason, readings, pid=self.tree.pid,
                              swap_at_start=self.budget.swap_at_start,
                              swap_growth=self.budget.growth(readings),
-                             low_samples=self.budget.low_samples)
+                             low_samples=self.budget.low_samples,
+                             pressure_samples=self.budget.pressure_samples)
         self.stopped_by = "budget"
         self._stop_tree()
         return event

@@ -8,6 +8,7 @@ any of them may be None (unknown). It is the system part of the meter's ``sample
 from __future__ import annotations
 
 from ..units import format_percent, format_size
+from .pressure import level_name
 
 KEYS = ("available", "total", "swap", "swap_total", "pressure")
 
@@ -52,11 +53,12 @@ def read_system() -> dict:
 
 
 def describe(readings: dict) -> str:
-    """``available 7.1 GiB (29 % of 24.0 GiB), swap 0 B`` — the readings for a human log line."""
+    """``available 7.1 GiB (29 % of 24.0 GiB), swap 0 B[, pressure warn (2)]`` — the
+    readings for a human log line (pressure only where the platform reports it)."""
     available = readings.get("available")
     total = readings.get("total")
     text = f"available {format_size(available)} ({format_percent(available, total)} of {format_size(total)})"
     text += f", swap {format_size(readings.get('swap'))}"
     if readings.get("pressure") is not None:
-        text += f", pressure {readings['pressure']}"
+        text += f", pressure {level_name(readings['pressure'])}"
     return text

@@ -194,19 +194,20 @@ def _sample_until_exit(child, **kwargs):
     return sampler, samples
 
 
-def _holder(env):
+def _sample_a_holder(standin):
+    """Sample a real child holding 40 MB until it exits; reaped only afterwards."""
     child = subprocess.Popen([sys.executable, "-c", HOLD], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, env=env)
-    assert child.stdout.readline() == b"ready\n"
-    return child
+                             stdout=subprocess.PIPE, env=standin.environ())
+    try:
+        assert child.stdout.readline() == b"ready\n"
+        return _sample_until_exit(child)
+    finally:
+        child.stdin.close()
+        child.wait()
 
 
 def test_sampler_against_the_standin_never_writes_a_zero_for_the_exited(mac):
-    child = _holder(mac.environ())
-    try:
-        sampler, samples = _sample_until_exit(child)
-    finally:
-        child.wait()
+    sampler, samples = _sample_a_holder(mac)
     assert all(s["footprint"] > 30_000_000 for s in samples)   # no 0 for the exited child
     assert all(s["available"] == 16 * GIB and s["pressure"] == 1 for s in samples)
     assert all(isinstance(s["hwm_since"], float) for s in samples)  # interval peaks, reset each time
@@ -215,11 +216,7 @@ def test_sampler_against_the_standin_never_writes_a_zero_for_the_exited(mac):
 
 
 def test_sampler_notes_the_lifetime_fallback(old_mac):
-    child = _holder(old_mac.environ())
-    try:
-        sampler, samples = _sample_until_exit(child)
-    finally:
-        child.wait()
+    sampler, samples = _sample_a_holder(old_mac)
     assert all(s["hwm_since"] is None and s["hwm"] >= 30_000_000 for s in samples)
     assert "lifetime" in sampler.note
 
