@@ -12,13 +12,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "macos_standin"))
 
-from fixtures import mac, standin_libs  # noqa: E402,F401
+from macos_fixtures import mac, standin_libs  # noqa: E402,F401
 from guard_helpers import guard_cmd, procs  # noqa: E402
-from standin import GIB, ISSUE_MAC, PAGE  # noqa: E402
+from libsystem_standin import GIB, ISSUE_MAC, PAGE  # noqa: E402
 
-from stageload.guard import GuardConfig, decide_admission  # noqa: E402
+from stageload.guard import Amount, GuardConfig, decide_admission  # noqa: E402
 from stageload.guard.budget import Budget  # noqa: E402
-from stageload.guard import Amount  # noqa: E402
 
 TIGHT = 40 * GIB // PAGE   # internal pages that leave 48 - (39 + 4 + 2) = 3 GiB available
 

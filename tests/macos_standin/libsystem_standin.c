@@ -1,7 +1,7 @@
 /*
  * TEST-ONLY stand-in for the few macOS libSystem calls that stageload.meter._macos makes, so that
  * the macOS reader, the Sampler and the guard can run on Linux. Built by the tests with `cc`
- * (tests/macos_standin/standin.py) and loaded through STAGELOAD_MACOS_LIBSYSTEM. Never shipped.
+ * (tests/macos_standin/libsystem_standin.py) and loaded through STAGELOAD_MACOS_LIBSYSTEM. Never shipped.
  *
  * Semantics follow XNU (apple-oss-distributions/xnu), as read there:
  * - proc_pid_rusage (bsd/kern/proc_info.c, proc_pid_rusage / proc_get_rusage): a flavor this

@@ -16,8 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "macos_standin"))
 
-from fixtures import mac, old_mac, standin_libs  # noqa: E402,F401
-from standin import GIB, ISSUE_MAC, PAGE  # noqa: E402
+from macos_fixtures import mac, old_mac, standin_libs  # noqa: E402,F401
+from libsystem_standin import GIB, ISSUE_MAC, PAGE  # noqa: E402
 
 from stageload.meter import Sampler, _macos, _macos_lib, _macos_vm, _platform  # noqa: E402
 

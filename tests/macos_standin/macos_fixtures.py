@@ -1,13 +1,13 @@
 """pytest fixtures for tests that run the macOS reader against the libSystem stand-in.
 
-Import them into a test module with ``from fixtures import standin_libs, mac  # noqa``
+Import them into a test module with ``from macos_fixtures import standin_libs, mac  # noqa``
 after putting this folder on ``sys.path`` (the suite runs with ``--import-mode=importlib``).
 """
 from __future__ import annotations
 
 import pytest
 
-import standin as standin_mod
+import libsystem_standin as standin_mod
 
 
 @pytest.fixture(scope="session")
