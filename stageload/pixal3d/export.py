@@ -16,7 +16,7 @@ Levers (``ExportOptions``; ``None`` keeps the port's own default):
   Explicit values win over the profile's;
 - ``allow_dense_grid_sample``: without it, export is refused before it starts when the port's
   o_voxel lacks flex_gemm's sparse grid sample and would build a dense
-  ``channels × grid³`` float32 volume (6 × 1024³ × 4 B = 25.8 GB).
+  ``channels × grid³`` float32 volume (6 × 1024³ × 4 B = 24.0 GiB).
 
 The hand-over (``save_asset`` / ``load_asset``) is the port's own mesh checkpoint — the
 ``--save-mesh`` / ``--load-mesh`` ``.npz`` of ``save_mesh_checkpoint`` /
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..units import format_size
 from .port import PortError
 
 PROFILES = {"fit": {"remesh_resolution": 512, "free_between_steps": True}}
@@ -145,7 +146,7 @@ def check_export(postprocess, args, asset, settings: ExportSettings) -> None:
         need = dense_grid_sample_bytes(channels, asset.resolution)
         raise ExportRefused(
             f"The port's o_voxel cannot import flex_gemm's sparse grid sample, so its bake would "
-            f"build a dense {channels} × {asset.resolution}³ float32 volume: {need / 1e9:.1f} GB "
+            f"build a dense {channels} × {asset.resolution}³ float32 volume: {format_size(need)} "
             f"({need:,} bytes) on top of the rest of the export.",
             "Install the port's flex_gemm (extern/mtlgemm) into this interpreter, or accept the "
             "dense volume with --allow-dense-grid-sample.", ("flex_gemm",))

@@ -94,7 +94,8 @@ def _calls_to(module: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", ["runner/backends/__init__.py", "stageload/pixal3d/__main__.py",
                                   "stageload/summary.py", "stageload/plot.py",
-                                  "stageload/guard/config.py", "stageload/guard/amount.py"])
+                                  "stageload/guard/config.py", "stageload/guard/amount.py",
+                                  "stageload/pixal3d/export.py"])
 def test_every_size_reader_and_writer_uses_stageload_units(path):
     """Each place that reads or shows sizes imports the parser or the formatter."""
     assert _calls_to(ROOT / path) & {"parse_size", "format_size", "units"}, path
