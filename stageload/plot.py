@@ -154,6 +154,51 @@ def _stagger_labels(fig, ax, texts) -> tuple[int, float]:
     return len(row_ends), row_height
 
 
+def _draw_stage_bands(ax, run: Run, colours: dict[str, str], x_max: float) -> list:
+    """Shade ``run``'s stage windows on ``ax`` (release time hatched), mark its sub-steps, and
+    return the stage-name texts placed along the top (for :func:`_stagger_labels`)."""
+    band_labels = []
+    for st in run.stages:
+        colour = colours[st["stage"]]
+        if st["ready"] > st["start"]:
+            ax.axvspan(st["start"], st["ready"], facecolor="none", edgecolor="#b0b0b0",
+                       hatch="///", linewidth=0, zorder=0)
+        ax.axvspan(st["ready"], st["end"], facecolor=colour, edgecolor="none", zorder=0)
+        ax.axvline(st["start"], color="#909090", linewidth=0.8, zorder=1)
+        width = (st["end"] - st["start"]) / x_max
+        band_labels.append(ax.text((st["start"] + st["end"]) / 2 / x_max, 0.985, st["stage"],
+                                   transform=ax.transAxes, ha="center", va="top",
+                                   fontsize=10 if width > 0.07 else 9, color="#303030", zorder=4,
+                                   bbox={"boxstyle": "round,pad=0.2", "facecolor": "white",
+                                         "alpha": 0.75, "edgecolor": "none"}))
+    for sub in run.substeps:  # sub-steps (e.g. export's): dotted lines, names at the bottom
+        ax.axvline(sub["start"], color="#707070", linewidth=0.7, linestyle=":", zorder=1)
+        ax.text(sub["start"], 0.01, f" {sub['stage']}", transform=ax.get_xaxis_transform(),
+                rotation=90, ha="left", va="bottom", fontsize=7, color="#404040", zorder=4)
+    return band_labels
+
+
+def _draw_lanes(lane_ax, runs: list[Run], colours: dict[str, str], line_colours: list[str],
+                x_max: float) -> None:
+    """One lane per run under the chart with that run's own stage windows."""
+    for i, run in enumerate(runs):
+        y = len(runs) - 1 - i
+        for st in run.stages:
+            lane_ax.broken_barh([(st["ready"], st["end"] - st["ready"])], (y - 0.38, 0.76),
+                                facecolors=colours[st["stage"]], edgecolors=line_colours[i],
+                                linewidth=0.8)
+            if (st["end"] - st["ready"]) / x_max > 0.06:
+                lane_ax.text((st["ready"] + st["end"]) / 2, y, st["stage"], ha="center",
+                             va="center", fontsize=8, clip_on=True)
+    lane_ax.set_yticks(range(len(runs)), [run.label for run in reversed(runs)], fontsize=9)
+    for tick, colour in zip(lane_ax.get_yticklabels(), reversed(line_colours)):
+        tick.set_color(colour)
+    lane_ax.set_ylim(-0.6, len(runs) - 0.4)
+    lane_ax.set_xlabel("seconds since start of each run")
+    lane_ax.set_title(f"stages of each run (shaded above: {runs[0].label})", fontsize=9,
+                      loc="left")
+
+
 def make_figure(runs: list[Run], title: str | None = None):
     """A matplotlib ``Figure`` (Agg canvas attached) drawing ``runs``. Raises ``ValueError``
     when no run has a single sample."""
@@ -179,25 +224,7 @@ def make_figure(runs: list[Run], title: str | None = None):
     peaks = [run.summary["peak"]["bytes"] for run in runs if run.summary["peak"]["bytes"]]
     y_max = max([y_max] + [p / GIB for p in peaks]) or 1.0
 
-    # shaded stage windows of the first run, with names along the top
-    band_labels = []
-    for st in runs[0].stages:
-        colour = colours[st["stage"]]
-        if st["ready"] > st["start"]:
-            ax.axvspan(st["start"], st["ready"], facecolor="none", edgecolor="#b0b0b0",
-                       hatch="///", linewidth=0, zorder=0)
-        ax.axvspan(st["ready"], st["end"], facecolor=colour, edgecolor="none", zorder=0)
-        ax.axvline(st["start"], color="#909090", linewidth=0.8, zorder=1)
-        width = (st["end"] - st["start"]) / x_max
-        band_labels.append(ax.text((st["start"] + st["end"]) / 2 / x_max, 0.985, st["stage"],
-                                   transform=ax.transAxes, ha="center", va="top",
-                                   fontsize=10 if width > 0.07 else 9, color="#303030", zorder=4,
-                                   bbox={"boxstyle": "round,pad=0.2", "facecolor": "white",
-                                         "alpha": 0.75, "edgecolor": "none"}))
-    for sub in runs[0].substeps:  # sub-steps (e.g. export's): dotted lines, names at the bottom
-        ax.axvline(sub["start"], color="#707070", linewidth=0.7, linestyle=":", zorder=1)
-        ax.text(sub["start"], 0.01, f" {sub['stage']}", transform=ax.get_xaxis_transform(),
-                rotation=90, ha="left", va="bottom", fontsize=7, color="#404040", zorder=4)
+    band_labels = _draw_stage_bands(ax, runs[0], colours, x_max)
     ax.set_xlim(0, x_max)
     rows, row_height = _stagger_labels(fig, ax, band_labels)
 
@@ -233,22 +260,7 @@ def make_figure(runs: list[Run], title: str | None = None):
         ax.set_xlabel("seconds since start")
         return fig
 
-    for i, run in enumerate(runs):
-        y = len(runs) - 1 - i
-        for st in run.stages:
-            lane_ax.broken_barh([(st["ready"], st["end"] - st["ready"])], (y - 0.38, 0.76),
-                                facecolors=colours[st["stage"]], edgecolors=line_colours[i],
-                                linewidth=0.8)
-            if (st["end"] - st["ready"]) / x_max > 0.06:
-                lane_ax.text((st["ready"] + st["end"]) / 2, y, st["stage"], ha="center",
-                             va="center", fontsize=8, clip_on=True)
-    lane_ax.set_yticks(range(len(runs)), [run.label for run in reversed(runs)], fontsize=9)
-    for tick, colour in zip(lane_ax.get_yticklabels(), reversed(line_colours)):
-        tick.set_color(colour)
-    lane_ax.set_ylim(-0.6, len(runs) - 0.4)
-    lane_ax.set_xlabel("seconds since start of each run")
-    lane_ax.set_title(f"stages of each run (shaded above: {runs[0].label})", fontsize=9,
-                      loc="left")
+    _draw_lanes(lane_ax, runs, colours, line_colours, x_max)
     return fig
 
 
