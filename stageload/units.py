@@ -67,12 +67,23 @@ def parse_size(text: str | int, *, require_unit: bool = False) -> int:
     return size
 
 
-def format_size(n: int | float | None, unknown: str = "?") -> str:
+def format_size(n: int | float | None, unknown: str = "?", *, unit: str | None = None,
+                digits: int = 1) -> str:
     """Bytes for people: ``8.3 GiB``, ``512.0 MiB``, ``0 B``, ``-2.0 MiB``; ``unknown`` for None.
 
-    Binary multiples (1 GiB = 1024³ bytes), like :func:`parse_size`, with one decimal and their
-    IEC labels. NaN and infinities (never a real size) also give ``unknown``.
+    Binary multiples (1 GiB = 1024³ bytes), like :func:`parse_size`, with their IEC labels and
+    ``digits`` decimals (1 by default). The unit is the largest that keeps the number under
+    1024, unless ``unit`` (``"KiB"``, ``"MiB"``, ``"GiB"``, ``"TiB"``) fixes it — for a table
+    whose column must compare at a glance (``format_size(n, unit="GiB", digits=2)`` →
+    ``0.30 GiB``). NaN and infinities (never a real size) also give ``unknown``. Raises
+    ``ValueError`` for any other ``unit``.
     """
+    if unit is not None:
+        if unit not in _LABELS:
+            raise ValueError(f"unit {unit!r} is not one of {', '.join(_LABELS)}")
+        if n is None or not math.isfinite(n):
+            return unknown
+        return f"{n / 1024 ** (_LABELS.index(unit) + 1):.{digits}f} {unit}"
     if n is None or not math.isfinite(n):
         return unknown
     sign = "-" if n < 0 else ""
@@ -81,9 +92,9 @@ def format_size(n: int | float | None, unknown: str = "?") -> str:
         return f"{sign}{int(value)} B"
     for label in _LABELS:
         value /= 1024.0
-        if round(value, 1) < 1024 or label == _LABELS[-1]:
+        if round(value, digits) < 1024 or label == _LABELS[-1]:
             break
-    return f"{sign}{value:.1f} {label}"
+    return f"{sign}{value:.{digits}f} {label}"
 
 
 def format_percent(part: int | None, total: int | None) -> str:

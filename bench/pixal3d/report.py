@@ -5,7 +5,8 @@ and the targets. Never written by hand: ``python -m bench.pixal3d`` calls this a
         [--table table.md] [--docs docs/benchmark.md]
 
 regenerates ``table.md`` and the block between ``<!-- bench:begin -->`` and
-``<!-- bench:end -->`` in the docs from an existing summary. Sizes print as GB = 10^9 bytes.
+``<!-- bench:end -->`` in the docs from an existing summary. Sizes print in GiB (1024³ bytes) with two decimals, through
+:func:`stageload.units.format_size`, so a column compares at a glance.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from stageload.units import format_size
 
 from .modes import MODES
 
@@ -28,18 +31,23 @@ COPIES_LIMIT = 1.5  # a load taking this many times its bytes held a second copy
 COPIES_MIN_BYTES = 32 * 2**20  # smaller loads drown in allocator noise (tens of MB)
 
 
-def gb(n) -> str:
-    """``n`` bytes as GB (10^9) with two decimals; an em dash for None."""
-    return "—" if n is None else f"{n / 1e9:.2f} GB"
+def gib(n) -> str:
+    """``n`` bytes as GiB with two decimals (``0.30 GiB``); an em dash for None."""
+    return format_size(n, "—", unit="GiB", digits=2)
 
 
-def gb_span(span: dict) -> str:
-    """A span (``{"min", "max"}`` in bytes) as ``1.23 GB`` or ``1.23–1.25 GB``."""
+def rate(bytes_per_second) -> str:
+    """A throughput as ``1.20 GiB/s``; an em dash for None or 0."""
+    return f"{gib(bytes_per_second)}/s" if bytes_per_second else "—"
+
+
+def gib_span(span: dict) -> str:
+    """A span (``{"min", "max"}`` in bytes) as ``1.23 GiB`` or ``1.23–1.25 GiB``."""
     lo, hi = span.get("min"), span.get("max")
     if lo is None:
         return "—"
-    a, b = f"{lo / 1e9:.2f}", f"{hi / 1e9:.2f}"
-    return f"{a} GB" if a == b else f"{a}–{b} GB"
+    a, b = gib(lo), gib(hi)
+    return a if a == b else f"{a.removesuffix(' GiB')}–{b}"
 
 
 def ratio(x) -> str:
@@ -114,21 +122,21 @@ def main_table(summary: dict) -> list[str]:
     scale = cfg["scale"]
     lines = [
         f"Measured {summary['created']} on {summary['machine']['platform']} "
-        f"({summary['machine']['cpus']} CPUs, {gb(summary['machine']['memory_total'])}), "
+        f"({summary['machine']['cpus']} CPUs, {gib(summary['machine']['memory_total'])}), "
         f"torch {summary['machine']['torch']}; stand-in port at scale {scale:g} "
         f"(1/{1 / scale:g}) of the real sizes; {cfg['rounds']} round(s) per mode, alternating; "
         f"footprint = RSS + swap sampled from outside every {cfg['interval']:g} s plus the "
-        f"kernel high-water mark. GB = 10^9 bytes. Ranges are min–max over rounds.",
+        f"kernel high-water mark. GiB = 1024³ bytes. Ranges are min–max over rounds.",
         "",
         "| stage | eager | staged | staged+budget | limit | staged ÷ limit |",
         "|---|---|---|---|---|---|",
     ]
     for r in summary["stages"]:
-        lines.append(f"| {r['stage']} | {gb_span(r['eager'])} | {gb_span(r['staged'])} | "
-                     f"{gb_span(r['budget'])} | {gb(r['limit'])} | {ratio(r['staged_over_limit'])} |")
+        lines.append(f"| {r['stage']} | {gib_span(r['eager'])} | {gib_span(r['staged'])} | "
+                     f"{gib_span(r['budget'])} | {gib(r['limit'])} | {ratio(r['staged_over_limit'])} |")
     peak = summary["overall"]["peak"]
-    lines.append(f"| **overall** | {gb_span(peak['eager'])} | {gb_span(peak['staged'])} | "
-                 f"{gb_span(peak['budget'])} | | |")
+    lines.append(f"| **overall** | {gib_span(peak['eager'])} | {gib_span(peak['staged'])} | "
+                 f"{gib_span(peak['budget'])} | | |")
     return lines
 
 
@@ -164,8 +172,8 @@ def derivation_table(summary: dict) -> list[str]:
     lines = ["| stage | SPEC §1 staged peak | − setup peak | − plan weights | = working (real) | "
              "× scale = allocated | source |", "|---|---|---|---|---|---|---|"]
     for stage, row in summary["sizes"]["working_real"].items():
-        lines.append(f"| {stage} | {gb(row['staged_peak'])} | {gb(row['runtime'])} | {gb(row['weights'])} | "
-                     f"{gb(row['working'])} | {gb(summary['sizes']['working_scaled'].get(stage))} | "
+        lines.append(f"| {stage} | {gib(row['staged_peak'])} | {gib(row['runtime'])} | {gib(row['weights'])} | "
+                     f"{gib(row['working'])} | {gib(summary['sizes']['working_scaled'].get(stage))} | "
                      f"{row['source']} |")
     return lines
 
@@ -175,7 +183,7 @@ def table_markdown(summary: dict) -> str:
     lines = main_table(summary)
     lines += [
         "",
-        f"Limit = runtime baseline ({gb(summary['runtime_baseline'])}: the interpreter with "
+        f"Limit = runtime baseline ({gib(summary['runtime_baseline'])}: the interpreter with "
         "torch imported and the meta-device runtime set up as a staged run's setup does, "
         "nothing allocated) + the weights the plan lists for the stage + the "
         "stage's working memory measured alone.",
@@ -184,31 +192,31 @@ def table_markdown(summary: dict) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in summary["stages"]:
-        lines.append(f"| {r['stage']} | {gb(r['plan_weight_bytes'])} | {gb(r['working_alone'])} | "
-                     f"{gb(r['limit'])} | {gb(r['excess_over_limit'])} | "
-                     f"{gb_span(r['staged_resident_weight_bytes'])} |")
+        lines.append(f"| {r['stage']} | {gib(r['plan_weight_bytes'])} | {gib(r['working_alone'])} | "
+                     f"{gib(r['limit'])} | {gib(r['excess_over_limit'])} | "
+                     f"{gib_span(r['staged_resident_weight_bytes'])} |")
     load = summary["loading"]
     cold = load["cold_throughput"]
     lines += ["", "| loading | loads | bytes | seconds | throughput |", "|---|---|---|---|---|"]
     for m in MODES:
         for i, x in enumerate(load[m]):
-            tp = "—" if not x["throughput"] else f"{x['throughput'] / 1e9:.2f} GB/s"
-            lines.append(f"| {m} round {i} | {x['count']} | {gb(x['bytes'])} | {x['seconds']:.2f} s | {tp} |")
+            tp = rate(x["throughput"])
+            lines.append(f"| {m} round {i} | {x['count']} | {gib(x['bytes'])} | {x['seconds']:.2f} s | {tp} |")
     for i, c in enumerate(load["cold_read"]):
         ev = c["eviction"]
         lines.append(f"| cold read {i} ({'evicted, verified' if ev['verified'] else 'eviction NOT verified'}) "
-                     f"| {ev['files']} files | {gb(c['bytes'])} | {c['seconds']:.2f} s | "
-                     f"{c['throughput'] / 1e9:.2f} GB/s |")
+                     f"| {ev['files']} files | {gib(c['bytes'])} | {c['seconds']:.2f} s | "
+                     f"{rate(c['throughput'])} |")
     bd = load.get("breakdown")
     if bd:
         p, m = bd["port"], bd["meta_assign"]
-        lines += ["", f"Where a load's time goes ({bd['model']}, {gb(bd['bytes'])}, cold): the port's "
+        lines += ["", f"Where a load's time goes ({bd['model']}, {gib(bd['bytes'])}, cold): the port's "
                   f"`from_pretrained` builds with random initialisation {p['build']:.2f} s + maps the "
                   f"file {p['read']:.2f} s + copies into the parameters (the disk read happens here) "
-                  f"{p['copy']:.2f} s = {p['total']:.2f} s ({bd['bytes'] / p['total'] / 1e9:.2f} GB/s); "
+                  f"{p['copy']:.2f} s = {p['total']:.2f} s ({rate(bd['bytes'] / p['total'])}); "
                   f"built on the meta device and assigned: build {m['build']:.2f} + map {m['read']:.2f} "
                   f"+ assign {m['assign']:.2f} + first touch (disk read) {m.get('touch', 0.0):.2f} = "
-                  f"{m['total']:.2f} s ({bd['bytes'] / m['total'] / 1e9:.2f} GB/s)."]
+                  f"{m['total']:.2f} s ({rate(bd['bytes'] / m['total'])})."]
     trans = load_transient_rows(summary)
     if trans:
         lines += ["", "| staged load (>= 32 MiB) | stage | bytes | memory taken while loading, in copies of its bytes (worst round) | of which private memory (RssAnon) |",
@@ -247,7 +255,7 @@ def load_transient_rows(summary: dict) -> list[str]:
             best[key] = x
     def anon(x):
         return "—" if x.get("anon_copies") is None else f"{x['anon_copies']:.2f}"
-    return [f"| {x['model']} | {x['stage']} | {gb(x['bytes'])} | {x['copies']:.2f} | {anon(x)} |"
+    return [f"| {x['model']} | {x['stage']} | {gib(x['bytes'])} | {x['copies']:.2f} | {anon(x)} |"
             for x in best.values()]
 
 

@@ -51,7 +51,7 @@ def test_table_is_generated_from_summary(bench_run):
     table = (bench_run["out"] / "table.md").read_text()
     assert table == report.table_markdown(summary)
     for row in summary["stages"]:
-        cells = f"| {row['stage']} | {report.gb_span(row['eager'])} | {report.gb_span(row['staged'])} |"
+        cells = f"| {row['stage']} | {report.gib_span(row['eager'])} | {report.gib_span(row['staged'])} |"
         assert cells in table, cells
 
 

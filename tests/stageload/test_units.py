@@ -67,6 +67,16 @@ def test_format_size_labels_binary_multiples():
     assert format_size(GIB - 1) == "1.0 GiB"
 
 
+def test_format_size_in_a_fixed_unit_for_tables():
+    assert format_size(int(0.32e9), unit="GiB", digits=2) == "0.30 GiB"
+    assert format_size(3 * GIB, unit="GiB", digits=2) == "3.00 GiB"
+    assert format_size(512 * MIB, unit="MiB", digits=0) == "512 MiB"
+    assert format_size(None, "—", unit="GiB") == "—"
+    assert format_size(int(1.25 * GIB), digits=2) == "1.25 GiB"
+    with pytest.raises(ValueError, match="not one of KiB, MiB, GiB, TiB"):
+        format_size(1, unit="GB")
+
+
 def test_format_size_unknown():
     assert format_size(None) == "?" and format_size(None, unknown="–") == "–"
     assert format_size(math.nan) == "?" and format_size(math.inf, unknown="unknown") == "unknown"
