@@ -111,12 +111,13 @@ _JSON_KIND = {list: "array", str: "string", int: "number", float: "number", bool
 #: reading it whole would put an arbitrary amount in memory.
 MAX_LINE = 8 * 1024 * 1024
 
-#: Numeric fields checked where a trace is read. Sizes: bytes, a number 0 <= v < 2**63 (what a
-#: signed 64-bit counter holds). Seconds: a duration, 0 <= v < 10**9. Times: ``time.time()`` or
-#: seconds from a start, 0 <= v < 10**12. A value that is none of these (a string, a
-#: bool, NaN, 1e400 = infinity, negative) is dropped from its event and counted (``skipped``).
+#: Numeric fields checked where a trace is read. Sizes (and a stage's ``index``/``count``): a
+#: number 0 <= v < 2**63 (what a signed 64-bit counter holds). Seconds: a duration,
+#: 0 <= v < 10**9. Times: ``time.time()`` or seconds from a start, 0 <= v < 10**12. A value that
+#: is none of these (a string, a bool, NaN, 1e400 = infinity, negative) is dropped from its
+#: event and counted (``skipped``).
 SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "released_bytes",
-               "peak", "current", "allocated")
+               "peak", "current", "allocated", "index", "count")
 SECONDS_FIELDS = ("seconds",)
 TIME_FIELDS = ("hwm_since",)
 

@@ -37,7 +37,7 @@ JUNK = [  # (value as JSON text, what it is)
 
 @pytest.fixture
 def junk_trace(tmp_path):
-    lines = [json.dumps({"event": "stage", "t": 10.0, "stage": "texture"}),
+    lines = ['{"event": "stage", "t": 10.0, "stage": "texture", "index": NaN, "count": 2}',
              json.dumps({"event": "ready", "t": 10.1, "stage": "texture"}),
              sample(10.2, footprint=300 * MiB, hwm=310 * MiB, hwm_since=10.1, swap=0)]
     t = 10.3
@@ -55,9 +55,10 @@ def junk_trace(tmp_path):
 
 def test_junk_numbers_are_skipped_and_counted_never_a_traceback(junk_trace, capsys):
     s = summarize(iter_lines(junk_trace))
-    # per junk value: 4 sample fields + bytes and seconds of the load + one event without a time
-    assert s["skipped"] == len(JUNK) * 7
-    assert s["first_skipped"] == 'line 4: footprint="abc"'
+    # the stage's index; per junk value: 4 sample fields + the load's bytes and seconds + one
+    # event without a time
+    assert s["skipped"] == 1 + len(JUNK) * 7
+    assert s["first_skipped"] == "line 1: index=NaN"
     assert s["peak"] == {"bytes": 310 * MiB, "t": pytest.approx(0.2), "source": "hwm",
                          "stage": "texture"}
     (stage,) = s["stages"]
@@ -68,10 +69,10 @@ def test_junk_numbers_are_skipped_and_counted_never_a_traceback(junk_trace, caps
 
     assert summary_main([str(junk_trace)]) == 0
     out = capsys.readouterr().out
-    assert f"skipped {len(JUNK) * 7} value(s) that are not a usable number" in out
-    assert 'first: line 4: footprint="abc"' in out
+    assert f"skipped {1 + len(JUNK) * 7} value(s) that are not a usable number" in out
+    assert "(first: line 1: index=NaN)" in out
     assert summary_main([str(junk_trace), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["skipped"] == len(JUNK) * 7
+    assert json.loads(capsys.readouterr().out)["skipped"] == 1 + len(JUNK) * 7
 
 
 def test_junk_numbers_in_plot_and_need_from(junk_trace, tmp_path):
