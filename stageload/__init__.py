@@ -17,36 +17,21 @@ from __future__ import annotations
 
 from ._lazy import lazy_exports
 
+#: submodule -> the public names it defines (imported on first use)
 _EXPORTS = {
-    "StagedModels": "stageload.staged",
-    "release": "stageload.releasing",
-    "module_bytes": "stageload.releasing",
-    "empty_allocator_cache": "stageload.releasing",
-    "is_released": "stageload.releasing",
-    "on_call": "stageload.hooks",
-    "CallHook": "stageload.hooks",
-    "share": "stageload.sharing",
-    "Shared": "stageload.sharing",
-    "load_module": "stageload.loading",
-    "load_checkpoint": "stageload.loading",
-    "preserved_rng": "stageload.rng",
-    "save_rng_state": "stageload.rng",
-    "restore_rng_state": "stageload.rng",
-    "make_event": "stageload.events",
-    "fan_out": "stageload.events",
-    "StageloadError": "stageload.errors",
-    "ReleasedModuleError": "stageload.errors",
-    "UnknownModelError": "stageload.errors",
-    "UnknownStageError": "stageload.errors",
-    "LoaderError": "stageload.errors",
-    "NotAModuleError": "stageload.errors",
-    "PlanError": "stageload.errors",
-    "HookError": "stageload.errors",
-    "ShareError": "stageload.errors",
-    "CheckpointError": "stageload.errors",
+    "stageload.staged": ("StagedModels",),
+    "stageload.releasing": ("release", "module_bytes", "empty_allocator_cache", "is_released"),
+    "stageload.hooks": ("on_call", "CallHook"),
+    "stageload.sharing": ("share", "Shared"),
+    "stageload.loading": ("load_module", "load_checkpoint"),
+    "stageload.rng": ("preserved_rng", "save_rng_state", "restore_rng_state"),
+    "stageload.events": ("make_event", "fan_out"),
+    "stageload.errors": ("StageloadError", "ReleasedModuleError", "UnknownModelError",
+                         "UnknownStageError", "LoaderError", "NotAModuleError", "PlanError",
+                         "HookError", "ShareError", "CheckpointError"),
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -125,22 +125,15 @@ from __future__ import annotations
 
 from .._lazy import lazy_exports
 
+#: submodule -> the public names it defines (imported on first use)
 _EXPORTS = {
-    "Pixal3DRun": "stageload.pixal3d.adapter",
-    "StagedRembg": "stageload.pixal3d.adapter",
-    "open_port": "stageload.pixal3d.port",
-    "check_port": "stageload.pixal3d.port",
-    "locate_port": "stageload.pixal3d.port",
-    "Port": "stageload.pixal3d.port",
-    "PortError": "stageload.pixal3d.port",
-    "STAGES": "stageload.pixal3d.plan",
-    "plan_for": "stageload.pixal3d.plan",
-    "keep_across_gap": "stageload.pixal3d.plan",
-    "compare": "stageload.pixal3d.fingerprint",
-    "FingerprintRecorder": "stageload.pixal3d.fingerprint",
+    "stageload.pixal3d.adapter": ("Pixal3DRun", "StagedRembg"),
+    "stageload.pixal3d.port": ("open_port", "check_port", "locate_port", "Port", "PortError"),
+    "stageload.pixal3d.plan": ("STAGES", "plan_for", "keep_across_gap"),
+    "stageload.pixal3d.fingerprint": ("compare", "FingerprintRecorder"),
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

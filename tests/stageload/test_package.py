@@ -38,3 +38,14 @@ def test_make_event_and_fan_out():
     a, b = [], []
     fan_out(a.append, None, b.append)(event)
     assert a == [event] and b == [event]
+
+
+def test_lazy_exports_refuses_a_name_under_two_submodules():
+    from stageload._lazy import lazy_exports
+
+    with pytest.raises(ValueError, match="'x' is listed under 'a.one' and 'a.two'"):
+        lazy_exports("a", {"a.one": ("x",), "a.two": ("y", "x")}, {})
+    getattr_, dir_ = lazy_exports("stageload", {"stageload.events": ("make_event",)}, {})
+    assert getattr_("make_event") is make_event and dir_() == ["make_event"]
+    with pytest.raises(AttributeError, match="has no attribute 'fan_out'"):
+        getattr_("fan_out")
