@@ -90,6 +90,10 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("backend options")
     for opt in backends.all_options():
         default = f" (default: {opt.default})" if opt.default not in (None, "") else ""
+        if opt.switch:
+            group.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
+                               const=True, help=opt.help)
+            continue
         group.add_argument(opt.flag, dest=opt.dest, default=None, choices=opt.choices,
                            metavar=opt.metavar, help=opt.help + default)
 

@@ -84,6 +84,11 @@ KINDS: dict[str, Kind] = {
     "background_not_plain": Kind(44, "Use an image with transparency (alpha), or one on a plain, "
                                      "single-colour background.",
                                  "no alpha and the border is not one plain colour to key out"),
+    "export_refused": Kind(45, "Free memory or use a lighter export (--export-profile fit, a "
+                               "smaller --texture-size or --decimation-target), or follow the "
+                               "message's advice.",
+                           "export refused before it started: it would not fit, or a lever "
+                           "the port cannot honour"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),

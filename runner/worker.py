@@ -152,7 +152,9 @@ def _classify(exc: BaseException, module) -> RunnerError:
 def run_job(job: dict, emit) -> int:
     """Run one job dict (``backend``, ``image``, ``output`` = partial GLB path, ``seed``,
     ``texture_size``, ``height_m`` — each None for the backend's default — and ``options``)
-    sending events to ``emit``; returns the exit status."""
+    sending events to ``emit``; returns the exit status. With ``handover`` (a path) the model
+    process writes the decoded asset there instead of exporting; with ``"stage": "export"``
+    this is the export process, which calls the backend's ``export(handover, output)``."""
     from . import backends
     from .inputs import load_image
 
@@ -165,14 +167,20 @@ def run_job(job: dict, emit) -> int:
         if not backend.installed():
             raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                               "installed.", backend.install_hint or None)
-        image, info = load_image(job["image"])
+        exporting = job.get("stage") == "export"
+        image, info = (None, None) if exporting else load_image(job["image"])
         module = backend.load()
         kwargs = dict(job.get("options") or {})
         for key, cast in (("seed", int), ("texture_size", int), ("height_m", float)):
             if job.get(key) is not None:  # unset: the backend's own default
                 kwargs[key] = cast(job[key])
-        result = module.generate(image, job["output"], had_alpha=info.had_alpha, emit=emit,
-                                 **kwargs)
+        if exporting:  # the export process: from the hand-over file
+            result = module.export(job["handover"], job["output"], emit=emit, **kwargs)
+        else:
+            if job.get("handover"):
+                kwargs["handover"] = job["handover"]
+            result = module.generate(image, job["output"], had_alpha=info.had_alpha, emit=emit,
+                                     **kwargs)
         emit({"event": "worker_done", "output": job["output"], "info": result or {}})
         return 0
     except BaseException as exc:  # everything becomes one error event, never a traceback on stdout

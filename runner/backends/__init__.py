@@ -46,6 +46,7 @@ class Option:
     parse: Callable[[str], object] | None = None
     affects_output: bool = True
     metavar: str | None = None
+    switch: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,19 @@ def parse_size(value) -> int:
     return units.parse_size(value)
 
 
+
+def parse_faces(text: str) -> int:
+    """``--decimation-target``: a whole number of faces, 1 to 100,000,000. Raises
+    ``ValueError`` with a message for a person."""
+    try:
+        value = int(str(text).replace(",", "").replace("_", ""))
+    except ValueError:
+        raise ValueError(f"--decimation-target {text!r} is not a whole number of faces") from None
+    if not 1 <= value <= 100_000_000:
+        raise ValueError(f"--decimation-target {value} must be from 1 to 100,000,000 faces")
+    return value
+
+
 BACKENDS: dict[str, Backend] = {
     "builtin": Backend(
         name="builtin",
@@ -215,6 +229,25 @@ BACKENDS: dict[str, Backend] = {
             Option("--keep-resident", "keep_resident", "bytes (or a size like 1G) a model "
                    "needed again later may stay loaded across stages that do not use it",
                    default="0", parse=parse_size, affects_output=False, metavar="SIZE"),
+            # the port's export levers (stageload.pixal3d.export); unset = the port's own
+            Option("--export-process", "export_process", "own: export in a fresh process "
+                   "once the model process has exited (its memory back); in-process: in the "
+                   "model process, as the port does", ("own", "in-process"), "own",
+                   affects_output=False),
+            Option("--export-profile", "export_profile", "fit: the low-memory export a peer "
+                   "validated on a 36 GB Mac (remesh at min(512, grid), free temporaries "
+                   "between steps); port: the port's own values", ("port", "fit"), "port"),
+            Option("--decimation-target", "decimation_target", "faces the port simplifies "
+                   "the mesh to (the port's default: 1,000,000)", parse=parse_faces,
+                   metavar="FACES"),
+            Option("--remesh", "remesh", "the port's dual-contouring remesh (the port's "
+                   "default: on)", ("on", "off")),
+            Option("--remesh-resolution", "remesh_resolution", "grid: remesh at the "
+                   "pipeline's grid (the port's way); 512: at min(512, grid), 4x fewer faces "
+                   "into cleanup (refused where the port cannot do it)", ("grid", "512")),
+            Option("--allow-dense-grid-sample", "allow_dense_grid_sample", "export even when "
+                   "the port would build the dense grid-sample volume (25.8 GB at 1024) "
+                   "because flex_gemm is missing", switch=True, affects_output=False),
         ),
         # runner.backends.pixal3d.TEXTURE_SIZES (checked by a test); no --height (unit box).
         texture_sizes=(512, 1024, 2048, 4096),
@@ -228,6 +261,7 @@ BACKENDS: dict[str, Backend] = {
 }
 
 DEFAULT = "builtin"
+
 
 
 def names() -> list[str]:

@@ -31,10 +31,40 @@ def _bytes(value) -> int:
                           "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing resident.") from None
 
 
+def export_settings(export_profile: Optional[str] = "port", decimation_target=None, remesh=None,
+                    remesh_resolution=None, allow_dense_grid_sample=None, **_other):
+    """The export levers as the runner passes them (strings from the command line, None = not
+    given) → ``stageload.pixal3d.export.ExportSettings``. Raises ``RunnerError('usage')``."""
+    from stageload.pixal3d.export import ExportOptions
+
+    from ..errors import RunnerError
+    from . import parse_faces
+    try:
+        options = ExportOptions(
+            decimation_target=None if decimation_target is None else parse_faces(decimation_target),
+            remesh=None if remesh is None else remesh in (True, "on"),
+            remesh_resolution=remesh_resolution,
+            profile=None if export_profile in (None, "port") else export_profile,
+            allow_dense_grid_sample=bool(allow_dense_grid_sample))
+        return options.resolve()
+    except ValueError as exc:
+        raise RunnerError("usage", f"Export options: {exc}.") from None
+
+
+def splits_export(options: dict) -> bool:
+    """True when the job's export runs in a process of its own (``--export-process own``)."""
+    return (options.get("export_process") or "own") == "own"
+
+
+def _device(device: Optional[str]):
+    return device or os.environ.get("PIXAL3D_DEVICE") or None
+
+
 def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: int = 2048,
              emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
              pipeline_type: str = "1024_cascade", load: str = "staged", keep_resident=0,
-             device: Optional[str] = None, height_m: Optional[float] = None) -> dict:
+             device: Optional[str] = None, height_m: Optional[float] = None,
+             handover: Optional[str] = None, export_process: str = "own", **export) -> dict:
     """One image → GLB at ``output`` (the runner's partial path; must not exist yet).
 
     Args:
@@ -47,11 +77,14 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
         keep_resident: bytes (or ``"1G"``) the shape decoder may stay loaded across the gap.
         device: ``mps``/``cuda``/``cpu`` (default mps when available; ``$PIXAL3D_DEVICE``).
         height_m: not supported (Pixal3D exports in its own unit box): given → usage error.
+        handover: with ``export_process="own"``, the ``.npz`` path (must not exist) the decoded
+            asset is written to instead of exporting; the supervisor's export process
+            (:func:`export`) continues from it. ``export``: the levers of ``export_settings``.
 
     Returns ``{"backend", "vertices", "faces", "resolution", "seconds", "resident_bytes",
-    "kept", "load", "pipeline_type"}``. Raises ``PortError`` (kinds ``pixal3d_missing`` /
-    ``pixal3d_version``) before loading anything when the folder is unusable, ``RunnerError``
-    (``usage``) for a bad option.
+    "kept", "load", "pipeline_type"}`` (+ ``"handover"``). Raises ``PortError`` (kinds
+    ``pixal3d_missing`` / ``pixal3d_version`` / ``export_refused``) before loading anything
+    when the folder is unusable, ``RunnerError`` (``usage``) for a bad option.
     """
     from ..errors import RunnerError
     if height_m is not None:
@@ -62,19 +95,45 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
                           f"Choose one of {', '.join(map(str, TEXTURE_SIZES))}.")
     if load not in ("staged", "eager"):
         raise RunnerError("usage", f"--load {load!r} is not staged or eager.", "Use --load staged or --load eager.")
+    settings = export_settings(**export)
     from stageload.pixal3d import Pixal3DRun
-    run = Pixal3DRun(pixal3d_dir or None, device=device or os.environ.get("PIXAL3D_DEVICE") or None, load=load,
+    run = Pixal3DRun(pixal3d_dir or None, device=_device(device), load=load,
                      pipeline_type=pipeline_type or "1024_cascade", keep_resident=_bytes(keep_resident),
                      events=emit)
     try:
-        result = run.generate(image, output, seed=int(seed), texture_size=int(texture_size))
+        result = run.generate(image, output, seed=int(seed), texture_size=int(texture_size),
+                              export=settings,
+                              handover=handover if export_process == "own" else None)
     finally:
         run.close()
-    return {"backend": NAME, "vertices": result["vertices"], "faces": result["faces"],
-            "resolution": result["resolution"], "seconds": result["seconds"],
-            "resident_bytes": result["resident_bytes"], "kept": result["kept"], "load": load,
-            "pipeline_type": pipeline_type}
+    out = {"backend": NAME, "vertices": result["vertices"], "faces": result["faces"],
+           "resolution": result["resolution"], "seconds": result["seconds"],
+           "resident_bytes": result["resident_bytes"], "kept": result["kept"], "load": load,
+           "pipeline_type": pipeline_type}
+    if result.get("handover"):
+        out["handover"] = result["handover"]
+    return out
 
+
+def export(handover: str, output, *, seed: int = 42, texture_size: int = 2048,
+           emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
+           pipeline_type: str = "1024_cascade", device: Optional[str] = None, **options) -> dict:
+    """The export process: the decoded asset in ``handover`` (written by :func:`generate`) →
+    the GLB at ``output`` through the port's own export, sub-steps reported to ``emit``.
+    ``options``: the job's backend options (the export levers are used, the rest ignored).
+    Returns ``{"export_seconds", "export_substeps"}``. Raises ``PortError`` (e.g.
+    ``export_refused`` with the figure) before writing anything when export cannot go on."""
+    import torch
+
+    from stageload.pixal3d import open_port
+    from stageload.pixal3d.export import export_handover
+    settings = export_settings(**options)
+    port = open_port(pixal3d_dir or None)
+    dev = torch.device(_device(device) or ("mps" if torch.backends.mps.is_available() else "cpu"))
+    result = export_handover(port, handover, output, seed=int(seed), texture_size=int(texture_size),
+                             pipeline_type=pipeline_type or "1024_cascade", settings=settings,
+                             emit=emit or (lambda event: None), device=dev)
+    return {"export_seconds": result["seconds"], "export_substeps": result["substeps"]}
 
 def precheck(pixal3d_dir: Optional[str] = None, **_options) -> None:
     """The supervisor's light check, before the guard and the trace: a port folder is found

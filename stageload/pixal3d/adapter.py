@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +56,7 @@ from ..patching import patched
 from ..releasing import module_bytes
 from ..sharing import share
 from ..staged import StagedModels
+from .export import ExportSettings, port_args, run_export, save_asset
 from .direct import METHOD_PORT, LoadNote, RuntimeNote, load_port_model, prepare_meta_runtime
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
@@ -549,8 +549,15 @@ class Pixal3DRun:
 
     def generate(self, image, output: os.PathLike | str, *, seed: int = 42, texture_size: int = 2048,
                  fov: Optional[float] = None, steps: Optional[int] = None, max_num_tokens: int = 49152,
-                 no_texture: bool = False) -> dict:
+                 no_texture: bool = False, export: Optional[ExportSettings] = None,
+                 handover: Optional[os.PathLike | str] = None) -> dict:
         """One image (a PIL image or a path) → a GLB at ``output``, as the port's ``main()``.
+
+        ``export``: the export levers (``stageload.pixal3d.export``; None: the port's own).
+        ``handover``: instead of exporting, release every model and write the decoded asset
+        there with the port's own mesh checkpoint (``export.save_asset``; ``.npz``, must not
+        exist) for an export process (``export.export_handover``); no ``export`` stage is
+        entered here and the result gets ``"handover"``.
 
         ``output`` must not exist (``FileExistsError``; the runner decides about overwriting and
         passes a temporary name). Returns ``{"output", "vertices", "faces", "resolution",
@@ -588,18 +595,15 @@ class Pixal3DRun:
         faces = mesh.faces.detach().cpu().numpy()
         if self._recorder is not None:
             self._recorder.record("mesh", mesh)
-        self.enter("export")
-        if self.models is not None:
-            self.models.close()  # pinned ones too: export needs no weights
-        args = self._port_args(output, seed=seed, texture_size=texture_size, no_texture=no_texture)
-        has_voxels = getattr(mesh, "attrs", None) is not None and getattr(mesh, "coords", None) is not None
-        if args.no_texture or not has_voxels:
-            self.gm.export_geometry_only(vertices, faces, output)
-        elif not self.gm.try_export_native_o_voxel_glb(mesh, resolution, vertices, faces, output, args):
-            self.gm.export_fallback_texture_glb(mesh, vertices, faces, output, args)
-        if not output.is_file() or output.stat().st_size == 0:
-            raise RuntimeError(f"the port's export wrote no GLB at {output}")
-        self.resident_bytes["export"] = self._resident()
+        asset = self.gm.Pixal3DAsset(mesh=mesh, vertices=vertices, faces=faces, resolution=resolution,
+                                     has_voxels=self.gm._mesh_has_voxels(mesh))
+        if handover is not None:
+            if self.models is not None:
+                self.models.close()  # the process exits next: nothing stays loaded meanwhile
+            save_asset(self.gm, asset, handover)
+        else:
+            self._export(asset, Path(output), seed=seed, texture_size=texture_size,
+                         no_texture=no_texture, settings=export or ExportSettings())
         fingerprint = None
         if self._recorder is not None:
             fingerprint = str(self._recorder.close({"seed": seed, "load": self.load_mode,
@@ -607,27 +611,29 @@ class Pixal3DRun:
                                                     "preserve_rng": self.preserve_rng,
                                                     "resolution": int(resolution)}).parent)
             self._recorder = None
-        return {"output": str(output), "vertices": int(len(vertices)), "faces": int(len(faces)),
-                "resolution": int(resolution), "seconds": time.perf_counter() - start,
-                "resident_bytes": dict(self.resident_bytes), "kept": dict(self.kept),
-                "latents": list(self.last_latents), "fingerprint": fingerprint}
+        result = {"output": str(output), "vertices": int(len(vertices)), "faces": int(len(faces)),
+                  "resolution": int(resolution), "seconds": time.perf_counter() - start,
+                  "resident_bytes": dict(self.resident_bytes), "kept": dict(self.kept),
+                  "latents": list(self.last_latents), "fingerprint": fingerprint}
+        if handover is not None:
+            result["handover"] = str(handover)
+        return result
 
-    def _port_args(self, output: Path, **values) -> Any:
-        """The port's own argument namespace (its defaults) for its export functions, from its
-        ``parse_args()`` with a command line built here."""
-        argv = [str(Path(self.gm.__file__)), "image.png", "--output", str(output), "--seed", str(values["seed"]),
-                "--texture-size", str(values["texture_size"]), "--pipeline-type", self.pipeline_type]
-        if values.get("no_texture"):
-            argv.append("--no-texture")
-        old = sys.argv
-        sys.argv = argv
-        try:
-            return self.gm.parse_args()
-        except SystemExit as exc:
-            raise ValueError(f"the port's parse_args rejected {argv[2:]} (texture size must be one of "
-                             f"512, 1024, 2048, 4096)") from exc
-        finally:
-            sys.argv = old
+    def _export(self, asset, output: Path, *, seed: int, texture_size: int, no_texture: bool,
+                settings: ExportSettings) -> None:
+        """The ``export`` stage in this process: release every model, then the port's
+        ``asset_to_glb`` with the levers and the sub-step events (``export.run_export``)."""
+        self.enter("export")
+        if self.models is not None:
+            self.models.close()  # pinned ones too: export needs no weights
+        args = port_args(self.gm, output, seed=seed, texture_size=texture_size,
+                         pipeline_type=self.pipeline_type, settings=settings, no_texture=no_texture)
+        run_export(self.gm, asset, output, args, settings,
+                   lambda event: self._events(event) if self._events is not None else None,
+                   self.device)
+        if not output.is_file() or output.stat().st_size == 0:
+            raise RuntimeError(f"the port's export wrote no GLB at {output}")
+        self.resident_bytes["export"] = self._resident()
 
     def close(self) -> None:
         """Release every model and remove the hooks. The object cannot run afterwards."""

@@ -205,3 +205,62 @@ def run_export(gm, asset, output: Path, args, settings: ExportSettings,
                         free=freer(gm, device) if settings.free_between_steps else None)
     with steps:
         gm.asset_to_glb(asset, output, args)
+
+
+def port_args(gm, output: Path, *, seed: int, texture_size: int, pipeline_type: str,
+              settings: ExportSettings, no_texture: bool = False):
+    """The port's own argument namespace (its defaults) for its export, from its
+    ``parse_args`` with a command line built here, the levers' options included. Raises
+    ``ValueError`` when the port's parser rejects them."""
+    import sys
+
+    argv = [str(Path(gm.__file__)), "image.png", "--output", str(output), "--seed", str(seed),
+            "--texture-size", str(texture_size), "--pipeline-type", pipeline_type]
+    argv += (["--no-texture"] if no_texture else []) + port_argv(settings)
+    old = sys.argv
+    sys.argv = argv
+    try:
+        return gm.parse_args()
+    except SystemExit as exc:
+        raise ValueError(f"the port's parse_args rejected {argv[2:]} (see its message above)") from exc
+    finally:
+        sys.argv = old
+
+
+def export_handover(port, handover: os.PathLike | str, output: os.PathLike | str, *, seed: int,
+                    texture_size: int, pipeline_type: str, settings: ExportSettings,
+                    emit: Callable[[dict], None], device) -> dict:
+    """The export process's work: announce the ``export`` stage (``stage`` with this process's
+    ``pid``, then ``ready``), rebuild the asset from the hand-over file with the port's loader,
+    export it (``run_export``). ``port``: an opened ``Port``; ``output`` must not exist.
+    Returns ``{"output", "vertices", "faces", "resolution", "seconds", "substeps"}`` (the
+    decoded mesh's counts)."""
+    import time
+
+    from ..events import make_event
+    from .plan import STAGES
+
+    start = time.perf_counter()
+    output = Path(output)
+    if output.exists():
+        raise FileExistsError(f"{output} exists; the adapter never overwrites a file")
+    emit(make_event("stage", stage="export", index=STAGES.index("export"), count=len(STAGES),
+                    pid=os.getpid()))
+    emit(make_event("ready", stage="export", seconds=time.perf_counter() - start,
+                    released_bytes=0))
+    asset = load_asset(port.gm, handover)
+    args = port_args(port.gm, output, seed=seed, texture_size=texture_size,
+                     pipeline_type=pipeline_type, settings=settings)
+    seen: list[str] = []
+
+    def sink(event: dict) -> None:
+        if event.get("parent") == "export":
+            seen.append(event["stage"])
+        emit(event)
+
+    run_export(port.gm, asset, output, args, settings, sink, device)
+    if not output.is_file() or output.stat().st_size == 0:
+        raise RuntimeError(f"the port's export wrote no GLB at {output}")
+    return {"output": str(output), "vertices": int(len(asset.vertices)),
+            "faces": int(len(asset.faces)), "resolution": int(asset.resolution),
+            "seconds": time.perf_counter() - start, "substeps": seen}
