@@ -18,6 +18,9 @@ driver's: ``bytes per element × elements in real units × scale``.
   faces). These are a model, not measurements of the Metal kernels: only the total is measured.
 - ``scale()``: ``$PIXAL3D_STANDIN_EXPORT_SCALE`` (default 0.001, i.e. ~67 MB at the defaults),
   the same kind of fraction as the stand-in's weights (``make_weights.py``).
+- ``$PIXAL3D_STANDIN_EXPORT_REPORT``: a file that gets, at each new high, ``{"peak_bytes",
+  "scale"}`` — the most block bytes held at once (the modelled working memory the benchmark
+  compares the measured export peak with).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ import os
 import numpy as np
 
 SCALE_ENV = "PIXAL3D_STANDIN_EXPORT_SCALE"
+REPORT_ENV = "PIXAL3D_STANDIN_EXPORT_REPORT"
+_live = {"bytes": 0, "peak": 0}
 DEFAULT_SCALE = 1e-3
 GEOMETRY_FACTOR = 860
 BYTES = {"mesh": 18, "fill_holes": 240, "bvh": 128, "remesh": 1000, "cleanup": 3800,
@@ -43,6 +48,14 @@ def scale() -> float:
     return value
 
 
+def _report() -> None:
+    path = os.environ.get(REPORT_ENV, "").strip()
+    if path:
+        import json
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"peak_bytes": _live["peak"], "scale": scale()}, f)
+
+
 def real_faces(standin_faces: int) -> int:
     """Real-equivalent face count of a stand-in mesh."""
     return int(standin_faces) * GEOMETRY_FACTOR
@@ -56,9 +69,18 @@ class Block:
         n = int(real_bytes * scale())
         self.nbytes = n
         self._data = np.full(n, 1, dtype=np.uint8) if n > 0 else None
+        _live["bytes"] += n
+        if _live["bytes"] > _live["peak"]:
+            _live["peak"] = _live["bytes"]
+            _report()
 
     def free(self) -> None:
+        if self._data is not None:
+            _live["bytes"] -= self.nbytes
         self._data = None
+
+    def __del__(self):
+        self.free()
 
     def __enter__(self) -> "Block":
         return self
