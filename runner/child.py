@@ -126,6 +126,8 @@ class Child:
             traced = name if name.startswith(self.name) else f"{self.name}_{name}"
             self.run.trace({**ev, "event": traced})
             return
+        if name == "stage" and ev.get("parent") is None:
+            ev = {**ev, "pid": self.proc.pid}  # which process ran the stage (export: its own)
         self.run.tracker.on_event(ev)
         self.run.publish(relay(ev))
 

@@ -25,8 +25,9 @@ from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .jobtrace import JobTrace, log, summarize_trace
 from .memory import MemoryTracker
-from .outputs import (check_output, check_trace, commit, discard, failed_runs_trace,
-                      sweep_stale_partials, temp_path, trace_conflict)
+from .outputs import (check_output, check_trace, commit, discard, discard_dir, failed_runs_trace,
+                      job_dir, sweep_stale_job_dirs, sweep_stale_partials, temp_path,
+                      trace_conflict)
 from .protocol import make, relay
 from .results import Job, Outcome
 
@@ -40,6 +41,25 @@ def worker_argv(python: str, events_fd: int, payload: dict, *, probe: bool = Fal
     if probe:
         return argv + ["--probe", "--backend-options", json.dumps(payload)]
     return argv + ["--job", json.dumps(payload)]
+
+
+def export_need(config) -> int | None:
+    """Bytes the export process is predicted to need for the guard's admission: the
+    ``export`` stage's peak in the ``--need-from`` trace (``stageload.summary``) when one was
+    given and has that stage, else ``--need`` (None: no prediction)."""
+    if config.need_source:
+        try:
+            from stageload.summary import summarize
+
+            with open(config.need_source, encoding="utf-8") as f:
+                stages = summarize(f.read().splitlines())["stages"]
+            peak = next((st["peak"] for st in stages if st["stage"] == "export"), None)
+            if peak:
+                return int(peak)
+        except Exception as exc:  # the whole-run figure still applies
+            log(f"--need-from: no export peak in {config.need_source} ({exc}); using the "
+                "whole run's")
+    return config.need
 
 
 class JobRun:
@@ -66,6 +86,7 @@ class JobRun:
         self.guard = None
         self.output: Path | None = None
         self.partial: Path | None = None
+        self.job_dir: Path | None = None
         self.children: list[Child] = []
         self._order = threading.RLock()  # re-entrant: emit's broken-pipe callback may publish
 
@@ -83,8 +104,11 @@ class JobRun:
             try:
                 self.validate()
                 self.admit()
-                worker = self.spawn()
-                info = self.outcome(worker)
+                info = self.outcome(self.spawn())
+                if info.get("handover"):  # the model process has exited: export on its own
+                    info = {**info, **self.outcome(self.spawn_export(info.pop("handover")))}
+                commit(self.partial, self.output, self.job.overwrite)
+                self.partial = None
             except RunnerError as err:
                 return self.finish(err)
             return self.finish(None, info)
@@ -157,16 +181,22 @@ class JobRun:
     # -- spawn, relay, sample ------------------------------------------------------------------
     def spawn(self) -> Child:
         """Start the worker on a fresh partial file, relay its events and sample it until it
-        ends. Returns the finished ``Child``."""
-        for stale in sweep_stale_partials(self.output):
+        ends. Returns the finished ``Child``. When the backend exports in a process of its own
+        (``Backend.splits_export``), the partial GLB lies in a private job folder next to the
+        output and the worker gets ``handover``: the file it writes the decoded asset to."""
+        for stale in sweep_stale_partials(self.output) + sweep_stale_job_dirs(self.output.parent):
             log(f"removed {stale.name}, left by a runner that was killed")
         self.partial = temp_path(self.output)
-        job, backend = self.job, self.backend
-        payload = {"backend": backend.name, "image": str(Path(job.image).absolute()),
-                   "output": str(self.partial), "seed": job.seed,
-                   "texture_size": job.texture_size, "height_m": job.height_m,
-                   "options": {o.dest: job.options[o.dest] for o in backend.options
-                               if job.options.get(o.dest) is not None}}
+        extra = {}
+        if self.backend.splits_export(self.job.options):
+            try:
+                self.job_dir = job_dir(self.output)
+            except OSError as exc:
+                raise RunnerError("output_unwritable", f"Cannot create a temporary folder next "
+                                  f"to {self.output} ({exc.strerror or exc}).") from None
+            self.partial = self.job_dir / f"{self.output.stem}.glb"
+            extra = {"handover": str(self.job_dir / "asset.npz")}
+        payload = {**self._payload(), **extra}
         worker = Child(self, "worker")
         try:
             worker.spawn(lambda fd: worker_argv(self.python, fd, payload))
@@ -175,6 +205,41 @@ class JobRun:
                               f"({exc.strerror or exc}).", "Check the interpreter path.") from None
         self.run_child(worker)
         return worker
+
+    def _payload(self) -> dict:
+        """The worker's job (``runner.worker.run_job``), writing to ``self.partial``."""
+        job, backend = self.job, self.backend
+        return {"backend": backend.name, "image": str(Path(job.image).absolute()),
+                "output": str(self.partial), "seed": job.seed,
+                "texture_size": job.texture_size, "height_m": job.height_m,
+                "options": {o.dest: job.options[o.dest] for o in backend.options
+                            if job.options.get(o.dest) is not None}}
+
+    def spawn_export(self, handover: str) -> Child:
+        """The export process, after the model process has exited: the guard re-checks
+        admission (``export_need``), then ``runner.worker`` in export mode continues from the
+        ``handover`` file into the partial GLB, relayed and sampled like the worker (one
+        ``export`` stage, carrying this process's pid). Returns the finished ``Child``."""
+        if self.cancel:
+            raise cancel_error(self.cancel, "before the export process started")
+        from dataclasses import replace
+
+        self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
+        admitted = self.guard.wait_for_admission()
+        if self.cancel:
+            raise cancel_error(self.cancel, "while waiting for the guard's admission of the export")
+        if not admitted:
+            raise RunnerError("guard_timeout", "The guard did not find room to start the export "
+                              f"within {self.guard_config.start_timeout:g} s.")
+        payload = {**self._payload(), "stage": "export", "handover": handover}
+        child = Child(self, "export")
+        try:
+            child.spawn(lambda fd: worker_argv(self.python, fd, payload))
+        except OSError as exc:
+            raise RunnerError("no_torch", f"Could not start the export process with "
+                              f"{self.python} ({exc.strerror or exc}).") from None
+        self.run_child(child)
+        return child
 
     def run_child(self, child: Child) -> int:
         """Relay and sample a spawned ``child`` until it ends; returns its exit status."""
@@ -185,7 +250,7 @@ class JobRun:
 
     # -- outcome -------------------------------------------------------------------------------
     def outcome(self, worker: Child) -> dict:
-        """Judge how the worker ended: commit the partial GLB and return the backend's
+        """Judge how a child (the worker, or the export process) ended: return the backend's
         ``info`` dict, or raise the ``RunnerError`` that says why there is no GLB."""
         events, code = worker.events, worker.code
         if worker.stopped is not None:
@@ -198,8 +263,6 @@ class JobRun:
             raise RunnerError(kind, ev.get("message") or "The worker failed.", ev.get("hint"),
                               **(ev.get("details") or {}))
         if code == 0 and "worker_done" in events:
-            commit(self.partial, self.output, self.job.overwrite)
-            self.partial = None
             return events["worker_done"].get("info") or {}
         if code is not None and code < 0:
             try:
@@ -239,6 +302,9 @@ class JobRun:
         if self.partial is not None:
             discard(self.partial)
             self.partial = None
+        if self.job_dir is not None:  # the hand-over file and the export's temporary files
+            discard_dir(self.job_dir)
+            self.job_dir = None
         if self.guard is not None:
             if self._on_cancel in self.cancel.listeners:
                 self.cancel.listeners.remove(self._on_cancel)

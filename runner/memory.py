@@ -23,13 +23,15 @@ class MemoryTracker:
     window peak so far: from its ``ready`` event (SPEC §2.1), footprints of the samples since
     and marks reached wholly since (a mark straddling ``ready`` may be the release's or the
     previous stage's, and counts only for ``peak``); None before ``ready``. ``stage`` events
-    with a ``parent`` are sub-steps and leave the stage as it is. ``interval``: seconds
+    with a ``parent`` are sub-steps and leave the stage as it is (``substep`` names the
+    current one, None after a new stage). ``interval``: seconds
     between two ``memory`` events. Thread-safe.
     """
 
     def __init__(self, interval: float = MEMORY_INTERVAL):
         self.interval = interval
         self._peaks = StagePeaks()
+        self.substep: str | None = None
         self._last_emit = float("-inf")
         self._lock = threading.Lock()
 
@@ -54,6 +56,8 @@ class MemoryTracker:
             ev = {**ev, "t": time.time()}
         with self._lock:
             self._peaks.on_event(ev)
+            if ev.get("event") == "stage":  # a sub-step names itself; a new stage clears it
+                self.substep = ev.get("stage") if ev.get("parent") is not None else None
 
     def on_sample(self, sample: dict, force: bool = False) -> dict | None:
         """Account one meter ``sample`` dict (``t`` in ``time.time()`` seconds, as the
@@ -68,5 +72,5 @@ class MemoryTracker:
             self._last_emit = now
             return {"footprint": sample.get("footprint"), "peak": self.peak,
                     "stage": self.stage, "stage_peak": self.stage_peak,
-                    "swap": sample.get("swap"), "available": sample.get("available"),
+                    "substep": self.substep, "swap": sample.get("swap"), "available": sample.get("available"),
                     "total": sample.get("total"), "pressure": sample.get("pressure")}

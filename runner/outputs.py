@@ -233,6 +233,49 @@ def sweep_stale_partials(output: Path) -> list[Path]:
     return removed
 
 
+JOB_DIR = re.compile(r"^\..+\.job-(\d+)-[0-9a-f]+$")
+
+
+def job_dir(output: Path) -> Path:
+    """Create a private (0700) hidden folder next to ``output`` for one job's temporary files
+    (the hand-over between the model and the export process, the export's partial GLB and the
+    port's own temporary files beside it): ``.<stem>.job-<pid>-<hex>``. Same file system as
+    ``output``, so a GLB in it is committed by rename. Raises ``OSError``."""
+    path = output.with_name(f".{output.stem}.job-{os.getpid()}-{secrets.token_hex(4)}")
+    path.mkdir(mode=0o700)
+    return path
+
+
+def sweep_stale_job_dirs(folder: Path) -> list[Path]:
+    """Remove job folders in ``folder`` (any output's) left by a supervisor that was killed
+    outright: ``.<stem>.job-<pid>-<hex>`` whose ``pid`` is no longer running. Returns the removed
+    paths; never raises."""
+    import shutil
+
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = JOB_DIR.match(name)
+        if match and not psutil.pid_exists(int(match.group(1))) and (folder / name).is_dir():
+            shutil.rmtree(folder / name, ignore_errors=True)
+            if not (folder / name).exists():
+                removed.append(folder / name)
+    return removed
+
+
+def discard_dir(path: Path | None) -> bool:
+    """Remove a job folder and everything in it; True if it is gone. Never raises."""
+    import shutil
+
+    if path is None:
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not path.exists()
+
+
 def discard(path: Path | None) -> bool:
     """Remove a partial file if it is there; True if something was removed. Never raises."""
     if path is None:

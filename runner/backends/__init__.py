@@ -63,6 +63,7 @@ class Backend:
     options: tuple[Option, ...] = field(default_factory=tuple)
     install_hint: str = ""
     precheck: str | None = None
+    split_export: str | None = None
     """``"module:function"`` of a cheap check (no torch, no weights: e.g. that a folder exists
     and holds the expected files) called with the backend's own options; it returns None or
     raises ``RunnerError``. None: nothing to check before the worker."""
@@ -138,6 +139,15 @@ class Backend:
             return
         module, _, func = self.precheck.partition(":")
         getattr(importlib.import_module(module), func)(**self.job_options(options))
+
+    def splits_export(self, options: dict) -> bool:
+        """Whether a job with ``options`` exports in a process of its own: :attr:`split_export`
+        (``"module:function"`` taking the job options, like :attr:`precheck`) says; False when
+        there is none. Imports only that module, never torch."""
+        if not self.split_export:
+            return False
+        module, _, func = self.split_export.partition(":")
+        return bool(getattr(importlib.import_module(module), func)(self.job_options(options)))
 
     def installed(self) -> bool:
         """True when the module can be found (without importing it)."""
@@ -257,6 +267,8 @@ BACKENDS: dict[str, Backend] = {
         # the port folder exists and holds generate_mps.py and pixal3d/ (stageload.pixal3d.port
         # .locate_port: files only); importing the port and its names is left to the worker.
         precheck="runner.backends.pixal3d:precheck",
+        # --export-process own (default): the export stage in a process of its own
+        split_export="runner.backends.pixal3d:splits_export",
     ),
 }
 
