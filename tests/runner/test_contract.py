@@ -129,7 +129,12 @@ def test_a_backend_that_is_not_installed_says_so():
 def test_pixal3d_entry_options():
     entry = backends.get("pixal3d")
     assert [o.flag for o in entry.options] == ["--pixal3d-dir", "--pipeline-type", "--load",
-                                               "--keep-resident"]
+                                               "--keep-resident", "--export-process",
+                                               "--export-profile", "--decimation-target",
+                                               "--remesh", "--remesh-resolution",
+                                               "--allow-dense-grid-sample"]
+    assert entry.splits_export({}) and not entry.splits_export({"export_process": "in-process"})
+    assert not backends.get("builtin").splits_export({})
 
 
 def test_backend_exception_kinds():
