@@ -32,6 +32,9 @@ ENV_VAR = "PIXAL3D_DIR"
 #: The module names the adapter imports from the port folder (and purges from ``sys.modules``
 #: when a different folder was imported before in the same process).
 PORT_MODULES = ("generate_mps", "pixal3d")
+#: Packages a port folder may vendor at its top (the stand-in does; the real port installs them):
+#: purged like ``PORT_MODULES`` only when the folder holds them.
+VENDORED_MODULES = ("o_voxel", "flex_gemm")
 
 #: The API this adapter was written against: Pixal3D-mac's ``generate_mps.py`` +
 #: ``pixal3d/pipelines/pixal3d_image_to_3d.py`` as read on 2026-11-30 (see the package
@@ -44,6 +47,9 @@ GENERATE_MPS_NAMES = (
     "init_pipeline", "load_moge_model", "get_camera_params_wild_moge", "distance_from_fov",
     "maybe_empty_cache", "sampler_overrides", "parse_args", "export_geometry_only",
     "try_export_native_o_voxel_glb", "export_fallback_texture_glb",
+    # the export stage (stageload.pixal3d.export): the asset, its hand-over file, its export
+    "Pixal3DAsset", "_mesh_has_voxels", "asset_to_glb", "save_mesh_checkpoint",
+    "load_mesh_checkpoint",
 )
 #: IMAGE_COND_CONFIGS keys, in the order of the four pipeline attributes.
 EXTRACTOR_KEYS = {"ss": "image_cond_model_ss", "shape_512": "image_cond_model_shape_512",
@@ -138,7 +144,7 @@ def _purge_other_port(root: Path) -> None:
     at a time; tests switch between copies)."""
     for name in list(sys.modules):
         top = name.split(".")[0]
-        if top not in PORT_MODULES:
+        if top not in PORT_MODULES and not (top in VENDORED_MODULES and (root / top).is_dir()):
             continue
         origin = getattr(sys.modules[name], "__file__", None)
         if origin is None or not Path(origin).resolve().is_relative_to(root):

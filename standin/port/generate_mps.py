@@ -16,7 +16,8 @@ the real one does when its helper scripts cannot be imported).
 
 Not mirrored: the fixture-capture and CUDA-substitution harness (``PIXAL3D_DUMP_FIXTURES``,
 ``PIXAL3D_CUDA_SUBSTITUTE``, ``PIXAL3D_HR_SLAT_INJECT``: flags are parsed, nothing is dumped),
-``--flash-sdpa``'s Metal kernel, ``--load-fixture-07``, the natten/NAF kernel selection in
+``--flash-sdpa``'s Metal kernel, ``--load-fixture-07`` (``--save-mesh``/``--load-mesh`` are
+mirrored: ``save_mesh_checkpoint``/``load_mesh_checkpoint``, the runner's hand-over), the natten/NAF kernel selection in
 ``load_runtime_deps``, and the real export chain (see ``pixal3d/utils``: the export helper
 owns its mirror). Export here is a small trimesh front-projection bake.
 """
@@ -398,6 +399,26 @@ def _mesh_has_voxels(mesh) -> bool:
     return getattr(mesh, "attrs", None) is not None and getattr(mesh, "coords", None) is not None
 
 
+class _LoadedMesh:
+    """The attributes the export path reads from a mesh, rebuilt from a ``--save-mesh`` file."""
+    __slots__ = ("vertices", "faces", "coords", "attrs", "origin", "voxel_size",
+                 "fdg_coords", "fdg_dual_vertices", "fdg_intersected", "fdg_split_weight")
+
+
+def load_mesh_checkpoint(path):
+    """Inverse of ``save_mesh_checkpoint``: ``(mesh, vertices, faces, resolution)``."""
+    data = np.load(str(path))
+    vertices, faces = data["vertices"], data["faces"]
+    mesh = _LoadedMesh()
+    mesh.vertices, mesh.faces = torch.from_numpy(vertices), torch.from_numpy(faces)
+    mesh.coords, mesh.attrs = torch.from_numpy(data["coords"]), torch.from_numpy(data["attrs"])
+    mesh.origin = torch.from_numpy(data["origin"])
+    mesh.voxel_size = float(data["voxel_size"])
+    for attr in ("fdg_coords", "fdg_dual_vertices", "fdg_intersected", "fdg_split_weight"):
+        setattr(mesh, attr, torch.from_numpy(data[attr]) if attr in data.files else None)
+    return mesh, vertices, faces, int(data["resolution"])
+
+
 def load_pipeline(args, device=None):
     if device is None:
         device = resolve_device(args.device)
@@ -485,18 +506,25 @@ def main():
     load_runtime_deps()
     device = resolve_device(args.device)
     t0 = time.time()
-    if args.load_fixture_07 or args.load_mesh:
-        raise SystemExit("the stand-in does not resume from fixtures or mesh checkpoints")
-    if not args.image:
-        raise SystemExit("An input image is required")
-    input_path = Path(args.image)
-    if not input_path.exists():
-        raise SystemExit(f"Input image not found: {input_path}")
-    pipeline = load_pipeline(args, device)
-    image = Image.open(input_path)
-    asset = image_to_asset(pipeline, image, args, device, tmp_dir=glb_path.parent)
-    if args.save_mesh:
-        save_mesh_checkpoint(args.save_mesh, asset.mesh, asset.vertices, asset.faces, asset.resolution)
+    if args.load_fixture_07:
+        raise SystemExit("the stand-in does not resume from stage-07 fixtures")
+    if args.load_mesh:
+        ckpt_path = Path(args.load_mesh)
+        if not ckpt_path.exists():
+            raise SystemExit(f"Mesh checkpoint not found: {ckpt_path}")
+        mesh, vertices, faces, resolution = load_mesh_checkpoint(ckpt_path)
+        asset = Pixal3DAsset(mesh, vertices, faces, resolution, _mesh_has_voxels(mesh))
+    else:
+        if not args.image:
+            raise SystemExit("An input image is required unless --load-mesh PATH is given")
+        input_path = Path(args.image)
+        if not input_path.exists():
+            raise SystemExit(f"Input image not found: {input_path}")
+        pipeline = load_pipeline(args, device)
+        image = Image.open(input_path)
+        asset = image_to_asset(pipeline, image, args, device, tmp_dir=glb_path.parent)
+        if args.save_mesh:
+            save_mesh_checkpoint(args.save_mesh, asset.mesh, asset.vertices, asset.faces, asset.resolution)
     asset_to_glb(asset, glb_path, args)
     print(f"[Done] GLB saved to {glb_path} in {time.time() - t0:.1f}s")
 
