@@ -4,7 +4,7 @@ against a process of its own (``--export-process own``), and the latter with
 ``--export-profile fit``. Peak and wall time of the export stage, per sub-step, the face count
 of the GLB, and the figures issue 12 asks for.
 
-    .venv/bin/python bench/pixal3d_export_bench.py [--scale 0.03125] [--rounds 2]
+    .venv/bin/python -m bench.pixal3d.export [--scale 0.03125] [--rounds 2]
         [--out bench/results/<date>/export] [--summary bench/results/<date>/summary.json]
 
 What it runs: ``python -m runner IMAGE -o OUT.glb --backend pixal3d --pixal3d-dir <stand-in>
@@ -41,18 +41,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODES = {
     "in_process": ["--export-process", "in-process"],
     "own_process": ["--export-process", "own"],
     "own_process_fit": ["--export-process", "own", "--export-profile", "fit"],
 }
-
-
-def _stand_in():
-    sys.path.insert(0, str(REPO))
-    from standin import PORT_DIR, make_weights
-    return PORT_DIR, make_weights
 
 
 def _first_footprint_after(events: list[dict], t: float) -> int | None:
@@ -178,7 +172,7 @@ def main(argv=None) -> int:
         p.error("--scale must be in (0, 1] and --rounds at least 1")
     out = args.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d", time.gmtime()) / "export"
     out.mkdir(parents=True, exist_ok=True)
-    port_dir, make_weights = _stand_in()
+    from standin import PORT_DIR as port_dir, make_weights
     info = make_weights(args.work / f"weights_{args.scale:g}", scale=args.scale)
     env = {**os.environ, **info.env, "PIXAL3D_DEVICE": "cpu",
            "PIXAL3D_STANDIN_EXPORT_SCALE": str(args.scale)}

@@ -1,0 +1,126 @@
+"""The export stage in a process of its own (``--export-process own``, the default) through the
+real runner on the stand-in port: a different pid from the model stages, the model process gone
+before export's ``ready``, sub-steps under export, the job folder never left behind (success,
+refusal, SIGKILL of the supervisor — then cleaned by the next run)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from stageload.pixal3d import plan_for
+from stageload.pixal3d.export_steps import SUBSTEPS
+
+
+def _run(args, env, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+@pytest.fixture
+def env(standin_weights):
+    return {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
+            "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
+
+
+def _job_dirs(folder):
+    return [p.name for p in folder.iterdir() if ".job-" in p.name]
+
+
+def _trace(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+@pytest.mark.slow
+def test_export_runs_after_the_model_process_in_a_process_of_its_own(
+        standin_dir, env, rgb_image, tmp_path, repo_root):
+    out = tmp_path / "own.glb"
+    proc = _run([rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
+                 "--texture-size", "512"], env, repo_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trace = _trace(out.with_suffix(".trace.jsonl"))
+    stages = [e for e in trace if e.get("event") == "stage" and e.get("parent") is None]
+    assert [e["stage"] for e in stages] == list(plan_for("1024_cascade"))
+    pids = {e["stage"]: e["pid"] for e in stages}
+    assert len({pids[s] for s in pids if s != "export"}) == 1 and pids["export"] != pids["decode"]
+    model_exit = next(e for e in trace if e.get("event") == "worker_exit")
+    export_ready = next(e for e in trace if e.get("event") == "ready" and e["stage"] == "export")
+    assert model_exit["pid"] == pids["decode"] and model_exit["code"] == 0
+    assert model_exit["t"] < export_ready["t"]
+    assert not psutil.pid_exists(pids["decode"]) or psutil.Process(pids["decode"]).status() == "zombie"
+    subs = [e for e in trace if e.get("event") == "stage" and e.get("parent") == "export"]
+    assert [e["stage"] for e in subs] == list(SUBSTEPS)
+    assert all(e["t"] > export_ready["t"] for e in subs)
+    admissions = [e for e in trace if e.get("event") == "guard" and e.get("state") == "started"]
+    assert len(admissions) == 2  # the guard admitted the export process too
+    text = subprocess.run([sys.executable, "-m", "stageload", "summary", str(out.with_suffix(".trace.jsonl"))],
+                          capture_output=True, text=True, cwd=repo_root, timeout=60).stdout
+    rows = [line.split()[1] for line in text.splitlines() if line.lstrip().startswith("·")]
+    assert rows == list(SUBSTEPS)
+    assert out.is_file() and _job_dirs(tmp_path) == []
+
+    inproc = tmp_path / "inproc.glb"
+    proc = _run([rgb_image, "-o", inproc, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
+                 "--texture-size", "512", "--export-process", "in-process"], env, repo_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trace = _trace(inproc.with_suffix(".trace.jsonl"))
+    pids = {e["stage"]: e["pid"] for e in trace if e.get("event") == "stage" and e.get("parent") is None}
+    assert pids["export"] == pids["decode"]
+    assert [e["stage"] for e in trace if e.get("parent") == "export"] == list(SUBSTEPS)
+
+
+@pytest.mark.slow
+def test_dense_grid_sample_is_refused_before_export_with_the_figure(
+        standin_dir, env, rgb_image, tmp_path, repo_root):
+    out = tmp_path / "dense.glb"
+    proc = _run([rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
+                 "--texture-size", "512"], {**env, "PIXAL3D_STANDIN_NO_FLEX_GEMM": "1"}, repo_root)
+    last = json.loads(proc.stdout.splitlines()[-1])
+    assert proc.returncode == 45 and last["kind"] == "export_refused", proc.stderr[-2000:]
+    assert "25.8 GB" in last["message"] and "--allow-dense-grid-sample" in last["hint"]
+    assert not out.exists() and _job_dirs(tmp_path) == []
+    trace = _trace(out.with_suffix(".trace.jsonl"))
+    assert not [e for e in trace if e.get("parent") == "export" and e["stage"] != "prepare"]
+
+
+def _read_events(stream, events):
+    for line in stream:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_supervisor_during_export_leaves_no_process_and_the_next_run_cleans(
+        standin_dir, env, rgb_image, tmp_path, repo_root):
+    out = tmp_path / "killed.glb"
+    sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
+                            "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
+                            "--texture-size", "512"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, cwd=repo_root,
+                           env={**env, "PIXAL3D_STANDIN_EXPORT_SCALE": "0.002"})
+    events: list[dict] = []
+    threading.Thread(target=_read_events, args=(sup.stdout, events), daemon=True).start()
+    deadline = time.monotonic() + 300
+    while not any(e.get("parent") == "export" and e.get("stage") == "remesh" for e in events):
+        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
+        time.sleep(0.05)
+    family = psutil.Process(sup.pid).children(recursive=True)
+    assert family and _job_dirs(tmp_path)  # the export process and its hand-over folder
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.wait(timeout=30)
+    gone, alive = psutil.wait_procs(family, timeout=15)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    assert not out.exists()
+    # the next run in that folder (any backend) removes what the killed supervisor left
+    nxt = _run([rgb_image, "-o", tmp_path / "next.glb"], env, repo_root)
+    assert nxt.returncode == 0, nxt.stderr[-2000:]
+    assert _job_dirs(tmp_path) == [] and "left by a runner that was killed" in nxt.stderr
