@@ -89,6 +89,9 @@ def run(args, working, emit) -> dict:
 
     env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]
     os.environ.update(env)  # HF_HOME / TORCH_HOME: where the stand-in port finds its weights
+    # Here export's working memory is WorkingMemory's share (SPEC §1's figure); the stand-in's
+    # own model of the export drivers is measured by bench.pixal3d.export instead.
+    os.environ.setdefault("PIXAL3D_STANDIN_EXPORT_SCALE", "0")
     load = "eager" if args.mode == "eager" else "staged"
     keep = int(args.budget) if args.mode == "budget" else 0
     current = {"stage": None}
