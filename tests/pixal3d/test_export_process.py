@@ -84,7 +84,7 @@ def test_dense_grid_sample_is_refused_before_export_with_the_figure(
                  "--texture-size", "512"], {**env, "PIXAL3D_STANDIN_NO_FLEX_GEMM": "1"}, repo_root)
     last = json.loads(proc.stdout.splitlines()[-1])
     assert proc.returncode == 45 and last["kind"] == "export_refused", proc.stderr[-2000:]
-    assert "25.8 GB" in last["message"] and "--allow-dense-grid-sample" in last["hint"]
+    assert "25,769,803,776 bytes" in last["message"] and "--allow-dense-grid-sample" in last["hint"]
     assert not out.exists() and _job_dirs(tmp_path) == []
     trace = _trace(out.with_suffix(".trace.jsonl"))
     assert not [e for e in trace if e.get("parent") == "export" and e["stage"] != "prepare"]
