@@ -1,7 +1,8 @@
 """Matte: the character's silhouette as a boolean mask, from the alpha channel or the border colour.
 
 Stage ``matte`` of the built-in backend. The mask has the image's shape ``(H, W)``; ``True`` marks
-the character. Connected-component labelling is scipy.ndimage's (``label``); nothing here is
+the character. This module decides between the alpha channel and keying (``key.py``) and cleans
+the result; connected-component labelling is scipy.ndimage's (``label``); nothing here is
 hand-written beyond the thresholds.
 """
 from __future__ import annotations
@@ -12,23 +13,17 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from .errors import BackgroundNotPlainError, EmptyMatteError
+from .errors import EmptyMatteError
+from .key import MIXED_REACH, Key, border_ring, key_border
 
 #: alpha ≥ this (of 255) counts as the character: the 50 % coverage line of an anti-aliased edge.
 ALPHA_THRESHOLD = 128
-#: width of the border ring (pixels) whose colours estimate the background of an image without alpha.
-BORDER_RING = 2
-#: a border pixel within this RGB distance (0..441) of the background estimate counts as "plain".
-PLAIN_TOLERANCE = 40.0
-#: at least this fraction of the border must be plain, or the image has no keyable background.
-MIN_PLAIN_BORDER = 0.6
-#: the smallest colour distance that separates the character from the background (RGB units).
-MIN_KEY_THRESHOLD = 30.0
-#: an enclosed region of the background colour (a gap between an arm and the body) is background
-#: when its median distance to that colour is at most max(this, the border's noise) ...
-ENCLOSED_MATCH = 10.0
-#: ... and it has at least this many pixels; fainter or smaller regions (eye whites) stay.
-ENCLOSED_MIN_PIXELS = 16
+#: an alpha channel outlines the character only when at least this share of the border ring is
+#: transparent (a cut-out's background reaches the border); under it — an opaque background with
+#: a few scattered transparent pixels, a palette image's stray transparent index — the image is
+#: keyed from its border like one without alpha. A character filling the frame to 95 % of its
+#: border is far beyond any cut-out seen.
+MIN_TRANSPARENT_BORDER = 0.05
 #: a keyed matte is shrunk by this many pixels before its colours are trusted for the texture
 #: (its edge pixels are mixed with the background).
 KEYED_EDGE_PIXELS = 2
@@ -69,31 +64,39 @@ class Matte:
 
 
 def compute_matte(image: Image.Image, *, had_alpha: bool) -> Matte:
-    """Matte of an RGBA image: from alpha if it has a real one, else keyed from the border colour.
+    """Matte of an RGBA image: from alpha if it outlines the character, else keyed from the border.
 
-    An alpha channel that is opaque everywhere carries no silhouette, so it is keyed from the
-    border as well.
+    The alpha outlines the character when at least ``MIN_TRANSPARENT_BORDER`` of the border ring
+    is transparent. An alpha that leaves the border opaque (opaque everywhere, uniformly
+    partly opaque, or an opaque background with scattered transparent pixels) carries no
+    silhouette: the image is keyed from the border (:func:`key.key_border`), its transparent
+    pixels counting as background.
 
     Raises:
-        EmptyMatteError: nothing (or fewer than ``MIN_MATTE_PIXELS`` pixels) is left.
-        BackgroundNotPlainError: no alpha and the border is not one plain colour.
+        EmptyMatteError: nothing (or fewer than ``MIN_MATTE_PIXELS`` pixels) is left, or the
+            alpha is too faint to hold a character (the message says what the alpha holds).
+        BackgroundNotPlainError: keyed, and the border is not one plain colour.
     """
     rgba = np.asarray(image.convert("RGBA"))
     alpha = rgba[..., 3]
-    if had_alpha and alpha.min() < 255:
-        mask = alpha >= ALPHA_THRESHOLD
-        if not mask.any():
-            raise EmptyMatteError(
-                "The image is fully transparent: there is no character to turn into a mesh.",
-                "Use an image whose character is opaque on a transparent background.",
-            )
-        cleaned = clean_matte(mask)
-        matte = Matte(cleaned, "alpha", None, float(ALPHA_THRESHOLD), cleaned & (alpha >= OPAQUE_ALPHA))
+    transparent = alpha < ALPHA_THRESHOLD
+    share = float(transparent[border_ring(alpha.shape)].mean())
+    if had_alpha and share >= MIN_TRANSPARENT_BORDER:
+        if not transparent.all():
+            cleaned = clean_matte(~transparent)
+            matte = Matte(cleaned, "alpha", None, float(ALPHA_THRESHOLD), cleaned & (alpha >= OPAQUE_ALPHA))
+        else:
+            raise faint_alpha_error(alpha)
     else:
-        mask, background, threshold = key_border(rgba[..., :3])
-        cleaned = clean_matte(mask)
-        trusted = ndimage.binary_erosion(mask, iterations=KEYED_EDGE_PIXELS) & cleaned
-        matte = Matte(cleaned, "border", background, threshold, trusted)
+        reason = "The image has no transparency"
+        if had_alpha:
+            reason = (f"The image's transparency leaves its border opaque ({share:.0%} of the border "
+                      f"transparent, {transparent.sum()} px in all), so it does not cut a character "
+                      "out and the background is keyed by colour")
+        key = key_border(rgba[..., :3], transparent=transparent if had_alpha else None, reason=reason)
+        cleaned = clean_matte(key.mask)
+        matte = Matte(cleaned, "border", key.background, key.threshold,
+                      keyed_colour_mask(key, cleaned, transparent))
     if matte.pixels < MIN_MATTE_PIXELS:
         raise EmptyMatteError(
             f"The character's silhouette has only {matte.pixels} pixels "
@@ -104,64 +107,43 @@ def compute_matte(image: Image.Image, *, had_alpha: bool) -> Matte:
     return matte
 
 
-def key_border(rgb: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int], float]:
-    """Key out a plain background that touches the image border.
+def keyed_colour_mask(key: Key, cleaned: np.ndarray, transparent: np.ndarray) -> np.ndarray:
+    """The pixels of a keyed matte whose colours the texture takes: bool ``(H, W)``.
 
-    The background colour is the per-channel median of a ``BORDER_RING``-pixel ring; a pixel is
-    background when its RGB distance to it is at most the threshold *and* it connects to the
-    border through such pixels (flood from the border, 4-connected), so whites inside the
-    character (eyes, teeth) stay in the matte. An enclosed region is background too when it *is*
-    the background colour (median distance ≤ ``max(ENCLOSED_MATCH, noise)``, at least
-    ``ENCLOSED_MIN_PIXELS``): the gap between a hand on the hip and the body.
+    The matte shrunk by ``KEYED_EDGE_PIXELS`` (its edge is mixed with the background), without
+    transparent or mixed pixels (:func:`key.mixed_pixels`); near the background (within
+    ``key.MIXED_REACH`` px) also without trusted pieces thinner than 3 px, which are the tails of
+    background cracks rather than the character (scipy.ndimage's opening).
+    """
+    trusted = ndimage.binary_erosion(key.mask, iterations=KEYED_EDGE_PIXELS) & cleaned
+    trusted &= ~(transparent | key.mixed)
+    near = ndimage.distance_transform_edt(key.mask) <= MIXED_REACH
+    return trusted & (~near | ndimage.binary_opening(trusted, structure=np.ones((3, 3), bool)))
+
+
+def faint_alpha_error(alpha: np.ndarray) -> EmptyMatteError:
+    """The error for an alpha with no pixel at ``ALPHA_THRESHOLD`` or above, saying what it holds.
 
     Args:
-        rgb: uint8 array ``(H, W, 3)``.
-
-    Returns:
-        ``(mask, background, threshold)``: the bool mask ``(H, W)`` (True = character), the
-        background colour and the distance threshold (RGB units) used.
-
-    Raises:
-        BackgroundNotPlainError: less than ``MIN_PLAIN_BORDER`` of the ring is near one colour.
-        EmptyMatteError: the whole image is the background colour.
+        alpha: uint8 ``(H, W)``, every value under ``ALPHA_THRESHOLD``.
     """
-    h, w = rgb.shape[:2]
-    ring = np.zeros((h, w), bool)
-    r = min(BORDER_RING, max(1, min(h, w) // 2))
-    ring[:r], ring[-r:], ring[:, :r], ring[:, -r:] = True, True, True, True
-    border = rgb[ring].astype(np.float32)
-    background = np.median(border, axis=0)
-    border_dist = np.linalg.norm(border - background, axis=1)
-    plain = border_dist <= PLAIN_TOLERANCE
-    if plain.mean() < MIN_PLAIN_BORDER:
-        raise BackgroundNotPlainError(
-            f"The image has no transparency and only {plain.mean():.0%} of its border is one "
-            "plain colour, so the character cannot be cut out.",
-            "Remove the background first (save a PNG with transparency), or use an image on a "
-            "plain white or single-colour background.",
-        )
-    noise = float(np.percentile(border_dist[plain], 99))
-    threshold = max(MIN_KEY_THRESHOLD, 3.0 * noise)
-    dist = np.linalg.norm(rgb.astype(np.float32) - background, axis=2)
-    candidate = dist <= threshold
-    labels, _ = ndimage.label(candidate)
-    touching = np.unique(labels[ring & candidate])
-    touching = touching[touching > 0]
-    sizes = np.bincount(labels.ravel())
-    enclosed = np.flatnonzero(sizes >= ENCLOSED_MIN_PIXELS)
-    enclosed = enclosed[(enclosed > 0) & ~np.isin(enclosed, touching)]
-    if enclosed.size:  # few regions: take the medians over their pixels only
-        inside = np.isin(labels, enclosed)
-        medians = np.asarray(ndimage.median(dist[inside], labels[inside], enclosed))
-        touching = np.union1d(touching, enclosed[medians <= max(ENCLOSED_MATCH, noise)])
-    background_mask = np.isin(labels, touching)
-    mask = ~background_mask
-    if not mask.any():
-        raise EmptyMatteError(
-            "The whole image is one plain colour: no character stands out from the background.",
-            "Use an image with a transparent background, or a character on a plain background.",
-        )
-    return mask, tuple(int(round(c)) for c in background), threshold
+    top, low = int(alpha.max()), int(alpha.min())
+    hint = ("Make the character fully opaque (layer opacity 100 %) on a transparent background "
+            "and save the PNG again, or flatten it onto a plain colour without transparency so "
+            "the background is keyed.")
+    if top == 0:
+        return EmptyMatteError("The image is fully transparent (alpha 0 everywhere): there is no "
+                               "character to turn into a mesh.", hint)
+    if low == top:
+        return EmptyMatteError(
+            f"The image is uniformly semi-transparent (alpha {top}/255 everywhere): no pixel is "
+            f"opaque enough to be the character (alpha {ALPHA_THRESHOLD}/255 or more), and an "
+            "even alpha outlines nothing.", hint)
+    seen = float((alpha > 0).mean())
+    return EmptyMatteError(
+        f"The image is semi-transparent: its most opaque pixel has alpha {top}/255 (on {seen:.0%} "
+        f"of the pixels alpha is above 0), below the {ALPHA_THRESHOLD}/255 a pixel of the "
+        "character needs.", hint)
 
 
 def clean_matte(mask: np.ndarray) -> np.ndarray:
