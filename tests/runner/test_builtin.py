@@ -207,3 +207,62 @@ def test_result_dict(runs):
         assert r["matte_source"] == ("alpha" if run["had_alpha"] else "border"), name
         # CPU seconds, not wall: the test machine is shared; python -m bench.builtin measures wall.
         assert run["cpu"] < 5.0, f"{name}: {run['cpu']:.2f} CPU s"
+
+
+def sheet_colours(mesh: trimesh.Trimesh, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the texture paints on the front sheet (z > 0) and the back sheet (z < 0), binned on
+    the mesh's grid (``rows`` cells tall): two float ``(R, C, 3)`` images, both indexed by the
+    cell's place in the front view (the back's is its mirror seen from behind), and the bool
+    ``(R, C)`` cells both sheets cover, 2 cells away from the outline."""
+    tex = np.asarray(mesh.visual.material.baseColorTexture.convert("RGB")).astype(float)
+    size = tex.shape[0]
+    uv, v = mesh.visual.uv, mesh.vertices
+    tx = np.clip((uv[:, 0] * size).astype(int), 0, size - 1)
+    ty = np.clip(((1 - uv[:, 1]) * size).astype(int), 0, size - 1)
+    colour = tex[ty, tx]
+    cell = (v[:, 1].max() - v[:, 1].min()) / rows
+    r = np.rint((v[:, 1].max() - v[:, 1]) / cell).astype(int)
+    c = np.rint((v[:, 0] - v[:, 0].min()) / cell).astype(int)
+    images, covered = [], []
+    for side in (v[:, 2] > 0, v[:, 2] < 0):
+        total = np.zeros((r.max() + 1, c.max() + 1, 3))
+        count = np.zeros(total.shape[:2])
+        np.add.at(total, (r[side], c[side]), colour[side])
+        np.add.at(count, (r[side], c[side]), 1)
+        images.append(total / np.maximum(count, 1)[..., None])
+        covered.append(count > 0)
+    both = ndimage.binary_erosion(covered[0] & covered[1], iterations=2)
+    return images[0], images[1], both
+
+
+def test_back_shows_the_colours_but_no_face(runs):
+    """Issue 13: seen from behind, the body shows the front's colours blurred, not the mirrored
+    face. High-frequency energy (variance of the Laplacian of the luminance) of what the back
+    sheet shows is under 2 % of the front's, over the body and over the head (the top fifth);
+    the mean colour is within 3 % (of 255) per channel. Before, the back used the front's
+    texels: both ratios were 1."""
+    report = {}
+    for name, run in runs.items():
+        mesh = only_mesh(run["path"])
+        front, back, both = sheet_colours(mesh, run["result"]["grid"][0])
+        rows = np.flatnonzero(both.any(axis=1))
+        head = both.copy()
+        head[rows[0] + int(0.2 * (rows[-1] - rows[0])):] = False
+
+        def energy(image: np.ndarray, where: np.ndarray) -> float:
+            return float(ndimage.laplace(image @ [0.299, 0.587, 0.114])[where].var())
+
+        body_ratio = energy(back, both) / energy(front, both)
+        head_ratio = energy(back, head) / energy(front, head)
+        shift = np.abs(back[both].mean(axis=0) - front[both].mean(axis=0)) / 255
+        report[name] = (round(body_ratio, 4), round(head_ratio, 4), round(float(shift.max()), 4))
+        assert both.sum() > 2000 and head.sum() > 200, (name, both.sum(), head.sum())
+        assert body_ratio < 0.02 and head_ratio < 0.02, (name, body_ratio, head_ratio)
+        assert shift.max() < 0.03, (name, shift)
+        # A wall face joins a front and a back vertex: its texture coordinates move along one
+        # texel row or column only (the back is squeezed along that axis), not across the picture.
+        wall = mesh.faces[(mesh.vertices[mesh.faces][:, :, 2] > 0).any(1)
+                          & (mesh.vertices[mesh.faces][:, :, 2] < 0).any(1)]
+        spread = np.ptp(mesh.visual.uv[wall], axis=1).max(axis=0)
+        assert len(wall) > 100 and spread.min() < 0.01, (name, spread)
+    print("back/front energy (body, head), colour shift:", json.dumps(report))

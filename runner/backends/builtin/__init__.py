@@ -2,8 +2,9 @@
 
 No weights, CPU only, seconds. It is *not* Pixal3D and does not guess unseen geometry: it cuts
 the character out (matte), inflates the silhouette into a closed, rounded body whose depth
-follows the silhouette's width (shape), textures the front from the image and the back with the
-same pixels seen from behind, i.e. the mirror image (texture), and writes a watertight GLB
+follows the silhouette's width (shape), textures the front from the image and the back with a
+blurred copy of it seen from behind — the front's colours mirrored, no face (texture) — and
+writes a watertight GLB
 (export). See docs/builtin.md.
 
 Entry point: :func:`generate`. Errors for input it cannot handle: :class:`EmptyMatteError`,
@@ -122,7 +123,7 @@ def generate(
     stage(2)
     texture = make_texture(rgba, matte, texture_size)
     px, py = grid.corner_pixels(body.rows, body.cols)
-    uv = texture.uv(px, py)
+    uv = texture.uv(px, py, back=~body.front)
     progress(2, 1.0)
     done(2)
 
