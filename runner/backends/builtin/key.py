@@ -168,6 +168,21 @@ def background_colour(border: np.ndarray, reason: str) -> tuple[np.ndarray, floa
     return colour, noise
 
 
+def present(values: np.ndarray, top: int) -> np.ndarray:
+    """Bool ``(top + 1,)``: which labels 0..top occur in ``values`` (a bincount, not a sort)."""
+    return np.bincount(values.ravel(), minlength=top + 1) > 0
+
+
+def near(mask: np.ndarray, reach: int) -> np.ndarray:
+    """Bool ``(H, W)``: pixels within ``reach`` px of ``mask`` (square neighbourhood).
+
+    scipy.ndimage's separable maximum filter: its cost does not grow with ``reach``, unlike
+    repeated dilation, and it is several times faster than a Euclidean distance transform of
+    the whole image (4096 × 4096 px: about 0.2 s against 1.5 s here).
+    """
+    return ndimage.maximum_filter(mask.view(np.uint8), size=2 * int(reach) + 1) > 0
+
+
 def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray, dist: np.ndarray,
                   candidate: np.ndarray, gap: int, match: float, reach: int) -> np.ndarray:
     """Enclosed regions of the background colour that are background seen through the character.
@@ -183,29 +198,41 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
         match: a region the flood without erosion does not reach either must have a median
             distance of at most this (it *is* the background colour, not a shaded highlight);
             every region must have at least ``ENCLOSED_MIN_PIXELS``.
-        reach: px; a region's edge pixels this close to ``outside`` are at the character's
+        reach: px; a region's edge pixels this close to ``outside`` (square neighbourhood) are at the character's
             outline, and with ``SUBJECT_EDGE_SHARE`` of its edge there it is the character's own.
 
     Returns:
         Bool ``(H, W)``: the gap regions (not the character's own areas of that colour).
     """
-    ids = np.setdiff1d(np.unique(labels), np.append(touching, 0))
-    regions = np.where(np.isin(labels, ids), labels, 0)
-    grown = np.where(candidate, ndimage.grey_dilation(regions, size=(2 * gap + 1,) * 2), 0)
-    ids = ids[np.bincount(grown.ravel(), minlength=labels.max() + 1)[ids] >= ENCLOSED_MIN_PIXELS]
+    top = int(labels.max())
+    ids = np.setdiff1d(np.arange(1, top + 1), touching)
+    result = np.zeros(labels.shape, bool)
     if not ids.size:
-        return np.zeros(labels.shape, bool)
+        return result
+    flood, _ = ndimage.label(candidate)  # the flood without erosion: which regions it reaches
+    reached_label = present(flood[outside], int(flood.max()))
+    # Work inside the regions' bounding box, widened by what the steps below look across.
+    pad = gap + reach + 2
+    rows = np.flatnonzero(np.isin(labels, ids).any(axis=1))
+    cols = np.flatnonzero(np.isin(labels, ids).any(axis=0))
+    window = (slice(max(0, rows[0] - pad), rows[-1] + pad + 1), slice(max(0, cols[0] - pad), cols[-1] + pad + 1))
+    part = labels[window]
+    regions = np.where(np.isin(part, ids), part, 0)
+    grown = np.where(candidate[window], ndimage.grey_dilation(regions, size=(2 * gap + 1,) * 2), 0)
+    ids = ids[np.bincount(grown.ravel(), minlength=top + 1)[ids] >= ENCLOSED_MIN_PIXELS]
+    if not ids.size:
+        return result
     grown[~np.isin(grown, ids)] = 0
     inside = grown > 0
-    medians = np.asarray(ndimage.median(dist[inside], grown[inside], ids))
-    flood, _ = ndimage.label(candidate)  # the flood without erosion: which regions it reaches
-    reached = np.isin(flood[inside], np.unique(flood[outside]))
+    medians = np.asarray(ndimage.median(dist[window][inside], grown[inside], ids))
+    reached = reached_label[flood[window][inside]]
     through_opening = np.asarray(ndimage.maximum(reached, grown[inside], ids)) > 0
     around = ndimage.grey_dilation(grown, size=(3, 3))
     edge = (around > 0) & ~inside
-    at_outline = ndimage.distance_transform_edt(~outside) <= reach
+    at_outline = near(outside[window], reach)
     share = np.asarray(ndimage.mean(at_outline[edge], around[edge], ids))
-    return np.isin(grown, ids[((medians <= match) | through_opening) & (share < SUBJECT_EDGE_SHARE)])
+    result[window] = np.isin(grown, ids[((medians <= match) | through_opening) & (share < SUBJECT_EDGE_SHARE)])
+    return result
 
 
 def dead_ends(rest: np.ndarray, passable: np.ndarray, back: np.ndarray) -> np.ndarray:
@@ -227,9 +254,10 @@ def dead_ends(rest: np.ndarray, passable: np.ndarray, back: np.ndarray) -> np.nd
     labels, n = ndimage.label(rest)
     if n == 0:
         return rest
-    with_body = np.unique(labels[passable & rest])
-    beside = np.unique(labels[ndimage.binary_dilation(back) & rest])
-    return np.isin(labels, np.setdiff1d(beside, np.append(with_body, 0)))
+    dead = present(labels[ndimage.binary_dilation(back) & rest], n)
+    dead &= ~present(labels[passable & rest], n)
+    dead[0] = False
+    return dead[labels]
 
 
 def peel_fringe(back: np.ndarray, dist: np.ndarray, candidate: np.ndarray) -> np.ndarray:
@@ -243,7 +271,7 @@ def peel_fringe(back: np.ndarray, dist: np.ndarray, candidate: np.ndarray) -> np
     Returns:
         A new bool ``(H, W)`` background mask, a superset of ``back``.
     """
-    solid = ndimage.maximum_filter(dist, size=3)
+    solid = ndimage.maximum_filter(dist, size=3)  # float32; see mixed_pixels
     fringe = ~candidate & (dist < FRINGE_COVERAGE * solid)
     return ndimage.binary_dilation(back, iterations=FRINGE_PX, mask=fringe) | back
 
@@ -257,6 +285,5 @@ def mixed_pixels(back: np.ndarray, dist: np.ndarray, candidate: np.ndarray) -> n
     Returns:
         Bool ``(H, W)``, never True on ``back``.
     """
-    near = ndimage.distance_transform_edt(~back) <= MIXED_REACH
     solid = ndimage.maximum_filter(dist, size=5)
-    return near & ~back & ~candidate & (dist < FRINGE_COVERAGE * solid)
+    return near(back, MIXED_REACH) & ~back & ~candidate & (dist < FRINGE_COVERAGE * solid)

@@ -14,7 +14,7 @@ from PIL import Image
 from scipy import ndimage
 
 from .errors import EmptyMatteError
-from .key import MIXED_REACH, Key, border_ring, key_border
+from .key import MIXED_REACH, Key, border_ring, key_border, near
 
 #: alpha ≥ this (of 255) counts as the character: the 50 % coverage line of an anti-aliased edge.
 ALPHA_THRESHOLD = 128
@@ -117,8 +117,8 @@ def keyed_colour_mask(key: Key, cleaned: np.ndarray, transparent: np.ndarray) ->
     """
     trusted = ndimage.binary_erosion(key.mask, iterations=KEYED_EDGE_PIXELS) & cleaned
     trusted &= ~(transparent | key.mixed)
-    near = ndimage.distance_transform_edt(key.mask) <= MIXED_REACH
-    return trusted & (~near | ndimage.binary_opening(trusted, structure=np.ones((3, 3), bool)))
+    close = near(~key.mask, MIXED_REACH)
+    return trusted & (~close | ndimage.binary_opening(trusted, structure=np.ones((3, 3), bool)))
 
 
 def faint_alpha_error(alpha: np.ndarray) -> EmptyMatteError:
