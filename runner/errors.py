@@ -89,6 +89,10 @@ KINDS: dict[str, Kind] = {
                                "message's advice.",
                            "export refused before it started: it would not fit, or a lever "
                            "the port cannot honour"),
+    "empty_mesh": Kind(46, "The model produced no surface. On a Mac this is usually the GPU "
+                           "watchdog interrupting a long Metal kernel: retry with fewer steps, "
+                           "close display-heavy apps, or try another image.",
+                       "Pixal3D's decoder produced an empty mesh (the port stops there too)"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),

@@ -194,7 +194,6 @@ def parse_size(value) -> int:
     return units.parse_size(value)
 
 
-
 def parse_faces(text: str) -> int:
     """``--decimation-target``: a whole number of faces, 1 to 100,000,000. Raises
     ``ValueError`` with a message for a person."""
@@ -205,6 +204,13 @@ def parse_faces(text: str) -> int:
     if not 1 <= value <= 100_000_000:
         raise ValueError(f"--decimation-target {value} must be from 1 to 100,000,000 faces")
     return value
+
+
+def _pixal3d_stages() -> tuple:
+    """The Pixal3D stage list from ``stageload.pixal3d.plan`` (torch-free, imports nothing of
+    the port)."""
+    from stageload.pixal3d.plan import STAGES
+    return tuple(STAGES)
 
 
 BACKENDS: dict[str, Backend] = {
@@ -224,10 +230,9 @@ BACKENDS: dict[str, Backend] = {
         name="pixal3d",
         module="runner.backends.pixal3d",
         title="Pixal3D (staged through stageload; needs a Pixal3D-mac checkout and its weights)",
-        # SPEC §2.5's plan; the same for both pipeline types (runner.backends.pixal3d.STAGES,
-        # checked by tests/runner/test_contract.py).
-        stages=("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024",
-                "texture", "decode", "export"),
+        # SPEC §2.5's plan; the same for both pipeline types: stageload.pixal3d.plan.STAGES
+        # (torch-free), the one source.
+        stages=_pixal3d_stages(),
         options=(
             Option("--pixal3d-dir", "pixal3d_dir", "folder of the Pixal3D-mac checkout "
                    "(default: $PIXAL3D_DIR)", metavar="DIR"),

@@ -3,20 +3,21 @@
 Everything Pixal3D-specific lives in ``stageload.pixal3d``; this module only maps the runner's
 job (a validated image, a partial output path, seed, texture size, the backend options
 ``--pixal3d-dir``, ``--pipeline-type``, ``--load``, ``--keep-resident``) onto
-``Pixal3DRun.generate`` and passes every stage/load/release event to the runner's stream.
+``Pixal3DRun.generate`` and passes every stage/load/release event to the runner's stream, and
+maps the adapter's exception classes to the runner's error kinds (``ERRORS``).
 """
 from __future__ import annotations
 
 import os
 from typing import Callable, Optional
 
-#: The stage plan, in order (the same for 1024_cascade and 1536_cascade; stageload.pixal3d.plan).
-STAGES = ("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024", "texture",
-          "decode", "export")
+from stageload.pixal3d.plan import STAGES  # noqa: E402,F401  (torch-free; the one stage list)
 NAME = "Pixal3D (staged)"
 TEXTURE_SIZES = (512, 1024, 2048, 4096)
-#: the adapter's own exception classes → runner error kinds (PortError also carries ``kind``).
-ERRORS = {"PortError": "pixal3d_missing"}
+#: the adapter's exception classes (stageload.pixal3d.errors) → runner error kinds; the worker
+#: looks each class of an exception's MRO up here.
+ERRORS = {"PortMissing": "pixal3d_missing", "PortVersionError": "pixal3d_version", "KnobRefused": "usage",
+          "EmptyMeshError": "empty_mesh", "ExportRefused": "export_refused", "PortError": "pixal3d_missing"}
 
 
 def _bytes(value) -> int:
@@ -135,20 +136,26 @@ def export(handover: str, output, *, seed: int = 42, texture_size: int = 2048,
                              emit=emit or (lambda event: None), device=dev)
     return {"export_seconds": result["seconds"], "export_substeps": result["substeps"]}
 
+
+def _kind(error_name: Optional[str]) -> Optional[str]:
+    """The runner error kind of an adapter exception class name (None → None)."""
+    return None if error_name is None else ERRORS.get(error_name, "pixal3d_missing")
+
+
 def precheck(pixal3d_dir: Optional[str] = None, **_options) -> None:
     """The supervisor's light check, before the guard and the trace: a port folder is found
-    (``--pixal3d-dir``, else ``$PIXAL3D_DIR``, else the interpreter's own) and holds
-    ``generate_mps.py`` and ``pixal3d/`` — ``stageload.pixal3d.port.locate_port``, which reads
-    only the file system (no torch, no port import, no weights). Raises ``RunnerError``
-    (``pixal3d_missing``, exit 32) with the port check's message and hint."""
-    from stageload.pixal3d.port import PortError, locate_port
+    (``--pixal3d-dir``, else ``$PIXAL3D_DIR``, else the interpreter's own), holds
+    ``generate_mps.py`` and ``pixal3d/``, and its sources have what the adapter relies on —
+    ``stageload.pixal3d.port.static_report`` (file system and ``ast`` only: no torch, no port
+    import, no weights). Raises ``RunnerError`` (``pixal3d_missing``, exit 32, or
+    ``pixal3d_version``, exit 33, naming every drifted item) with the check's message and hint."""
+    from stageload.pixal3d.port import static_report
 
     from ..errors import RunnerError
-    try:
-        locate_port(pixal3d_dir or None)
-    except PortError as err:
-        raise RunnerError(err.kind or "pixal3d_missing", err.message, err.hint,
-                          missing=list(err.missing)) from None
+    report = static_report(pixal3d_dir or None)
+    if not report["ok"]:
+        raise RunnerError(_kind(report["error"]), report["reason"], report["hint"],
+                          missing=list(report["missing"]))
 
 
 def check(pixal3d_dir: Optional[str] = None, **_options) -> dict:
@@ -158,4 +165,5 @@ def check(pixal3d_dir: Optional[str] = None, **_options) -> dict:
     from stageload.pixal3d import check_port
     report = check_port(pixal3d_dir or None)
     return {"ok": report["ok"], "reason": report["reason"], "hint": report["hint"], "root": report["root"],
-            "version": report["version"], "missing": report["missing"], "kind": report.get("kind")}
+            "version": report["version"], "missing": report["missing"], "kind": _kind(report["error"]),
+            "static": report["static"]}

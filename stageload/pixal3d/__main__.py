@@ -7,8 +7,11 @@
   one image through the port; events as JSON lines on stdout (and in ``--trace``); everything the
   port itself prints goes to stderr. With ``--trace`` this process also samples its own footprint
   (10 Hz) into the trace, so ``python -m stageload summary|plot`` work on it.
-- ``check [--pixal3d-dir DIR]``: import the port and check every name the adapter relies on
-  (no weights read); prints JSON; exit 0 when usable, 1 otherwise.
+- ``check [--pixal3d-dir DIR] [--static]``: compare the port's sources with the commits the
+  adapter was checked against (``ast`` only), then (without ``--static``) import the port and
+  check every name it relies on (no weights read); prints JSON. Exit 0 when usable, 3 when the
+  port's code drifted from what the adapter relies on (``drift`` names every item), 1 when the
+  folder is missing or not a port.
 - ``compare A B``: two fingerprint folders; exit 0 identical, 1 different, 2 unusable input.
 
 Errors are one line on stderr with what to do, never a traceback (exit 2 usage, 1 failure).
@@ -20,6 +23,10 @@ import json
 import os
 import sys
 from pathlib import Path
+
+
+#: ``check`` exit statuses by the ``PortError`` subclass it reports (None: usable).
+CHECK_EXIT = {None: 0, "PortMissing": 1, "PortVersionError": 3}
 
 
 def _size(text: str) -> int:
@@ -56,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-rng-restore", action="store_true", help="control run: do not restore RNG after loads")
     check = sub.add_parser("check", help="validate a port folder without loading weights")
     check.add_argument("--pixal3d-dir", default=None)
+    check.add_argument("--static", action="store_true",
+                       help="read the sources only (ast): no imports, no torch, no port dependencies")
     compare = sub.add_parser("compare", help="compare two fingerprint folders")
     compare.add_argument("a")
     compare.add_argument("b")
@@ -65,10 +74,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ns = _parser().parse_args(argv)
     if ns.command == "check":
-        from .port import check_port
-        report = check_port(ns.pixal3d_dir)
+        from .port import check_port, static_report
+        report = static_report(ns.pixal3d_dir) if ns.static else check_port(ns.pixal3d_dir)
         print(json.dumps(report, indent=1))
-        return 0 if report["ok"] else 1
+        return CHECK_EXIT.get(report["error"], 1)
     if ns.command == "compare":
         from .fingerprint import compare
         try:

@@ -60,7 +60,8 @@ from .export import ExportSettings, port_args, run_export, save_asset
 from .direct import METHOD_PORT, LoadNote, RuntimeNote, load_port_model, prepare_meta_runtime
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
-from .port import EXTRACTOR_KEYS, Port, PortError, open_port
+from .errors import EmptyMeshError, KnobRefused, PortVersionError
+from .port import EXTRACTOR_KEYS, Port, open_port
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +329,7 @@ class Pixal3DRun:
         deferred = getattr(pipeline, "models", {})
         not_deferred = [k for k, v in deferred.items() if not isinstance(v, _Deferred)]
         if not_deferred or not isinstance(pipeline.rembg_model, _DeferredRembg):
-            raise PortError("pixal3d_version", "The port's Pixal3DImageTo3DPipeline.from_pretrained did not build "
+            raise PortVersionError("The port's Pixal3DImageTo3DPipeline.from_pretrained did not build "
                             "its models through pixal3d.models.from_pretrained and the module's rembg namespace "
                             f"(built directly: {', '.join(not_deferred) or 'rembg_model'}); the staged adapter "
                             "cannot defer them.", "Use --load eager with this port version.", tuple(not_deferred))
@@ -343,7 +344,7 @@ class Pixal3DRun:
         loaders["rembg_model"] = lambda: self.rembg.build()
         missing = sorted({n for ns in names.values() for n in ns} - set(loaders))
         if missing:
-            raise PortError("pixal3d_version", f"pipeline.json of {self.model_path} lists no "
+            raise PortVersionError(f"pipeline.json of {self.model_path} lists no "
                             f"{', '.join(missing)}; the {self.pipeline_type} plan needs them.",
                             "Check the model folder (its pipeline.json) or the pipeline type.", tuple(missing))
         self.models = StagedModels(loaders, names, events=self._relay, preserve_rng=self.preserve_rng)
@@ -411,7 +412,7 @@ class Pixal3DRun:
                           for key, attr in EXTRACTOR_KEYS.items()}
         backbones = {id(e.model) for e in extractors.values()}
         if len(backbones) != 1:
-            raise PortError("pixal3d_version", "The extractors did not get their backbone from "
+            raise PortVersionError("The extractors did not get their backbone from "
                             "DINOv3ViTModel.from_pretrained, so it could not be shared.",
                             "Use --load eager with this port version.", ("DINOv3ViTModel.from_pretrained",))
         self.share_stats["backbone"] = (shared.calls, shared.hits)
@@ -435,7 +436,7 @@ class Pixal3DRun:
         self.share_stats["naf"] = (shared.calls, shared.hits)
         nafs = {id(e.naf_model) for e in users}
         if len(nafs) != 1:
-            raise PortError("pixal3d_version", "The extractors' NAF upsamplers did not come from one "
+            raise PortVersionError("The extractors' NAF upsamplers did not come from one "
                             "torch.hub.load call.", "Use --load eager with this port version.", ("_load_naf",))
         return users[0].naf_model
 
@@ -486,7 +487,7 @@ class Pixal3DRun:
                         self.models["image_cond_backbone"]
                         self.models["naf"]
                     return
-            raise PortError("pixal3d_version", "get_proj_cond_shape was called with an extractor that is "
+            raise PortVersionError("get_proj_cond_shape was called with an extractor that is "
                             "none of image_cond_model_shape_512/_shape_1024/_tex_1024.",
                             "This port version calls it differently; use --load eager.",
                             ("get_proj_cond_shape",))

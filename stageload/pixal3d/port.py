@@ -25,7 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
-from ..errors import StageloadError
+from .errors import PortError, PortMissing, PortVersionError  # noqa: F401  (PortError re-exported)
+from .static import check_static, require_static
 
 ENV_VAR = "PIXAL3D_DIR"
 
@@ -74,19 +75,6 @@ MODEL_NAMES = (
 )
 
 
-class PortError(StageloadError, RuntimeError):
-    """The port folder cannot be used. ``kind``: ``"pixal3d_missing"`` (no folder, not a port,
-    cannot be imported) or ``"pixal3d_version"`` (imported, but a name or signature the adapter
-    relies on is missing or different). ``missing``: the names at fault. ``hint``: what to do."""
-
-    def __init__(self, kind: str, message: str, hint: str, missing: tuple[str, ...] = ()):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.hint = hint
-        self.missing = tuple(missing)
-
-
 @dataclass
 class Port:
     """An imported, checked port. ``root``: the folder; ``gm``: its ``generate_mps`` module;
@@ -121,18 +109,18 @@ def locate_port(port_dir: Optional[os.PathLike | str] = None) -> Path:
             candidates.append(("this interpreter's pixal3d package",
                                Path(list(spec.submodule_search_locations)[0]).parent))
     if not candidates:
-        raise PortError("pixal3d_missing", "No Pixal3D-mac folder given: no --pixal3d-dir, no "
+        raise PortMissing("No Pixal3D-mac folder given: no --pixal3d-dir, no "
                         f"${ENV_VAR}, and this interpreter has no importable pixal3d package.",
                         f"Pass --pixal3d-dir /path/to/Pixal3D-mac (or set {ENV_VAR}).")
     source, folder = candidates[0]
     folder = folder.expanduser()
     if not folder.is_dir():
-        raise PortError("pixal3d_missing", f"The Pixal3D-mac folder {folder} ({source}) does not exist.",
+        raise PortMissing(f"The Pixal3D-mac folder {folder} ({source}) does not exist.",
                         "Check the path; it must be the folder of a Pixal3D-mac checkout.")
     lacking = [name for name in ("generate_mps.py", "pixal3d/__init__.py", "pixal3d/pipelines", "pixal3d/models")
                if not (folder / name).exists()]
     if lacking:
-        raise PortError("pixal3d_missing", f"{folder} ({source}) is not a Pixal3D-mac checkout: it has no "
+        raise PortMissing(f"{folder} ({source}) is not a Pixal3D-mac checkout: it has no "
                         f"{', '.join(lacking)}.",
                         "Point --pixal3d-dir at the folder that holds generate_mps.py and pixal3d/.",
                         tuple(lacking))
@@ -185,14 +173,14 @@ def import_port(root: Path) -> tuple[ModuleType, ModuleType, ModuleType, ModuleT
         try:
             modules.append(importlib.import_module(name))
         except Exception as exc:
-            raise PortError("pixal3d_missing", f"Cannot import {name} from {root}: {type(exc).__name__}: {exc}",
+            raise PortMissing(f"Cannot import {name} from {root}: {type(exc).__name__}: {exc}",
                             "Run the port's own setup (its README) with this interpreter, or point the "
                             "runner at the interpreter of the port's environment.", (name,)) from exc
     gm, models, pipeline_module, icp = modules
     try:
         gm.load_runtime_deps()  # sets generate_mps's globals (torch, np, Image, the pipeline class)
     except Exception as exc:
-        raise PortError("pixal3d_missing", f"generate_mps.load_runtime_deps() failed in {root}: "
+        raise PortMissing(f"generate_mps.load_runtime_deps() failed in {root}: "
                         f"{type(exc).__name__}: {exc}", "Run the port's own setup with this interpreter.",
                         ("generate_mps.load_runtime_deps",)) from exc
     return gm, models, pipeline_module, icp
@@ -251,28 +239,57 @@ def open_port(port_dir: Optional[os.PathLike | str] = None) -> Port:
     the message names them).
     """
     root = locate_port(port_dir)
+    static = require_static(root, _git_commit(root))  # sources first: nothing imported on drift
     gm, models, pipeline_module, icp = import_port(root)
     missing = missing_names(gm, models, pipeline_module, icp)
     if missing:
-        raise PortError("pixal3d_version",
-                        f"The Pixal3D-mac folder {root} lacks what the staged adapter relies on: "
+        raise PortVersionError(f"The Pixal3D-mac folder {root} lacks what the staged adapter relies on: "
                         f"{', '.join(missing)}. Nothing was loaded.",
                         "Use a Pixal3D-mac version with these names (see docs/pixal3d.md), or run "
                         "with --load eager to use the port's own loading only if it runs at all.",
                         tuple(missing))
     pkg = sys.modules.get("pixal3d")
-    version = {"pixal3d": getattr(pkg, "__version__", None), "git": _git_commit(root), "api": API}
+    version = {"pixal3d": getattr(pkg, "__version__", None), "git": static["commit"], "api": API,
+               "known_commit": static["known_commit"], "matches": static["matches"], "runs": static["runs"]}
     return Port(root=root, gm=gm, models=models, pipeline_module=pipeline_module,
                 pipeline_cls=pipeline_module.Pixal3DImageTo3DPipeline, icp=icp, version=version)
 
 
+def static_report(port_dir: Optional[os.PathLike | str] = None) -> dict:
+    """``check --static``: locate the folder and compare its sources with the known commits
+    (``static.check_static``: ``ast`` only, no imports, no torch). Returns that report plus
+    ``"error"`` (None, or the ``PortError`` subclass name when the folder is missing or its
+    sources drifted), ``"reason"`` and ``"hint"``. Never raises for a bad port."""
+    try:
+        root = locate_port(port_dir)
+        report = check_static(root, _git_commit(root))
+    except PortError as err:
+        return {"ok": False, "error": type(err).__name__, "reason": err.message, "hint": err.hint,
+                "missing": list(err.missing), "drift": [], "root": None, "commit": None}
+    if report["ok"]:
+        return {**report, "error": None, "reason": None, "hint": None, "missing": []}
+    try:
+        require_static(root, report["commit"])
+    except PortVersionError as err:
+        return {**report, "error": type(err).__name__, "reason": err.message, "hint": err.hint,
+                "missing": list(err.missing)}
+    raise AssertionError("check_static and require_static disagree")  # pragma: no cover
+
+
 def check_port(port_dir: Optional[os.PathLike | str] = None) -> dict:
-    """``{"ok": bool, "reason", "hint", "kind", "missing", "root", "version"}`` for a port folder;
-    never raises for a bad port (the runner's ``check`` calls this). Loads no weights."""
+    """``{"ok": bool, "reason", "hint", "error", "missing", "root", "version", "static"}`` for a
+    port folder: the static check, then the port imported and every relied-on name checked.
+    ``error``: None, or the ``PortError`` subclass name (``PortMissing``, ``PortVersionError``)
+    that a run would raise (callers map it to their own kinds). Never raises for a bad port.
+    Loads no weights."""
+    static = static_report(port_dir)
+    if not static["ok"]:
+        return {"ok": False, "reason": static["reason"], "hint": static["hint"], "error": static["error"],
+                "missing": static["missing"], "root": static["root"], "version": None, "static": static}
     try:
         port = open_port(port_dir)
     except PortError as err:
-        return {"ok": False, "reason": err.message, "hint": err.hint, "kind": err.kind,
-                "missing": list(err.missing), "root": None, "version": None}
-    return {"ok": True, "reason": None, "hint": None, "kind": None, "missing": [],
-            "root": str(port.root), "version": port.version}
+        return {"ok": False, "reason": err.message, "hint": err.hint, "error": type(err).__name__,
+                "missing": list(err.missing), "root": None, "version": None, "static": static}
+    return {"ok": True, "reason": None, "hint": None, "error": None, "missing": [],
+            "root": str(port.root), "version": port.version, "static": static}

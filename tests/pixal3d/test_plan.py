@@ -27,3 +27,19 @@ def test_keep_across_gap_within_budget_soonest_first():
     assert keep_across_gap(plan, "decode", {"shape_slat_decoder": 900}, 10 ** 12) == []
     with pytest.raises(ValueError):
         keep_across_gap(plan, "nope", loaded, 0)
+
+
+def test_the_stage_list_has_one_source_and_it_needs_no_torch():
+    """runner.backends (the add-on reads the runner's constants) and the pixal3d backend take
+    the stage list from stageload.pixal3d.plan, which imports neither torch nor the port."""
+    import subprocess
+    import sys
+
+    from runner import backends
+    from runner.backends import pixal3d as backend
+    from stageload.pixal3d.plan import STAGES
+    assert backend.STAGES is STAGES and backends.get("pixal3d").stages == tuple(STAGES)
+    probe = ("import sys, stageload.pixal3d.plan, runner.backends; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pixal3d', 'generate_mps')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ import pytest
 import safetensors.torch
 
 from stageload.pixal3d import Pixal3DRun, PortError, check_port, open_port
+from stageload.pixal3d.errors import PortMissing, PortVersionError
 
 
 def _copy_without(standin_dir, tmp_path, relpath, old, new):
@@ -35,7 +36,7 @@ def test_standin_port_passes_the_check(standin_dir):
     ("generate_mps.py", "def build_image_cond_model(", "def build_image_cond_model_renamed(",
      "generate_mps.build_image_cond_model"),
     ("pixal3d/pipelines/pixal3d_image_to_3d.py", "grid_resolution_override: int = None) -> dict:",
-     "grid_res_override: int = None) -> dict:", "get_proj_cond_shape(grid_resolution_override=)"),
+     "grid_res_override: int = None) -> dict:", "Pixal3DImageTo3DPipeline.get_proj_cond_shape("),
     ("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(", "    def decode_latents(",
      "Pixal3DImageTo3DPipeline.decode_latent"),
 ])
@@ -48,7 +49,7 @@ def test_missing_name_stops_before_anything_is_loaded(standin_dir, standin_weigh
     events = []
     with pytest.raises(PortError) as err:
         Pixal3DRun(broken, device="cpu", events=events.append)
-    assert err.value.kind == "pixal3d_version"
+    assert isinstance(err.value, PortVersionError)
     assert name in str(err.value)
     assert events == [] and reads == []
     report = check_port(broken)
@@ -59,7 +60,7 @@ def test_missing_name_stops_before_anything_is_loaded(standin_dir, standin_weigh
 def test_missing_folder_and_not_a_port(tmp_path):
     with pytest.raises(PortError) as err:
         open_port(tmp_path / "nowhere")
-    assert err.value.kind == "pixal3d_missing" and "does not exist" in str(err.value)
+    assert isinstance(err.value, PortMissing) and "does not exist" in str(err.value)
     with pytest.raises(PortError) as err:
         open_port(tmp_path)
     assert "generate_mps.py" in str(err.value)
@@ -77,6 +78,6 @@ def test_check_command_reports_json_without_loading(standin_dir, tmp_path):
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["ok"] is True
     bad = subprocess.run(cmd + [str(broken)], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1
+    assert bad.returncode == 3  # drift: distinct from 1 (no port)
     report = json.loads(bad.stdout)
-    assert report["kind"] == "pixal3d_version" and "generate_mps.init_pipeline" in report["reason"]
+    assert report["error"] == "PortVersionError" and "generate_mps.init_pipeline" in report["reason"]

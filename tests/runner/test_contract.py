@@ -138,21 +138,34 @@ def test_pixal3d_entry_options():
 
 
 def test_backend_exception_kinds():
-    """An exception's own `kind` wins over the module's ERRORS table; the hint travels."""
+    """An exception's own `kind` wins over the module's ERRORS table; the hint travels. The
+    Pixal3D adapter's exception classes carry no runner kind: runner/backends/pixal3d.py maps
+    each class (looked up along the MRO) to one."""
     import types
 
+    from runner.backends import pixal3d as backend
     from runner.worker import _classify
+    from stageload.pixal3d.errors import (EmptyMeshError, KnobRefused, PortError, PortMissing,
+                                          PortVersionError)
 
-    class PortError(Exception):
+    class OwnKind(Exception):
         def __init__(self, message, kind, hint):
             super().__init__(message)
             self.kind, self.hint = kind, hint
 
-    module = types.SimpleNamespace(ERRORS={"PortError": "pixal3d_missing"})
-    err = _classify(PortError("version 9 unknown", "pixal3d_version", "Use 1.x."), module)
+    module = types.SimpleNamespace(ERRORS={"OwnKind": "pixal3d_missing"})
+    err = _classify(OwnKind("version 9 unknown", "pixal3d_version", "Use 1.x."), module)
     assert (err.kind, err.hint) == ("pixal3d_version", "Use 1.x.")
-    err = _classify(PortError("gone", None, "Pass --pixal3d-dir."), module)
+    err = _classify(OwnKind("gone", None, "Pass --pixal3d-dir."), module)
     assert err.kind == "pixal3d_missing" and err.exit_code == 32
+    cases = [(PortMissing("gone", "Pass --pixal3d-dir."), "pixal3d_missing", 32),
+             (PortVersionError("drifted", "Update."), "pixal3d_version", 33),
+             (KnobRefused("PIXAL3D_CPU_MODELS", "Unset it."), "usage", 2),
+             (EmptyMeshError("empty", "Retry with --steps 1."), "empty_mesh", 45)]
+    for exc, kind, code in cases:
+        assert not hasattr(exc, "kind") and isinstance(exc, (PortError, EmptyMeshError))
+        err = _classify(exc, backend)
+        assert (err.kind, err.exit_code, err.hint) == (kind, code, exc.hint), exc
 
 
 def test_supervisor_modules_do_not_import_torch():

@@ -1,0 +1,49 @@
+"""The Pixal3D adapter's exceptions (torch-free). Callers map the classes to their own error
+kinds (the runner does, in ``runner/backends/pixal3d.py`` ``ERRORS``); stageload names none.
+
+- :class:`PortError` — the port folder cannot be used (base class; ``message``, ``hint``,
+  ``missing``: the names or files at fault).
+- :class:`PortMissing` — no folder, not a port, or it cannot be imported.
+- :class:`PortVersionError` — the port's code differs from what the adapter relies on
+  (``missing`` names every drifted item: a name, a signature, a call order).
+- :class:`KnobRefused` — a port option or environment switch this mode cannot honour
+  (``missing``: the option/variable names), raised before anything loads.
+- :class:`EmptyMeshError` — the port's decoder produced an empty mesh (the port stops with exit
+  status 2 and its watchdog message; ``hint`` is that message's advice).
+"""
+from __future__ import annotations
+
+from ..errors import StageloadError
+
+
+class PortError(StageloadError, RuntimeError):
+    """The port folder cannot be used. ``message``: what happened; ``hint``: what to do;
+    ``missing``: the names, files or knobs at fault (tuple of str)."""
+
+    def __init__(self, message: str, hint: str, missing: tuple = ()):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.missing = tuple(missing)
+
+
+class PortMissing(PortError):
+    """No port folder, not a Pixal3D-mac checkout, or its modules cannot be imported."""
+
+
+class PortVersionError(PortError):
+    """The port's sources or imported names differ from what the adapter relies on."""
+
+
+class KnobRefused(PortError):
+    """A port option or environment variable that this run cannot honour (named in ``missing``)."""
+
+
+class EmptyMeshError(StageloadError, RuntimeError):
+    """The decoder produced an empty mesh; the port itself stops here (exit status 2).
+    ``message``, ``hint`` (the port's own advice)."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
