@@ -3,7 +3,7 @@
 - ``run IMAGE -o OUT.glb [--pixal3d-dir DIR] [--model-path P] [--device D] [--load staged|eager]
   [--pipeline-type T] [--seed N] [--texture-size N] [--fov RAD] [--steps N]
   [--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE] [--no-rng-restore]
-  [--no-direct-load]``:
+  [--no-direct-load] [--port-arg=OPTION ...]``:
   one image through the port; events as JSON lines on stdout (and in ``--trace``); everything the
   port itself prints goes to stderr. With ``--trace`` this process also samples its own footprint
   (10 Hz) into the trace, so ``python -m stageload summary|plot`` work on it.
@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-direct-load", action="store_true",
                      help="build and read models on the CPU, then move them (not straight to the device)")
     run.add_argument("--no-rng-restore", action="store_true", help="control run: do not restore RNG after loads")
+    run.add_argument("--port-arg", action="append", default=[], metavar="OPTION",
+                     help="an option for the port's own parser, e.g. --port-arg=--low-vram (repeat; "
+                          "refused before loading when this mode cannot honour it: docs/pixal3d.md)")
     check = sub.add_parser("check", help="validate a port folder without loading weights")
     check.add_argument("--pixal3d-dir", default=None)
     check.add_argument("--static", action="store_true",
@@ -141,7 +144,7 @@ def _run(ns) -> int:
     from ..meter import Sampler
     from ..trace import TraceWriter
     from .adapter import Pixal3DRun
-    from .port import PortError
+    from .errors import EmptyMeshError, PortError
 
     if Path(ns.output).exists():
         print(f"error: {ns.output} exists; choose another output (nothing is overwritten)", file=sys.stderr)
@@ -175,11 +178,12 @@ def _run(ns) -> int:
                 run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
                                  pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
                                  events=fan_out(out.emit, trace, sample_at_stage_edges), preserve_rng=not ns.no_rng_restore,
-                                 fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load)
+                                 fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load,
+                                 port_args=ns.port_arg)
                 result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size,
                                       fov=ns.fov, steps=ns.steps)
                 run.close()
-            except PortError as err:
+            except (PortError, EmptyMeshError) as err:
                 print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)
                 return 1
             finally:

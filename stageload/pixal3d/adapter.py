@@ -40,12 +40,14 @@ each load as a ``load`` event in ``setup``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -56,14 +58,25 @@ from ..patching import patched
 from ..releasing import module_bytes
 from ..sharing import share
 from ..staged import StagedModels
-from .export import ExportSettings, port_args, run_export, save_asset
-from .direct import METHOD_PORT, LoadNote, RuntimeNote, load_port_model, prepare_meta_runtime
+from .direct import (METHOD_PORT, LoadNote, RuntimeNote, build_with_cpu_retry, load_port_model,
+                     prepare_meta_runtime, with_bare_fallback)
+from .export import ExportSettings, port_argv, run_export, save_asset
+from . import knobs
+from .errors import EmptyMeshError, KnobRefused, PortVersionError
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
-from .errors import EmptyMeshError, KnobRefused, PortVersionError
 from .port import EXTRACTOR_KEYS, Port, open_port
+from .portargs import given_options, port_namespace
 
 log = logging.getLogger(__name__)
+
+#: Pipeline types the port itself advises against, with its advice (warning event at start).
+PIPELINE_WARNINGS = {
+    "1536_cascade": "1536_cascade is not recommended on a Mac: Pixal3D-mac's own notes say \"DO NOT use "
+                    "--pipeline-type 1536_cascade (catastrophic shatter: 147k connected components on M5 "
+                    "Max)\". Use 1024_cascade unless you are checking that advice.",
+}
+PIPELINE_WARNING_SOURCE = "Pixal3D-mac INVESTIGATION_FACTS.md §3 (commit e5fbf2d5)"
 
 SAMPLER_STAGE_KEY = {"structure": "sparse_structure", "shape_512": "shape_512",
                      "shape_1024": "shape_1024", "texture": "texture"}
@@ -196,8 +209,16 @@ class Pixal3DRun:
             (default True; False builds and reads everything on the CPU with the port's own
             loaders, then moves: a transient second copy, for a port whose constructors dislike
             this).
+        port_args: extra options for the port's own ``parse_args`` (``["--low-vram",
+            "--no-native-remesh"]``), honoured or refused as ``knobs`` says.
 
-    Raises ``PortError`` before anything is loaded when the port lacks a name it relies on.
+    Runs the port's own entry points where it has them (0be9e69a: ``load_pipeline`` →
+    ``image_to_asset`` → ``asset_to_glb``, with the environment set-up of its ``main()``);
+    older ports (0578f857) through the ``main()`` steps they inline.
+
+    Raises ``PortError`` subclasses before anything is loaded: ``PortMissing``,
+    ``PortVersionError`` (the port lacks a name it relies on), ``KnobRefused`` (a port option
+    or environment switch this mode cannot honour, named).
     Attributes after a run: ``load_notes`` (``pipeline.models`` name → ``direct.LoadNote``: how
     it was last loaded, and why it fell back if it did), ``runtime_note`` (``direct.RuntimeNote``:
     what setup paid for the meta-device runtime, staged with ``direct_to_device`` only; None
@@ -210,7 +231,7 @@ class Pixal3DRun:
                  model_path: Optional[str] = None, load: str = "staged", pipeline_type: str = "1024_cascade",
                  keep_resident: int = 0, events: Optional[EventSink] = None, preserve_rng: bool = True,
                  fingerprint: Optional[os.PathLike | str] = None, port: Optional[Port] = None,
-                 direct_to_device: bool = True):
+                 direct_to_device: bool = True, port_args: Sequence[str] = ()):
         if load not in ("staged", "eager"):
             raise ValueError(f"load must be 'staged' or 'eager', got {load!r}")
         if keep_resident < 0:
@@ -238,6 +259,12 @@ class Pixal3DRun:
         self._hooks = []
         self._eager_stage: Optional[str] = None
         self.models: Optional[StagedModels] = None
+        self.port_args = self._check_knobs(tuple(port_args))  # KnobRefused here: nothing loaded yet
+        self._real_load_moge = self.gm.load_moge_model
+        self._steps: dict[str, int] = {}
+        self._cpu_built: dict[str, str] = {}
+        if pipeline_type in PIPELINE_WARNINGS:
+            self._emit("warning", message=PIPELINE_WARNINGS[pipeline_type], source=PIPELINE_WARNING_SOURCE)
         if load == "staged":
             self._build_staged()
         else:
@@ -270,6 +297,34 @@ class Pixal3DRun:
     def _emit(self, kind: str, **fields) -> None:
         if self.events is not None:
             self.events(make_event(kind, **fields))
+
+    @property
+    def entry_points(self) -> bool:
+        """Whether the port has ``load_pipeline``/``image_to_asset``/``asset_to_glb`` (0be9e69a)."""
+        return all(callable(getattr(self.gm, n, None)) for n in ("load_pipeline", "image_to_asset", "asset_to_glb"))
+
+    def _check_knobs(self, extra: tuple) -> tuple:
+        """Refuse (``KnobRefused``, naming each) the port options and environment switches this
+        mode cannot honour; then set the port's environment up as its ``main()`` does
+        (``_configure_fdg_environment``). Returns ``extra``."""
+        given = given_options(self.gm, extra)
+        refused = knobs.refusals(given, os.environ, self.load_mode)
+        if refused:
+            raise KnobRefused(
+                f"{self.load_mode.capitalize()} Pixal3D cannot honour " +
+                "; ".join(f"{name} ({why})" for name, why in refused) + ". Nothing was loaded.",
+                "Unset or leave these out" + (", or run with --load eager" if self.load_mode == "staged" else "")
+                + " (docs/pixal3d.md lists every option and switch).", tuple(name for name, _ in refused))
+        self.args = self._namespace(extra=extra)
+        configure = getattr(self.gm, "_configure_fdg_environment", None)
+        if callable(configure):
+            configure(self.args)
+        return extra
+
+    def _namespace(self, **values):
+        """The port's argument namespace with the adapter's values (see ``portargs``)."""
+        values.setdefault("extra", getattr(self, "port_args", ()))
+        return port_namespace(self.gm, model_path=self.model_path, pipeline_type=self.pipeline_type, **values)
 
     @property
     def stage(self) -> Optional[str]:
@@ -320,6 +375,19 @@ class Pixal3DRun:
 
     # ------------------------------------------------------------------ building
     def _build_staged(self) -> None:
+        """Staged pipeline. With the port's ``load_pipeline``, it runs as written, its
+        ``init_pipeline`` replaced for the call by the deferred construction (so what
+        ``load_pipeline`` adds — the texture recalibration — applies to the staged pipeline)."""
+        if not self.entry_points:
+            self._build_staged_pipeline()
+            return
+        with patched(self.gm, "init_pipeline", lambda model_path, device: self._build_staged_pipeline()):
+            pipeline = self.gm.load_pipeline(self.args, self.device)
+        if pipeline is not self.pipeline:
+            raise PortVersionError("The port's load_pipeline did not return the pipeline its init_pipeline "
+                                   "built.", "Use --load eager with this port version.", ("load_pipeline",))
+
+    def _build_staged_pipeline(self):
         port = self.port
         names = dict(self.plan)
         recorded = port.models.from_pretrained
@@ -338,7 +406,7 @@ class Pixal3DRun:
             loaders[name] = self._model_loader(name, recorded, placeholder.path)
         rembg = pipeline.rembg_model
         self.rembg = None
-        loaders["camera_estimator"] = lambda: self.gm.load_moge_model(self.device)
+        loaders["camera_estimator"] = lambda: self._real_load_moge(self.device)
         loaders["image_cond_backbone"] = self._build_extractors
         loaders["naf"] = self._build_naf
         loaders["rembg_model"] = lambda: self.rembg.build()
@@ -363,6 +431,7 @@ class Pixal3DRun:
             # fixed costs, so no later stage's window (and no model's load time) carries it.
             self.runtime_note = prepare_meta_runtime()
         pipeline.to(self.device)
+        return pipeline
 
     def _building(self):
         return _on_device(self.device if self.direct_to_device else torch.device("cpu"))
@@ -376,27 +445,26 @@ class Pixal3DRun:
         bare = path[len(prefix):] if path.startswith(prefix) else None
 
         def port_load() -> nn.Module:
-            with self._building():
-                try:
-                    return from_pretrained(path)
-                except Exception:
-                    if bare is None:
-                        raise
-                    return from_pretrained(bare)  # the port's base class does the same
+            device = self.device if self.direct_to_device else torch.device("cpu")
+            module, reason = build_with_cpu_retry(lambda: with_bare_fallback(from_pretrained, path, bare),
+                                                  device, _on_device)
+            if reason is not None:
+                log.warning("%s: %s", name, reason)
+                self._cpu_built[name] = reason
+            return module
 
         def direct_load() -> tuple[nn.Module, LoadNote]:
-            try:
-                return load_port_model(self.port.models, path, self.device, port_load)
-            except FileNotFoundError:
-                if bare is None:
-                    raise
-                return load_port_model(self.port.models, bare, self.device, port_load)
+            return with_bare_fallback(lambda p: load_port_model(self.port.models, p, self.device, port_load),
+                                      path, bare)
 
         def load() -> nn.Module:
             if self.direct_to_device:
                 model, note = direct_load()
             else:
                 model, note = port_load(), LoadNote(METHOD_PORT, None, None)
+            cpu = self._cpu_built.pop(name, None)
+            if cpu is not None:
+                note = LoadNote(note.method, "; ".join(r for r in (note.fallback, cpu) if r), note.checkpoint)
             if note.fallback:
                 log.warning("%s: loaded with the port's own from_pretrained instead: %s", name, note.fallback)
             self.load_notes[name] = note
@@ -469,7 +537,8 @@ class Pixal3DRun:
                 patched(port.icp.DINOv3ViTModel, "from_pretrained",
                          staticmethod(timed("backbone", port.icp.DINOv3ViTModel.from_pretrained,
                                             lambda *a, **k: "image_cond_backbone"))):
-            self.pipeline = self.gm.init_pipeline(self.model_path, self.device)
+            self.pipeline = (self.gm.load_pipeline(self.args, self.device) if self.entry_points
+                             else self.gm.init_pipeline(self.model_path, self.device))
         rembg = getattr(self.pipeline.rembg_model, "model", None)
         if isinstance(rembg, nn.Module):
             self._emit("load", model="rembg_model", stage="setup", bytes=module_bytes(rembg), seconds=0.0,
@@ -507,7 +576,32 @@ class Pixal3DRun:
         for attr in ("sparse_structure_sampler", "shape_slat_sampler", "tex_slat_sampler"):
             sampler = getattr(p, attr, None)
             if sampler is not None and hasattr(sampler, "__dict__"):
-                self._hooks.append(on_call(sampler, "sample", after=self._record_sample))
+                self._hooks.append(on_call(sampler, "sample", before=self._sampling_begins(sampler),
+                                           after=self._record_sample))
+                if callable(getattr(sampler, "sample_once", None)):
+                    self._hooks.append(on_call(sampler, "sample_once", after=self._step_done(sampler)))
+
+    def _sampling_begins(self, sampler):
+        """Before ``sampler.sample``: note its number of steps (the ``steps`` it is given, else
+        the default of its class's ``sample``) and emit ``progress`` 0 for the stage."""
+        default = inspect.signature(type(sampler).sample).parameters.get("steps")
+
+        def before(*args, **kwargs) -> None:
+            steps = kwargs.get("steps", getattr(default, "default", None))
+            self._steps["total"] = int(steps) if isinstance(steps, int) and steps > 0 else 0
+            self._steps["done"] = 0
+            self._emit("progress", stage=self.stage, fraction=0.0, step=0, steps=self._steps["total"])
+        return before
+
+    def _step_done(self, sampler):
+        """After each ``sample_once`` of ``sampler`` (one step of its loop): a ``progress``
+        event with the fraction of the stage's sampling done."""
+        def after(result, *args, **kwargs) -> None:
+            self._steps["done"] = self._steps.get("done", 0) + 1
+            total = self._steps.get("total") or 0
+            fraction = min(1.0, self._steps["done"] / total) if total else 0.0
+            self._emit("progress", stage=self.stage, fraction=fraction, step=self._steps["done"], steps=total)
+        return after
 
     def _record_sample(self, result, *args, **kwargs) -> None:
         samples = getattr(result, "samples", None)
@@ -563,78 +657,137 @@ class Pixal3DRun:
         ``output`` must not exist (``FileExistsError``; the runner decides about overwriting and
         passes a temporary name). Returns ``{"output", "vertices", "faces", "resolution",
         "seconds", "resident_bytes", "kept", "latents": [keys], "fingerprint": folder|None}``.
+        Raises ``EmptyMeshError`` when the decoder produced an empty mesh (the port stops there),
+        ``KnobRefused`` for a value the port's parser rejects, ``RuntimeError`` when the port's
+        export wrote no GLB.
         """
         from PIL import Image
         output = Path(output)
         if output.exists():
             raise FileExistsError(f"{output} exists; the adapter never overwrites a file")
+        settings = export or ExportSettings()
+        args = self._namespace(output=str(output), seed=seed, texture_size=texture_size, fov=fov, steps=steps,
+                               max_num_tokens=max_num_tokens, no_texture=no_texture,
+                               extra=tuple(self.port_args) + tuple(port_argv(settings)))
         if not isinstance(image, Image.Image):
             image = Image.open(image)
         start = time.perf_counter()
-        self.last_latents = {}
-        self.resident_bytes = {}
-        if self.fingerprint_dir is not None:
-            folder = self.fingerprint_dir
-            if (folder / "fingerprint.json").exists():
-                n = 1
-                while (folder.parent / f"{folder.name}_{n}" / "fingerprint.json").exists():
-                    n += 1
-                folder = folder.parent / f"{folder.name}_{n}"
-            self._recorder = FingerprintRecorder(folder)
-        preprocessed = self.pipeline.preprocess_image(image)
-        camera = self.camera_params(preprocessed, fov=fov)
-        torch.manual_seed(seed)
-        ns = _Args(steps=steps)
-        overrides = {stage: self.gm.sampler_overrides(ns, stage) for stage in ("ss", "shape", "tex")}
-        meshes, (shape_slat, tex_slat, resolution) = self.pipeline.run(
-            preprocessed, camera_params=camera, seed=seed,
-            sparse_structure_sampler_params=overrides["ss"], shape_slat_sampler_params=overrides["shape"],
-            tex_slat_sampler_params=overrides["tex"], preprocess_image=False, return_latent=True,
-            pipeline_type=self.pipeline_type, max_num_tokens=max_num_tokens)
-        mesh = meshes[0]
-        vertices = mesh.vertices.detach().cpu().numpy()
-        faces = mesh.faces.detach().cpu().numpy()
+        self.last_latents, self.resident_bytes = {}, {}
+        self._recorder = self._new_recorder()
+        asset = self._image_to_asset(image, output, args)
         if self._recorder is not None:
-            self._recorder.record("mesh", mesh)
-        asset = self.gm.Pixal3DAsset(mesh=mesh, vertices=vertices, faces=faces, resolution=resolution,
-                                     has_voxels=self.gm._mesh_has_voxels(mesh))
+            self._recorder.record("mesh", asset.mesh)
         if handover is not None:
             if self.models is not None:
                 self.models.close()  # the process exits next: nothing stays loaded meanwhile
             save_asset(self.gm, asset, handover)
         else:
-            self._export(asset, Path(output), seed=seed, texture_size=texture_size,
-                         no_texture=no_texture, settings=export or ExportSettings())
+            self._export(asset, output, args, settings)
         fingerprint = None
         if self._recorder is not None:
             fingerprint = str(self._recorder.close({"seed": seed, "load": self.load_mode,
                                                     "pipeline_type": self.pipeline_type,
                                                     "preserve_rng": self.preserve_rng,
-                                                    "resolution": int(resolution)}).parent)
+                                                    "resolution": int(asset.resolution)}).parent)
             self._recorder = None
-        result = {"output": str(output), "vertices": int(len(vertices)), "faces": int(len(faces)),
-                  "resolution": int(resolution), "seconds": time.perf_counter() - start,
+        result = {"output": str(output), "vertices": int(len(asset.vertices)), "faces": int(len(asset.faces)),
+                  "resolution": int(asset.resolution), "seconds": time.perf_counter() - start,
                   "resident_bytes": dict(self.resident_bytes), "kept": dict(self.kept),
                   "latents": list(self.last_latents), "fingerprint": fingerprint}
         if handover is not None:
             result["handover"] = str(handover)
         return result
 
-    def _export(self, asset, output: Path, *, seed: int, texture_size: int, no_texture: bool,
-                settings: ExportSettings) -> None:
+    def _export(self, asset, output: Path, args, settings: ExportSettings) -> None:
         """The ``export`` stage in this process: release every model, then the port's
         ``asset_to_glb`` with the levers and the sub-step events (``export.run_export``)."""
         self.enter("export")
         if self.models is not None:
             self.models.close()  # pinned ones too: export needs no weights
-        args = port_args(self.gm, output, seed=seed, texture_size=texture_size,
-                         pipeline_type=self.pipeline_type, settings=settings, no_texture=no_texture)
-        run_export(self.gm, asset, output, args, settings,
-                   lambda event: self._events(event) if self._events is not None else None,
-                   self.device)
+        if self.entry_points:
+            try:
+                run_export(self.gm, asset, output, args, settings,
+                           lambda event: self._events(event) if self._events is not None else None, self.device)
+            except SystemExit as exc:
+                raise RuntimeError(f"the port's asset_to_glb wrote no GLB at {output}: {exc.code}") from None
+        else:
+            self._legacy_export(asset, output, args)
         if not output.is_file() or output.stat().st_size == 0:
             raise RuntimeError(f"the port's export wrote no GLB at {output}")
         self.resident_bytes["export"] = self._resident()
+
+    def _new_recorder(self) -> Optional[FingerprintRecorder]:
+        if self.fingerprint_dir is None:
+            return None
+        folder = self.fingerprint_dir
+        if (folder / "fingerprint.json").exists():
+            n = 1
+            while (folder.parent / f"{folder.name}_{n}" / "fingerprint.json").exists():
+                n += 1
+            folder = folder.parent / f"{folder.name}_{n}"
+        return FingerprintRecorder(folder)
+
+    def _image_to_asset(self, image, output: Path, args):
+        """The port's ``image_to_asset`` (its ``load_moge_model`` answered by the staged or
+        timed camera estimator), then ``save_mesh_checkpoint`` when ``--save-mesh`` is given, as
+        ``main()`` does; ports without it: the same steps as their ``main()`` inlines them.
+        An exit with status 2 (the port's empty-mesh stop) becomes ``EmptyMeshError``."""
+        gm = self.gm
+        if not self.entry_points:
+            return self._legacy_image_to_asset(image, args)
+        try:
+            with patched(gm, "load_moge_model", self._moge_for_port):
+                asset = gm.image_to_asset(self.pipeline, image, args, self.device, tmp_dir=output.parent)
+        except SystemExit as exc:
+            raise self._port_exit(exc, "image_to_asset") from None
+        if getattr(args, "save_mesh", None):
+            gm.save_mesh_checkpoint(args.save_mesh, asset.mesh, asset.vertices, asset.faces, asset.resolution)
+        return asset
+
+    def _port_exit(self, exc: SystemExit, where: str) -> Exception:
+        if exc.code == 2:
+            advice = getattr(self.gm, "watchdog_help_message", lambda: "")().strip()
+            return EmptyMeshError("Pixal3D's decoder produced an empty mesh; the port stops here "
+                                  f"(its {where} exited with status 2).",
+                                  advice or "Retry with --steps 1 to check the model and export paths.")
+        return RuntimeError(f"the port's {where} exited with status {exc.code!r}")
+
+    def _moge_for_port(self, device, *args, **kwargs):
+        """``load_moge_model`` while the port's ``image_to_asset`` runs: the staged camera
+        estimator (loaded in ``camera``), or (eager) the port's own, timed as a ``load``."""
+        if self.models is not None:
+            return self.models["camera_estimator"]
+        start = time.perf_counter()
+        moge = self._real_load_moge(device, *args, **kwargs)
+        self._emit("load", model="camera_estimator", stage=self.stage, bytes=module_bytes(moge),
+                   seconds=time.perf_counter() - start, outside_stage=False)
+        return moge
+
+    def _legacy_export(self, asset, output: Path, args) -> None:
+        """0578f857's ``main()`` export: geometry only / native o_voxel / fallback baker."""
+        gm = self.gm
+        if args.no_texture or not asset.has_voxels:
+            gm.export_geometry_only(asset.vertices, asset.faces, output)
+        elif not gm.try_export_native_o_voxel_glb(asset.mesh, asset.resolution, asset.vertices, asset.faces,
+                                                  output, args):
+            gm.export_fallback_texture_glb(asset.mesh, asset.vertices, asset.faces, output, args)
+
+    def _legacy_image_to_asset(self, image, args):
+        """0578f857's ``main()`` between ``init_pipeline`` and the export, step for step."""
+        preprocessed = self.pipeline.preprocess_image(image)
+        camera = self.camera_params(preprocessed, fov=args.fov, mesh_scale=args.mesh_scale,
+                                    extend_pixel=args.extend_pixel, image_resolution=args.image_resolution)
+        torch.manual_seed(args.seed)
+        meshes, (_shape, _tex, resolution) = self.pipeline.run(
+            preprocessed, camera_params=camera, seed=args.seed,
+            sparse_structure_sampler_params=self.gm.sampler_overrides(args, "ss"),
+            shape_slat_sampler_params=self.gm.sampler_overrides(args, "shape"),
+            tex_slat_sampler_params=self.gm.sampler_overrides(args, "tex"), preprocess_image=False,
+            return_latent=True, pipeline_type=self.pipeline_type, max_num_tokens=args.max_num_tokens)
+        mesh = meshes[0]
+        return _Asset(mesh, mesh.vertices.detach().cpu().numpy(), mesh.faces.detach().cpu().numpy(),
+                      int(resolution), getattr(mesh, "attrs", None) is not None and getattr(mesh, "coords", None)
+                      is not None)
 
     def close(self) -> None:
         """Release every model and remove the hooks. The object cannot run afterwards."""
@@ -645,11 +798,12 @@ class Pixal3DRun:
         self._hooks = []
 
 
-class _Args:
-    """The few attributes ``generate_mps.sampler_overrides`` reads (None: the port's default)."""
-
-    def __init__(self, steps: Optional[int] = None):
-        self.steps = steps
-
-    def __getattr__(self, name):
-        return None
+@dataclass
+class _Asset:
+    """What 0578f857's ``main()`` hands from generation to export (0be9e69a: its
+    ``Pixal3DAsset``)."""
+    mesh: Any
+    vertices: Any
+    faces: Any
+    resolution: int
+    has_voxels: bool

@@ -45,12 +45,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+import contextlib
+from typing import Callable, Optional, TypeVar, Union
 
 import torch
 from torch import nn
 
 from ..loading import init_on_meta, read_state
+
+T = TypeVar("T")
 
 #: ``LoadNote.method`` values.
 METHOD_META = "meta_assign"
@@ -218,3 +221,45 @@ def _fallback(fallback: Callable[[], nn.Module], reason: str, model_file: Option
     if left:
         raise RuntimeError(f"the port's own loader left tensors on meta: {', '.join(left[:6])}")
     return module, LoadNote(METHOD_PORT, reason, model_file)
+
+
+def with_bare_fallback(load: Callable[[str], "T"], path: str, bare: Optional[str]) -> "T":
+    """``load(path)``; when it raises anything and ``bare`` is given, ``load(bare)`` — what the
+    port's ``Pipeline.from_pretrained`` does for each model (``try: from_pretrained(
+    f"{path}/{ckpt}") except Exception: from_pretrained(ckpt)``, read in ``TencentARC/Pixal3D``
+    pipelines/base.py at 0660b18a). So every ``huggingface_hub`` miss falls back alike:
+    ``EntryNotFoundError`` (a plain ``Exception`` in huggingface_hub 2.x),
+    ``RepositoryNotFoundError`` (an ``OSError``), ``LocalEntryNotFoundError`` (offline, a
+    ``FileNotFoundError``). Raises what ``load(bare)`` raises (the first error chained), or the
+    first error when there is no ``bare``."""
+    try:
+        return load(path)
+    except Exception as first:
+        if bare is None:
+            raise
+        try:
+            return load(bare)
+        except Exception as second:
+            raise second from first
+
+
+def build_with_cpu_retry(build: Callable[[], nn.Module], device: Union[str, torch.device],
+                         building: Callable[[torch.device], "contextlib.AbstractContextManager"]
+                         ) -> tuple[nn.Module, Optional[str]]:
+    """``build()`` inside ``building(device)``; when that raises and ``device`` is not the CPU
+    (an accelerator without some operation a constructor uses), ``build()`` again inside
+    ``building(cpu)`` and move the module to ``device``, as the reference implementation in the
+    project's source documents does (the port builds on the CPU and moves, always). Returns
+    ``(module, reason)``: ``reason`` is None, or why the CPU was used. Raises what the CPU build
+    raises, or the first error on the CPU."""
+    device = torch.device(device)
+    try:
+        with building(device):
+            return build(), None
+    except Exception as exc:
+        if device.type == "cpu":
+            raise
+        with building(torch.device("cpu")):
+            module = build()
+        return module.to(device), (f"building on {device} failed ({type(exc).__name__}: {exc}); "
+                                   "built on the CPU, then moved")

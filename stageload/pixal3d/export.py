@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..units import format_size
-from .port import PortError
+from .errors import PortError
 
 PROFILES = {"fit": {"remesh_resolution": 512, "free_between_steps": True}}
 PEER_FACES = (989_941, 937_343)
@@ -42,11 +42,8 @@ MAX_DECIMATION_TARGET = 100_000_000
 
 
 class ExportRefused(PortError):
-    """Export would not fit or cannot honour a lever: ``kind`` ``"export_refused"``, a message
-    with the figure or the reason, and what to do."""
-
-    def __init__(self, message: str, hint: str, missing: tuple[str, ...] = ()):
-        super().__init__("export_refused", message, hint, missing)
+    """Export would not fit or cannot honour a lever: a message with the figure or the reason,
+    and what to do (``PortError`` carries no runner kind: runner/backends/pixal3d.py maps it)."""
 
 
 @dataclass(frozen=True)
