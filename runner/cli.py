@@ -142,8 +142,9 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
   30-34    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
            missing Pillow/NumPy/psutil (`python -m runner check` says what)
-  40-45    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
-           empty matte, background not plain, export refused (would not fit)
+  40-46    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
+           empty matte, background not plain, export refused (would not fit), empty
+           mesh (Pixal3D)
   130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
 """
 """``python -m runner --help``'s epilog: the exit statuses grouped (tests/runner/

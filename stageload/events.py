@@ -32,6 +32,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "reload": ("model", "stage", "bytes", "seconds", "outside_stage"),
     "release": ("model", "stage", "bytes", "seconds"),
     "progress": ("stage", "fraction"),
+    "warning": ("message",),
 }
 
 

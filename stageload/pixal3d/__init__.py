@@ -14,31 +14,39 @@ docs/pixal3d.md.
 What the adapter relies on in the port
 ======================================
 
-Read from ``pawel-mazurkiewicz/Pixal3D-mac`` (pipeline at commit 12b42371, generate_mps.py at
-0578f857, image_conditioned_proj.py and BiRefNet.py at 70abb20b, PIPELINE_MAP.md at 809cf5f5)
-and ``TencentARC/Pixal3D`` (pipelines/base.py at 0660b18a; ``pixal3d/models/__init__.py`` is
-not in the Pixal3D-mac index, so its ``from_pretrained`` was read in the upstream-derived fork
-``wowo0709/Pixal3D`` at 463378f7). Every name below is checked up front by
-``port.open_port()``, which stops with ``PortError`` naming what is missing before anything
-is loaded.
+Read from ``pawel-mazurkiewicz/Pixal3D-mac`` (``generate_mps.py`` at 0be9e69a — the newest
+read — and at 0578f857; pipeline at commit 12b42371, image_conditioned_proj.py and BiRefNet.py
+at 70abb20b, PIPELINE_MAP.md at 809cf5f5, INVESTIGATION_FACTS.md at e5fbf2d5) and
+``TencentARC/Pixal3D`` (pipelines/base.py at 0660b18a; ``pixal3d/models/__init__.py`` is not
+in the Pixal3D-mac index, so its ``from_pretrained`` was read in the upstream-derived fork
+``wowo0709/Pixal3D`` at 463378f7). The relied-on functions, signatures and call orders are
+data in ``known.py`` (one table per commit), checked from the sources by ``static.py``
+(``check --static``, ``ast`` only) before the port is imported, then by name after import
+(``port.open_port()``); both stop with a ``PortError`` subclass naming what differs before
+anything is loaded.
 
 ``generate_mps.py`` (the port's entry script, imported as a module from the port folder):
 
 - ``load_runtime_deps()`` — must run first (it binds the module's torch/np/Image globals and
   the pipeline class).
-- ``MODEL_PATH`` (default model path, a Hugging Face id), ``IMAGE_COND_CONFIGS`` with keys
-  ``ss``, ``shape_512``, ``shape_1024``, ``tex_1024``, ``build_image_cond_model(config,
-  device)``, ``init_pipeline(model_path, device)`` (eager mode only).
-- ``load_moge_model(device)``, ``get_camera_params_wild_moge(path, moge, device=,
-  mesh_scale=, extend_pixel=, image_resolution=)``, ``distance_from_fov(...)``,
-  ``maybe_empty_cache(device)``, ``sampler_overrides(args, stage)``.
-- ``parse_args()`` (its defaults feed the export functions), ``export_geometry_only``,
-  ``try_export_native_o_voxel_glb``, ``export_fallback_texture_glb``.
-- Control flow mirrored from ``main()``: ``init_pipeline`` → ``preprocess_image`` → camera
-  (MoGe-2 loaded, used on a saved PNG of the preprocessed image, deleted; or ``--fov``) →
-  ``torch.manual_seed(seed)`` → ``pipeline.run(image, camera_params=, seed=, ...,
-  preprocess_image=False, return_latent=True, pipeline_type=, max_num_tokens=)`` → export
-  (geometry only / native o_voxel / fallback baker).
+- 0be9e69a: ``main()`` = ``parse_args`` → ``_configure_fdg_environment(args)`` →
+  ``load_runtime_deps`` → ``resolve_device`` → ``load_pipeline(args, device)`` (``init_pipeline``
+  + the optional texture recalibration) → ``image_to_asset(pipeline, image, args, device,
+  tmp_dir=)`` (preprocess → camera: ``load_moge_model`` + ``get_camera_params_wild_moge`` or
+  ``--fov`` → ``torch.manual_seed`` → ``pipeline.run(...)`` → exit status 2 with
+  ``watchdog_help_message()`` on an empty mesh) → ``save_mesh_checkpoint`` (``--save-mesh``) →
+  ``asset_to_glb(asset, glb_path, args)`` (pre-clean, geometry only / native o_voxel
+  in-process unless ``PIXAL3D_NATIVE_SUBPROCESS=1`` / fallback baker). The adapter calls the
+  same functions in the same order; staged mode differs only inside hooks: ``init_pipeline``
+  replaced for the call to ``load_pipeline`` by the deferred construction, ``load_moge_model``
+  answered by the staged camera estimator during ``image_to_asset``, and the stage hooks below.
+- 0578f857: ``main()`` inlines ``init_pipeline`` → ``preprocess_image`` → camera →
+  ``torch.manual_seed(seed)`` → ``pipeline.run(...)`` → export (``export_geometry_only`` /
+  ``try_export_native_o_voxel_glb`` / ``export_fallback_texture_glb``); the adapter repeats
+  those steps for a port without the entry points.
+- ``MODEL_PATH``, ``IMAGE_COND_CONFIGS`` with keys ``ss``, ``shape_512``, ``shape_1024``,
+  ``tex_1024``, ``build_image_cond_model(config, device)``, ``parse_args(argv=None)`` (its
+  defaults are the run's: see ``portargs.py``), ``sampler_overrides(args, stage)``.
 
 ``pixal3d/pipelines/base.py`` ``Pipeline.from_pretrained(path)``: reads ``pipeline.json``
 (local, else ``hf_hub_download``), calls ``models.from_pretrained(f"{path}/{ckpt}")`` and on

@@ -64,9 +64,14 @@ def test_bad_pixal3d_folder_fails_right_after_hello_with_no_trace(rt, tmp_path, 
 
 
 def test_precheck_reads_only_the_file_system(tmp_path):
-    """A folder with the port's layout passes; a bad one raises RunnerError; torch is never
-    imported by the supervisor's side (a fresh interpreter, so no earlier import hides it)."""
-    good = fake_port(tmp_path / "port")
+    """A port folder whose sources have what the adapter relies on passes (the static check:
+    ast, no import); a bad one raises RunnerError; torch is never imported by the supervisor's
+    side (a fresh interpreter, so no earlier import hides it)."""
+    import shutil
+
+    from standin import PORT_DIR
+    good = tmp_path / "port"
+    shutil.copytree(PORT_DIR, good, ignore=shutil.ignore_patterns("__pycache__"))
     code = (
         "import json, sys\n"
         "from runner import backends\n"
@@ -96,3 +101,14 @@ def test_precheck_reads_only_the_file_system(tmp_path):
                           capture_output=True, text=True, timeout=60, env=env)
     assert json.loads(proc.stdout)["bad"][2]["missing"] == [
         "pixal3d/__init__.py", "pixal3d/pipelines", "pixal3d/models"]
+    # A port whose sources drifted: pixal3d_version, every drifted item named.
+    drifted = fake_port(tmp_path / "drifted")
+    shutil.copy(good / "generate_mps.py", drifted / "generate_mps.py")
+    (drifted / "pixal3d" / "pipelines" / "pixal3d_image_to_3d.py").write_text(
+        (good / "pixal3d" / "pipelines" / "pixal3d_image_to_3d.py").read_text().replace(
+            "def decode_latent(", "def decode_latents("))
+    proc = subprocess.run([sys.executable, "-c", code, str(good), str(drifted)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    out = json.loads(proc.stdout)
+    assert out["bad"][:2] == ["pixal3d_version", 33] and out["torch"] is False
+    assert out["bad"][2]["missing"] == ["Pixal3DImageTo3DPipeline.decode_latent (missing)"]
