@@ -139,7 +139,7 @@ def test_1536_cascade_warns_with_the_ports_advice(standin_dir, standin_weights):
 def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights, rgb_image, tmp_path, monkeypatch):
     """A shape decoder whose surface logits are all below its threshold: the port's
     image_to_asset stops with status 2; the adapter raises EmptyMeshError with the port's
-    advice, the runner calls it empty_mesh (exit 45), and no GLB is written."""
+    advice, the runner calls it empty_mesh (exit 46), and no GLB is written."""
     weights = tmp_path / "hf"
     shutil.copytree(standin_weights.env["HF_HOME"], weights)
     ckpt = weights / "hub" / "models--TencentARC--Pixal3D" / "ckpts" / "shape_slat_decoder.safetensors"
@@ -155,7 +155,7 @@ def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights,
     assert not (tmp_path / "out.glb").exists()
     from runner.backends import pixal3d as backend
     from runner.worker import _classify
-    assert (_classify(err.value, backend).kind, _classify(err.value, backend).exit_code) == ("empty_mesh", 45)
+    assert (_classify(err.value, backend).kind, _classify(err.value, backend).exit_code) == ("empty_mesh", 46)
 
 
 _FALLBACK_PROBE = r"""

@@ -161,7 +161,7 @@ def test_backend_exception_kinds():
     cases = [(PortMissing("gone", "Pass --pixal3d-dir."), "pixal3d_missing", 32),
              (PortVersionError("drifted", "Update."), "pixal3d_version", 33),
              (KnobRefused("PIXAL3D_CPU_MODELS", "Unset it."), "usage", 2),
-             (EmptyMeshError("empty", "Retry with --steps 1."), "empty_mesh", 45)]
+             (EmptyMeshError("empty", "Retry with --steps 1."), "empty_mesh", 46)]
     for exc, kind, code in cases:
         assert not hasattr(exc, "kind") and isinstance(exc, (PortError, EmptyMeshError))
         err = _classify(exc, backend)
