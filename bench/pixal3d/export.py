@@ -56,10 +56,13 @@ def _first_footprint_after(events: list[dict], t: float) -> int | None:
     return None
 
 
-def _faces(glb: Path) -> int:
+def _faces_then_remove(glb: Path) -> int:
+    """Faces in the benchmark's own GLB, which is then deleted (results keep traces, not GLBs)."""
     import trimesh
     scene = trimesh.load(str(glb))
-    return int(sum(len(g.faces) for g in scene.geometry.values()))
+    faces = int(sum(len(g.faces) for g in scene.geometry.values()))
+    glb.unlink()
+    return faces
 
 
 def run_mode(name: str, work: Path, env: dict, image: Path, port_dir: Path) -> dict:
@@ -88,7 +91,7 @@ def run_mode(name: str, work: Path, env: dict, image: Path, port_dir: Path) -> d
     return {"mode": name, "peak": export["peak"], "seconds": export["seconds"], "wall": wall,
             "ready_footprint": _first_footprint_after(events, ready),
             "modelled": json.loads(report.read_text())["peak_bytes"] if report.exists() else 0,
-            "faces": _faces(out), "export_pid": pids.get("export"), "decode_pid": pids.get("decode"),
+            "faces": _faces_then_remove(out), "export_pid": pids.get("export"), "decode_pid": pids.get("decode"),
             "substeps": [{k: sub[k] for k in ("stage", "peak", "seconds")}
                          for sub in export["substeps"]]}
 

@@ -64,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port-arg", action="append", default=[], metavar="OPTION",
                      help="an option for the port's own parser, e.g. --port-arg=--low-vram (repeat; "
                           "refused before loading when this mode cannot honour it: docs/pixal3d.md)")
+    lever = run.add_argument_group("export levers (stageload.pixal3d.export; unset = the port's own)")
+    lever.add_argument("--export-profile", choices=("fit",), default=None,
+                       help="fit: remesh at min(512, grid), free temporaries between sub-steps")
+    lever.add_argument("--decimation-target", type=int, default=None, help="faces to simplify to")
+    lever.add_argument("--remesh", choices=("on", "off"), default=None)
+    lever.add_argument("--remesh-resolution", choices=("grid", "512"), default=None)
+    lever.add_argument("--allow-dense-grid-sample", action="store_true",
+                       help="export even when the port would build the dense grid-sample volume")
     check = sub.add_parser("check", help="validate a port folder without loading weights")
     check.add_argument("--pixal3d-dir", default=None)
     check.add_argument("--static", action="store_true",
@@ -139,6 +147,16 @@ class _PortOutputToStderr:
         os.close(self.events_fd)
 
 
+def _export_settings(ns):
+    """The export levers of ``run`` → ``ExportSettings``; ``PortError``-free, ``ValueError``
+    for a bad combination (reported as a usage error by the caller)."""
+    from .export import ExportOptions
+    return ExportOptions(decimation_target=ns.decimation_target,
+                         remesh=None if ns.remesh is None else ns.remesh == "on",
+                         remesh_resolution=ns.remesh_resolution, profile=ns.export_profile,
+                         allow_dense_grid_sample=ns.allow_dense_grid_sample).resolve()
+
+
 def _run(ns) -> int:
     from ..events import fan_out
     from ..meter import Sampler
@@ -151,6 +169,11 @@ def _run(ns) -> int:
         return 2
     if not Path(ns.image).is_file():
         print(f"error: input image {ns.image} not found", file=sys.stderr)
+        return 2
+    try:
+        _export_settings(ns)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
     trace = None
@@ -181,7 +204,7 @@ def _run(ns) -> int:
                                  fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load,
                                  port_args=ns.port_arg)
                 result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size,
-                                      fov=ns.fov, steps=ns.steps)
+                                      fov=ns.fov, steps=ns.steps, export=_export_settings(ns))
                 run.close()
             except (PortError, EmptyMeshError) as err:
                 print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)

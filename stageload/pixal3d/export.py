@@ -90,7 +90,7 @@ class ExportOptions:
             raise ValueError(f"remesh resolution {resolution!r} must be 'grid' or 512")
         if self.remesh is False and resolution != "grid":
             if self.remesh_resolution is not None:
-                raise ValueError("a remesh resolution needs remeshing on (drop --no-remesh or "
+                raise ValueError("a remesh resolution needs remeshing on (drop --remesh off or "
                                  "the remesh resolution)")
             resolution = "grid"  # the profile's remesh lever has nothing to act on
         return ExportSettings(decimation_target=target, remesh=self.remesh,
