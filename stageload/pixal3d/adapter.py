@@ -65,7 +65,7 @@ from . import knobs
 from .errors import EmptyMeshError, KnobRefused, PortVersionError
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
-from .port import EXTRACTOR_KEYS, Port, open_port
+from .port import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
 from .portargs import given_options, port_namespace
 
 log = logging.getLogger(__name__)
@@ -302,6 +302,12 @@ class Pixal3DRun:
     def entry_points(self) -> bool:
         """Whether the port has ``load_pipeline``/``image_to_asset``/``asset_to_glb`` (0be9e69a)."""
         return all(callable(getattr(self.gm, n, None)) for n in ("load_pipeline", "image_to_asset", "asset_to_glb"))
+
+    @property
+    def can_hand_over(self) -> bool:
+        """Whether the port has what an export process needs (``port.HANDOVER_NAMES``: its
+        asset, mesh checkpoint writer and reader, ``asset_to_glb``)."""
+        return all(hasattr(self.gm, n) for n in HANDOVER_NAMES)
 
     def _check_knobs(self, extra: tuple) -> tuple:
         """Refuse (``KnobRefused``, naming each) the port options and environment switches this
@@ -652,7 +658,8 @@ class Pixal3DRun:
         ``handover``: instead of exporting, release every model and write the decoded asset
         there with the port's own mesh checkpoint (``export.save_asset``; ``.npz``, must not
         exist) for an export process (``export.export_handover``); no ``export`` stage is
-        entered here and the result gets ``"handover"``.
+        entered here and the result gets ``"handover"`` (a port without ``HANDOVER_NAMES``
+        exports here instead, with a warning, and the result has no ``"handover"``).
 
         ``output`` must not exist (``FileExistsError``; the runner decides about overwriting and
         passes a temporary name). Returns ``{"output", "vertices", "faces", "resolution",
@@ -677,6 +684,10 @@ class Pixal3DRun:
         asset = self._image_to_asset(image, output, args)
         if self._recorder is not None:
             self._recorder.record("mesh", asset.mesh)
+        if handover is not None and not self.can_hand_over:
+            log.warning("this port cannot write the hand-over (%s): exporting in this process",
+                        ", ".join(n for n in HANDOVER_NAMES if not hasattr(self.gm, n)))
+            handover = None
         if handover is not None:
             if self.models is not None:
                 self.models.close()  # the process exits next: nothing stays loaded meanwhile

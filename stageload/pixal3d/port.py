@@ -48,10 +48,12 @@ GENERATE_MPS_NAMES = (
     "init_pipeline", "load_moge_model", "get_camera_params_wild_moge", "distance_from_fov",
     "maybe_empty_cache", "sampler_overrides", "parse_args", "export_geometry_only",
     "try_export_native_o_voxel_glb", "export_fallback_texture_glb",
-    # the export stage (stageload.pixal3d.export): the asset, its hand-over file, its export
-    "Pixal3DAsset", "_mesh_has_voxels", "asset_to_glb", "save_mesh_checkpoint",
-    "load_mesh_checkpoint",
 )
+#: generate_mps.py names the export in a process of its own needs (the asset, the port's mesh
+#: checkpoint as the hand-over file, its export): optional — without them (older ports) the
+#: export runs in the model process (``Pixal3DRun.can_hand_over``).
+HANDOVER_NAMES = ("Pixal3DAsset", "_mesh_has_voxels", "asset_to_glb", "save_mesh_checkpoint",
+                  "load_mesh_checkpoint")
 #: IMAGE_COND_CONFIGS keys, in the order of the four pipeline attributes.
 EXTRACTOR_KEYS = {"ss": "image_cond_model_ss", "shape_512": "image_cond_model_shape_512",
                   "shape_1024": "image_cond_model_shape_1024", "tex_1024": "image_cond_model_tex_1024"}
