@@ -8,6 +8,7 @@ import sys
 
 from .errors import RunnerError
 from .protocol import early_failure
+from .stdfds import reopen_closed_std_fds
 
 _DEPENDENCIES = ("PIL", "numpy", "psutil")
 """Third-party packages the supervisor itself needs (torch is the worker's business)."""
@@ -25,6 +26,9 @@ def _missing_dependency(exc: ImportError, mode: str) -> int:
 
 
 def main(argv=None) -> int:
+    """Dispatch to the single-image, ``batch`` or ``check`` command; returns the exit status.
+    A closed stdin, stdout or stderr is pointed at /dev/null before anything else."""
+    reopen_closed_std_fds()
     argv = list(sys.argv[1:] if argv is None else argv)
     mode = argv[0] if argv and argv[0] in ("batch", "check") else "single"
     try:

@@ -32,9 +32,10 @@ import time
 from pathlib import Path
 
 from . import backends
-from .cli import (ArgumentParser, add_job_arguments, explain, guard_config, internal_failure,
+from .cli import (ArgumentParser, add_job_arguments, guard_config, internal_failure,
                   setup, usage_failure, validate_job)
-from .errors import RunnerError
+from .errors import RunnerError, explain
+from .jobtrace import log
 from .inputs import IMAGE_SUFFIXES
 from .protocol import make
 from .results import Job, Outcome
@@ -187,7 +188,9 @@ class Batch:
         emitter.emit(self.hello)
 
     def fail(self, err: RunnerError) -> int:
-        """Report a batch-level failure as the last event; returns its exit code."""
+        """Report a batch-level failure: the ``runner: KIND: message — hint`` line on stderr
+        and the ``error`` event (the last); returns its exit code."""
+        explain(err.fields())
         self.emitter.event("error", **err.fields())
         return err.exit_code
 
@@ -205,9 +208,12 @@ class Batch:
             raise RunnerError("cancelled", f"Batch cancelled ({self.cancel.reason}); the "
                               "manifest records what was finished.")
         write_manifest(self.manifest_path, self.manifest)
+        seconds = round(time.time() - self.started, 3)
+        log(f"batch: {self.counts['done']} done, {self.counts['failed']} failed, "
+            f"{self.counts['skipped']} skipped of {len(images)} in {seconds:.1f} s; manifest "
+            f"{self.manifest_path}")
         self.emitter.event("batch_done", **self.counts, count=len(images),
-                           manifest=str(self.manifest_path),
-                           seconds=round(time.time() - self.started, 3))
+                           manifest=str(self.manifest_path), seconds=seconds)
         return 0 if self.counts["failed"] == 0 else RunnerError("batch_failed", "").exit_code
 
     def images(self) -> list[Path]:
@@ -309,6 +315,6 @@ class Batch:
         self.manifest["updated"] = time.time()
         write_manifest(self.manifest_path, self.manifest)
         self.emitter.event("batch_item", index=index, count=count, image=str(image),
-                           status="failed" if status == "cancelled" else status,
+                           status=status,
                            output=str(output) if outcome.ok else None, trace=outcome.trace,
                            seconds=round(outcome.seconds, 3), peak=outcome.peak, error=error)

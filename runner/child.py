@@ -168,6 +168,15 @@ class Child:
                 if decision is not None:
                     self.stopped = decision.get("reason", "over budget")
 
+    def stop_leftovers(self) -> None:
+        """Stop whatever the exited child left running — its process group, descendants that
+        were re-parented to init, processes carrying its guard marker (the guard's
+        ``ProcessTree`` knows them all) — whatever the outcome: nothing of a job may outlive
+        it. Before the relay is joined: a leftover holding the events pipe open would keep
+        the relay waiting."""
+        with self._guard_lock:
+            self.run.guard.stop_leftovers()
+
     # -- wait ----------------------------------------------------------------------------------
     def wait(self) -> int:
         """Wait until the child exits, the job is cancelled (the child's tree is stopped) or
@@ -185,6 +194,7 @@ class Child:
             with self._guard_lock:
                 run.guard.stop(f"the {self.name} did not exit")
             self.code = proc.wait()
+        self.stop_leftovers()
         self._sampler.stop(final=False)
         if self._sampler.error is not None:
             log(f"the memory sampler stopped early: {self._sampler.error!r}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import backends
 from .cancel import Cancel
-from .errors import RunnerError
+from .errors import RunnerError, explain
 from .protocol import Emitter, early_failure, make
 
 DEFAULT_GRACE = 1.0
@@ -64,7 +64,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                         help="random seed (default: the backend's: builtin 0, pixal3d 42)")
     parser.add_argument("--texture-size", type=positive_int, default=None, metavar="PX",
                         help="base-colour texture side in pixels (default: the backend's: "
-                             "builtin 1024, any of 1-4096; pixal3d 2048, one of 512, 1024, "
+                             "builtin 1024, 1-4096, sizes under 512 are raised to 512; pixal3d 2048, one of 512, 1024, "
                              "2048, 4096)")
     parser.add_argument("--height", type=positive_metres, default=None, metavar="M",
                         dest="height_m",
@@ -110,6 +110,12 @@ def validate_job(ns: argparse.Namespace) -> dict:
     backend = backends.get(ns.backend)
     given = backend_options(ns)
     backend.validate(texture_size=ns.texture_size, height_m=ns.height_m, options=given)
+    floor = backend.texture_floor
+    if floor is not None and ns.texture_size is not None and ns.texture_size < floor:
+        from .jobtrace import log
+
+        log(f"--texture-size {ns.texture_size} is below the {backend.name} backend's smallest "
+            f"texture; a {floor} px texture is made instead")
     return backend.job_options(given)
 
 
@@ -142,9 +148,9 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
   30-34    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
            missing Pillow/NumPy/psutil (`python -m runner check` says what)
-  40-46    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
+  40-47    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
-           mesh (Pixal3D)
+           mesh (Pixal3D), out of memory
   130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
 """
 """``python -m runner --help``'s epilog: the exit statuses grouped (tests/runner/
@@ -199,18 +205,27 @@ def main(argv: list[str] | None = None) -> int:
         return internal_failure(emitter, exc)
     finally:
         cancel.uninstall()
-    if not outcome.ok:
+    if outcome.ok:
+        report_success(outcome)
+    else:
         explain(outcome.final)
     emitter.emit(outcome.final)
     return outcome.exit_code
 
 
-def explain(error: dict) -> None:
-    """One human line on stderr for a failed job: ``runner: KIND: message — hint`` (the
-    traceback, for ``internal``/``backend_failed``, was printed where it happened)."""
+def report_success(outcome) -> None:
+    """One human line on stderr for a written GLB: ``runner: wrote PATH (SIZE), peak SIZE,
+    SECONDS s; trace PATH`` (binary sizes, ``stageload.units.format_size``)."""
+    from stageload.units import format_size
+
     from .supervisor import log
 
-    log(f"{error.get('kind')}: {error.get('message')} — {error.get('hint')}")
+    try:
+        size = format_size(os.path.getsize(outcome.output))
+    except OSError:
+        size = "?"
+    log(f"wrote {outcome.output} ({size}), peak {format_size(outcome.peak)}, "
+        f"{outcome.seconds:.1f} s; trace {outcome.trace}")
 
 
 def internal_failure(emitter: Emitter, exc: BaseException) -> int:
@@ -219,6 +234,7 @@ def internal_failure(emitter: Emitter, exc: BaseException) -> int:
 
     traceback.print_exc(file=sys.stderr)
     err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
+    explain(err.fields())
     emitter.emit(make("error", **err.fields()))
     return err.exit_code
 

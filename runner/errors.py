@@ -93,6 +93,9 @@ KINDS: dict[str, Kind] = {
                            "watchdog interrupting a long Metal kernel: retry with fewer steps, "
                            "close display-heavy apps, or try another image.",
                        "Pixal3D's decoder produced an empty mesh (the port stops there too)"),
+    "out_of_memory": Kind(47, "Close other programs (or wait for the busy job to finish), or use a "
+                              "smaller --texture-size, then run again.",
+                          "the backend ran out of memory (an allocation failed)"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),
@@ -125,6 +128,23 @@ class RunnerError(Exception):
         if self.details:
             out["details"] = self.details
         return out
+
+
+def human_line(fields: dict) -> str:
+    """The documented one-line form of an error for people, ``runner: KIND: message — hint``
+    (runner/PROTOCOL.md), from an ``error`` event's fields or ``RunnerError.fields()``."""
+    return f"runner: {fields.get('kind')}: {fields.get('message')} — {fields.get('hint')}"
+
+
+def explain(fields: dict) -> None:
+    """Print ``human_line(fields)`` on stderr (the protocol owns stdout); a closed or
+    missing stderr is ignored."""
+    import sys
+
+    try:
+        print(human_line(fields), file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def exit_code(kind: str) -> int:

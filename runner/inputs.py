@@ -15,6 +15,7 @@ JPEG, premultiplied modes, animated GIF/WebP/APNG (first frame) and EXIF-rotated
 """
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +63,18 @@ def _name(path: Path) -> str:
     return path.name or str(path)
 
 
+def _too_large(path: Path, exc: Exception) -> RunnerError:
+    """``image_too_large`` for Pillow's decompression-bomb error or warning, quoting the limit
+    the runner applies (``Image.MAX_IMAGE_PIXELS``, warnings made errors) — not Pillow's own
+    message, whose error variant names twice that limit. The image's pixel count comes from
+    Pillow's message ("Image size (N pixels) exceeds …") when it says it."""
+    found = re.search(r"\((\d+) pixels\)", str(exc))
+    count = f" ({int(found.group(1)):,} pixels)" if found else ""
+    return RunnerError("image_too_large", f"{_name(path)} is too large{count}: the runner opens "
+                       f"images of at most {Image.MAX_IMAGE_PIXELS:,} pixels (a guard against "
+                       "decompression bombs).")
+
+
 def _open_checked(path: Path) -> Image.Image:
     """``Image.open`` with decompression-bomb warnings as errors; maps Pillow's failures."""
     try:
@@ -69,8 +82,7 @@ def _open_checked(path: Path) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             return Image.open(path)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise RunnerError("image_too_large", f"{_name(path)} declares too many pixels to open "
-                          f"safely ({exc}).") from None
+        raise _too_large(path, exc) from None
     except UnidentifiedImageError:
         raise RunnerError("not_an_image", f"{_name(path)} is not an image Pillow can read.") from None
     except PermissionError:
@@ -93,8 +105,7 @@ def _verify_and_load(path: Path) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             im.verify()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise RunnerError("image_too_large", f"{_name(path)} is too large to open safely "
-                          f"({exc}).") from None
+        raise _too_large(path, exc) from None
     except Exception:  # SyntaxError, OSError, struct.error … from the format's checker
         raise truncated from None
     finally:
@@ -107,8 +118,7 @@ def _verify_and_load(path: Path) -> Image.Image:
             im.load()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         im.close()
-        raise RunnerError("image_too_large", f"{_name(path)} is too large to open safely "
-                          f"({exc}).") from None
+        raise _too_large(path, exc) from None
     except ValueError as exc:  # e.g. "Decompressed Data Too Large" from a PNG text chunk
         im.close()
         if "too large" in str(exc).lower():

@@ -62,6 +62,28 @@ def export_need(config) -> int | None:
     return config.need
 
 
+CRASH_SIGNALS = frozenset(getattr(signal, name) for name in
+                          ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
+                          if hasattr(signal, name))
+"""Signals a process raises against itself when it crashes (a native library's invalid memory
+access, an abort): the worker crashed, nobody killed it."""
+
+
+def _signal_error(signum: int) -> RunnerError:
+    """The error for a worker ended by signal ``signum``: ``worker_crashed`` for a crash signal
+    (``CRASH_SIGNALS``), else ``worker_killed`` (killed from outside, often out of memory)."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    if signum in CRASH_SIGNALS:
+        return RunnerError("worker_crashed", f"The worker crashed ({name}: a fault inside the "
+                           "backend or a native library it uses).",
+                           "See the log on stderr; try another image or backend, and run "
+                           "`python -m runner check`.")
+    return RunnerError("worker_killed", f"The worker was killed by {name}.")
+
+
 class JobRun:
     """One job's run. ``emit`` gets each protocol object for stdout (with ``v``); the trace
     gets them too, plus the samples. ``preamble`` (e.g. ``hello``) is written first into the
@@ -147,7 +169,7 @@ class JobRun:
         job = self.job
         replace = job.overwrite if job.replace_trace is None else job.replace_trace
         trace_conflict(job.resolved_trace(), job.image, job.output)
-        info = probe_image(job.image)
+        info = probe_image(Path(job.image).absolute())  # absolute, as in hello
         self.output = check_output(job.output, job.overwrite)
         trace_path = job.resolved_trace()
         if not replace and failed_runs_trace(trace_path, self.output):
@@ -265,11 +287,7 @@ class JobRun:
         if code == 0 and "worker_done" in events:
             return events["worker_done"].get("info") or {}
         if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            raise RunnerError("worker_killed", f"The worker was killed by {name}.")
+            raise _signal_error(-code)
         raise RunnerError("worker_crashed", f"The worker exited with status {code} without "
                           "a result.")
 
@@ -306,6 +324,9 @@ class JobRun:
             discard_dir(self.job_dir)
             self.job_dir = None
         if self.guard is not None:
+            tree = self.guard.tree
+            if tree is not None and tree.poll() is None:  # only when a step failed unexpectedly
+                self.guard.stop("the job ended while its process still ran")
             if self._on_cancel in self.cancel.listeners:
                 self.cancel.listeners.remove(self._on_cancel)
             self.guard.close()

@@ -126,7 +126,7 @@ def early_failure(err, mode: str) -> int:
     """Report a failure found before any job exists (a bad command line, a missing dependency):
     a ``hello`` without a job (``backend``, ``image``, ``output``, ``trace`` null, ``stages``
     ``[]``; not for ``check``, whose answer is one line) and then ``error`` on stdout, the
-    message on stderr in between. ``err`` is a
+    ``runner: KIND: message — hint`` line on stderr in between. ``err`` is a
     ``runner.errors.RunnerError``; ``mode`` is ``single``, ``batch`` or ``check``. Returns
     ``err.exit_code``. Standard library only, so ``runner.__main__`` can use it before it has
     checked the third-party dependencies."""
@@ -136,9 +136,8 @@ def early_failure(err, mode: str) -> int:
     if mode != "check":  # check's answer is always one line: check or error (PROTOCOL.md)
         emitter.emit(make("hello", runner=__version__, pid=os.getpid(), mode=mode, backend=None,
                           image=None, output=None, trace=None, stages=[], python=sys.executable))
-    try:
-        print(err.message, file=sys.stderr)
-    except (OSError, ValueError):
-        pass
+    from .errors import explain
+
+    explain(err.fields())
     emitter.emit(make("error", **err.fields()))
     return err.exit_code

@@ -30,6 +30,7 @@ import time
 import traceback
 
 from .errors import KINDS, RunnerError
+from .stdfds import reopen_closed_std_fds
 
 _PR_SET_PDEATHSIG = 1
 
@@ -118,35 +119,80 @@ def _devices(torch) -> dict:
             "mps": mps}
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (``__cause__``, else ``__context__``), outermost first, each
+    once (a cycle ends the walk)."""
+    chain: list[BaseException] = []
+    cur = exc
+    while cur is not None and all(cur is not seen for seen in chain):
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
+_OOM_WORDING = ("can't allocate memory", "out of memory")
+"""Lower-case phrases of allocators' out-of-memory errors: torch's CPU allocator raises
+``RuntimeError("... DefaultCPUAllocator: can't allocate memory: you tried to allocate N
+bytes ...")``; CUDA and MPS say "CUDA out of memory" / "MPS backend out of memory" (as
+``torch.OutOfMemoryError`` in recent torch, a plain ``RuntimeError`` in older ones)."""
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """True for ``MemoryError``, ``torch.OutOfMemoryError`` (looked up only when torch is
+    already imported) and a ``RuntimeError`` with an allocator's out-of-memory wording."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if isinstance(oom_type, type) and isinstance(exc, oom_type):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(w in text for w in _OOM_WORDING)
+
+
+def _own_kind(exc: BaseException, module) -> str | None:
+    """The kind ``exc`` names itself (a ``kind`` attribute) or the backend module's
+    ``ERRORS`` table gives its class (class name → kind); None when neither is a known kind."""
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str) and kind in KINDS:
+        return kind
+    table = getattr(module, "ERRORS", {}) if module is not None else {}
+    for cls in type(exc).__mro__:
+        if table.get(cls.__name__) in KINDS:
+            return table[cls.__name__]
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """What ``exc`` says: its ``message`` attribute, its text, or its class name."""
+    return str(getattr(exc, "message", None) or exc) or type(exc).__name__
+
+
 def _classify(exc: BaseException, module) -> RunnerError:
-    """Turn a backend's exception into a ``RunnerError``: its own ``kind`` attribute when that
-    is a known kind, else the module's ``ERRORS`` table (class name → kind), ``ENOSPC``
-    anywhere in the chain → ``disk_full``, else ``backend_failed``. The exception's ``hint``
-    (if any) is kept."""
+    """Turn a backend's exception into a ``RunnerError``. The exception's own kind (a
+    ``RunnerError``, a ``kind`` attribute, the module's ``ERRORS`` table) wins; otherwise the
+    whole cause chain is walked to its root: ``ENOSPC``/``EDQUOT`` → ``disk_full``, an
+    out-of-memory error (``_is_out_of_memory``) → ``out_of_memory``; else ``backend_failed``
+    naming the root cause. The exception's ``hint`` (if any) is kept."""
     if isinstance(exc, RunnerError):
         return exc
-    kind = getattr(exc, "kind", None)
-    if not (isinstance(kind, str) and kind in KINDS):  # the exception's own kind wins
-        table = getattr(module, "ERRORS", {}) if module is not None else {}
-        for cls in type(exc).__mro__:
-            if cls.__name__ in table:
-                kind = table[cls.__name__]
-                break
-    text = str(getattr(exc, "message", None) or exc) or type(exc).__name__
-    if isinstance(kind, str) and kind in KINDS:
+    text = _describe(exc)
+    kind = _own_kind(exc, module)
+    if kind is not None:
         return RunnerError(kind, text, getattr(exc, "hint", None))
-    seen, cur = set(), exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
+    chain = _chain(exc)
+    for cur in chain:
         if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
             return RunnerError("disk_full", f"No space left on the drive while writing "
                                f"({cur.filename or 'the output'}).")
-        cur = cur.__cause__ or cur.__context__
-    if isinstance(exc, MemoryError):
-        return RunnerError("backend_failed", "The backend ran out of memory.",
-                           "Close other programs or use a smaller --texture-size.")
-    return RunnerError("backend_failed", f"The backend failed: {type(exc).__name__}: {text}",
-                       getattr(exc, "hint", None))
+    oom = next((cur for cur in chain if _is_out_of_memory(cur)), None)
+    if oom is not None:
+        said = text if oom is exc else f"{text} — {type(oom).__name__}: {_describe(oom)}"
+        return RunnerError("out_of_memory", f"The backend ran out of memory ({said}).")
+    root = chain[-1]
+    cause = "" if root is exc else f" (caused by {type(root).__name__}: {_describe(root)})"
+    return RunnerError("backend_failed", f"The backend failed: {type(exc).__name__}: "
+                       f"{text}{cause}", getattr(exc, "hint", None))
 
 
 def run_job(job: dict, emit) -> int:
@@ -230,6 +276,7 @@ def probe(options: dict, emit) -> int:
 
 def main(argv=None) -> int:
     """Entry point of ``python -m runner.worker``; returns the exit status."""
+    reopen_closed_std_fds()  # before dup2(2, 1) below, which fails on a closed stderr
     parser = argparse.ArgumentParser(prog="python -m runner.worker")
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--job", help="the job as JSON (see run_job)")

@@ -68,6 +68,9 @@ class Backend:
     and holds the expected files) called with the backend's own options; it returns None or
     raises ``RunnerError``. None: nothing to check before the worker."""
     texture_sizes: tuple[int, int] | tuple[int, ...] = (1, 4096)
+    texture_floor: int | None = None
+    """Smallest texture side (px) the backend really makes: a smaller ``--texture-size`` is
+    accepted and raised to it (the command line says so on stderr). None: no floor."""
     height_range: tuple[float, float] | None = None
     texture_choices: bool = False
 
@@ -222,6 +225,7 @@ BACKENDS: dict[str, Backend] = {
         # runner.backends.builtin.generate's documented range (MAX_TEXTURE_SIZE; sizes under
         # 512 are raised to 512); a test checks the figure against the module.
         texture_sizes=(1, 4096),
+        texture_floor=512,  # runner.backends.builtin.texture.MIN_TEXTURE_SIZE (a test checks)
         # metres: a 1 cm figurine to a 100 m giant; beyond that float32 GLB coordinates and
         # Blender's default clip range make little sense for a character.
         height_range=(0.01, 100.0),

@@ -104,18 +104,17 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
 
 
 def _admitted_text(config: GuardConfig, readings: dict) -> str:
-    available, total = readings.get("available"), readings.get("total")
+    """The conditions that held; the figures themselves only where a condition is a state
+    (pressure), since the decision's line and event carry the readings once."""
     parts = []
-    if available is not None:
-        parts.append(f"available {format_size(available)} ({format_percent(available, total)})")
-        if config.wait_free is not None:
-            parts[-1] += f" >= {config.wait_free}"
-        if config.need is not None:
-            parts.append(f"covers need {format_size(config.need)}")
+    if config.wait_free is not None:
+        parts.append(f"available >= {config.wait_free}")
+    if config.need is not None:
+        parts.append(f"available covers need {format_size(config.need)}")
     if config.busy:
         parts.append(f"no busy process for {config.quiet_for:g} s")
     if config.swap_limit is not None:
-        parts.append(f"swap {format_size(readings.get('swap'))} <= {format_size(config.swap_limit)}")
+        parts.append(f"swap <= {format_size(config.swap_limit)}")
     if config.wait_pressure is not None:
         parts.append(f"memory pressure {pressure_mod.level_name(readings.get('pressure'))}")
     return "room to start: " + (", ".join(parts) if parts else "no conditions set")

@@ -50,17 +50,27 @@ def parse_stdout(text: str) -> list[dict]:
     return events
 
 
-def env() -> dict:
+WORKER_HOOK = Path(__file__).resolve().parent / "worker_hook"
+
+
+def env(worker_hook: str | None = None) -> dict:
+    """The runner's environment: this checkout first on ``PYTHONPATH``; with ``worker_hook``
+    (Python code), the worker runs that code at start-up (``worker_hook/sitecustomize.py``)."""
     e = dict(os.environ)
     e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    if worker_hook is not None:
+        e["PYTHONPATH"] = str(WORKER_HOOK) + os.pathsep + e["PYTHONPATH"]
+        e["RUNNER_TEST_WORKER_HOOK"] = worker_hook
     return e
 
 
-def run_runner(args: list, *, timeout: float = 180, python: str = PY, cwd=None) -> Finished:
-    """Run ``python -m runner ARGS`` to its end (stdin /dev/null) and parse its stdout."""
+def run_runner(args: list, *, timeout: float = 180, python: str = PY, cwd=None,
+               worker_hook: str | None = None) -> Finished:
+    """Run ``python -m runner ARGS`` to its end (stdin /dev/null) and parse its stdout;
+    ``worker_hook``: Python code the worker runs first (see ``env``)."""
     proc = subprocess.run([python, "-m", "runner", *map(str, args)], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout, env=env(),
-                          cwd=cwd or REPO)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env(worker_hook), cwd=cwd or REPO)
     return Finished(proc.returncode, parse_stdout(proc.stdout), proc.stdout, proc.stderr)
 
 
@@ -245,6 +255,28 @@ def samples(tmp_path_factory, shared_images):
     s["unicode"] = root / "goblin ö 漢字.png"
     s["unicode"].write_bytes(data)
     return s
+
+
+@pytest.fixture
+def character(tmp_path) -> Path:
+    """A small opaque character on plain white (RGB PNG, 128 × 192), made here: the builtin
+    backend keys it from the border and succeeds in a few seconds."""
+    path = tmp_path / "character.png"
+    _character().save(path)
+    return path
+
+
+@pytest.fixture
+def noisy(tmp_path) -> Path:
+    """Random RGB noise (96 × 96 PNG): the builtin backend's worker fails on it with
+    ``background_not_plain`` (an ``error`` from the worker, exit 44)."""
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path / "noise.png"
+    rng = np.random.default_rng(1)
+    Image.fromarray(rng.integers(0, 256, (96, 96, 3), dtype=np.uint8)).save(path)
+    return path
 
 
 @pytest.fixture(scope="session")
