@@ -65,7 +65,7 @@ def test_memory_events_come_four_a_second_from_ten_hz_samples():
     events = 0
     for k in range(100):  # 10 s of samples at 10 Hz
         now[0] = k / 10
-        events += tracker.on_sample({"footprint": 1000 + k, "hwm": None}) is not None
+        events += tracker.on_sample({"t": now[0], "footprint": 1000 + k, "hwm": None}) is not None
     assert events == 40
 
 
