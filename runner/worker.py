@@ -1,4 +1,4 @@
-"""The worker: the process that imports torch and runs a backend. Started by the supervisor as
+"""The worker: the process that runs a backend (and imports torch when the backend needs it). Started by the supervisor as
 ``python -m runner.worker --events-fd N --job JSON`` in its own process group; never by hand.
 
 Channels: events go as JSON lines to file descriptor ``N`` (a pipe the supervisor reads); file
@@ -195,6 +195,21 @@ def _classify(exc: BaseException, module) -> RunnerError:
                        f"{text}{cause}", getattr(exc, "hint", None))
 
 
+def _load_backend(backend):
+    """Import ``backend``'s module. A dependency this interpreter lacks (SciPy, trimesh …)
+    raises ``RunnerError('missing_dependency')`` naming it and the interpreter."""
+    try:
+        return backend.load()
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("runner", "stageload"):
+            raise
+        raise RunnerError(
+            "missing_dependency", f"The Python at {sys.executable} cannot import {exc.name}, "
+            f"which the {backend.name} backend needs.",
+            f"Install it into that interpreter ({sys.executable} -m pip install {exc.name}), "
+            "or choose an interpreter that has it.", python=sys.executable) from None
+
+
 def run_job(job: dict, emit) -> int:
     """Run one job dict (``backend``, ``image``, ``output`` = partial GLB path, ``seed``,
     ``texture_size``, ``height_m`` — each None for the backend's default — and ``options``)
@@ -206,16 +221,18 @@ def run_job(job: dict, emit) -> int:
 
     module = None
     try:
-        torch = _import_torch()
+        backend = backends.get(job["backend"])
+        # torch only for a backend that uses it: the built-in backend runs in an interpreter
+        # without torch (Blender's own Python with the extension's wheels, docs/blender.md).
+        torch = _import_torch() if backend.needs_torch else None
         emit({"event": "worker", "state": "started", "pid": os.getpid(),
               "python": sys.executable, "torch": getattr(torch, "__version__", None)})
-        backend = backends.get(job["backend"])
         if not backend.installed():
             raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                               "installed.", backend.install_hint or None)
         exporting = job.get("stage") == "export"
         image, info = (None, None) if exporting else load_image(job["image"])
-        module = backend.load()
+        module = _load_backend(backend)
         kwargs = dict(job.get("options") or {})
         for key, cast in (("seed", int), ("texture_size", int), ("height_m", float)):
             if job.get(key) is not None:  # unset: the backend's own default
@@ -263,7 +280,7 @@ def probe(options: dict, emit) -> int:
     for name in backends.names():
         backend = backends.get(name)
         mine = {o.dest: options[o.dest] for o in backend.options if options.get(o.dest) is not None}
-        if not out["torch"]["ok"]:
+        if backend.needs_torch and not out["torch"]["ok"]:
             checks[name] = {"ok": False, "reason": "torch cannot be imported",
                             "hint": out["torch"]["hint"]}
         else:

@@ -73,6 +73,10 @@ class Backend:
     accepted and raised to it (the command line says so on stderr). None: no floor."""
     height_range: tuple[float, float] | None = None
     texture_choices: bool = False
+    needs_torch: bool = False
+    """True when the backend imports torch: only then does the worker import it (and fail with
+    ``no_torch`` when it cannot). The built-in backend needs NumPy, Pillow, SciPy, trimesh and
+    psutil only, so it runs in Blender's own Python with the extension's bundled wheels."""
 
     def validate(self, *, texture_size: int | None, height_m: float | None,
                  options: dict) -> None:
@@ -273,6 +277,7 @@ BACKENDS: dict[str, Backend] = {
         texture_choices=True,
         height_range=None,
         install_hint="The Pixal3D backend is not installed in this version of the runner.",
+        needs_torch=True,
         # the port folder exists and holds generate_mps.py and pixal3d/ (stageload.pixal3d.port
         # .locate_port: files only); importing the port and its names is left to the worker.
         precheck="runner.backends.pixal3d:precheck",
