@@ -1,15 +1,20 @@
-"""Build the installable extension zip: ``python -m blender_addon.build --out dist``.
+"""Build the installable extension zips: ``python -m blender_addon.build --out dist``.
 
-Layout of ``dist/image_to_mesh-<version>.zip`` (Blender's extension format: the manifest and the
-add-on's ``__init__.py`` at the top of the archive —
+One zip per platform, ``dist/image_to_mesh-<version>-<platform>.zip`` (``linux_x64``,
+``macos_arm64``, ``windows_x64``: the names and the split Blender's own ``extension build
+--split-platforms`` uses), laid out in Blender's extension format (the manifest and the add-on's
+``__init__.py`` at the top of the archive —
 https://docs.blender.org/manual/en/latest/advanced/extensions/getting_started.html)::
 
-    blender_manifest.toml        the repository's top-level manifest
-    __init__.py, *.py            the add-on package (blender_addon/, without this build script)
+    blender_manifest.toml        the repository's manifest plus `platforms = [<platform>]` and
+                                 `wheels = ["./wheels/…whl", …]` for that platform
+    __init__.py, *.py            the add-on package (blender_addon/, without the build scripts)
+    wheels/*.whl                 SciPy, Pillow, trimesh, psutil, matplotlib … for the platform
+                                 (blender_addon/wheels.txt, fetched by blender_addon.wheels);
+                                 Blender installs them when it installs the zip
     runtime/runner/…             the runner and stageload packages, started by the add-on as
     runtime/stageload/…          `python -m runner` with PYTHONPATH=<extension>/runtime
-    runtime/build_info.json      version, and the .venv Python of the repository built from
-                                 (the add-on's default runner interpreter when it exists)
+    runtime/build_info.json      version and platform
 
 The runtime packages sit in ``runtime/`` rather than next to ``__init__.py`` so that the add-on's
 own module files never shadow a module of the runner's interpreter on its PYTHONPATH.
@@ -22,16 +27,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tomllib
+import sys
 import zipfile
 from pathlib import Path
+
+from . import wheels as _wheels
 
 REPO = Path(__file__).resolve().parents[1]
 ADDON_DIR = REPO / "blender_addon"
 MANIFEST = REPO / "blender_manifest.toml"
 RUNTIME_PACKAGES = ("runner", "stageload")
-EXCLUDED_ADDON_FILES = {"build.py"}
+EXCLUDED_ADDON_FILES = {"build.py", "wheels.py", "wheels.txt"}
 REQUIRED_MANIFEST_KEYS = ("schema_version", "id", "version", "name", "tagline", "maintainer",
                           "type", "blender_version_min", "license")
 
@@ -62,11 +69,28 @@ def _files(root: Path):
             yield p
 
 
-def build(out_dir: Path, repo: Path = REPO) -> Path:
-    """Write ``out_dir/<id>-<version>.zip`` and return its path (an existing zip of the same
-    version is replaced: it is a build product, not a user's file).
+def platform_manifest(text: str, platform: str, wheel_names: list[str]) -> str:
+    """The manifest ``text`` with ``platforms = [platform]`` and ``wheels`` (paths
+    ``./wheels/<name>``, forward slashes as Blender requires) added as top-level keys, before the
+    first table. Raises :class:`BuildError` when ``text`` already sets either key."""
+    data = tomllib.loads(text)
+    if "platforms" in data or "wheels" in data:
+        raise BuildError("blender_manifest.toml must not set platforms or wheels: the build "
+                         "writes them per platform from blender_addon/wheels.txt")
+    keys = f"platforms = [{json.dumps(platform)}]\nwheels = [\n" + "".join(
+        f"  {json.dumps('./wheels/' + n)},\n" for n in wheel_names) + "]\n"
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("[")), len(lines))
+    return "".join(lines[:at]) + keys + "\n" + "".join(lines[at:])
 
-    Raises :class:`BuildError` when the manifest or a runtime package is missing."""
+
+def build(out_dir: Path, platform: str, repo: Path = REPO,
+          wheel_cache: Path = _wheels.CACHE) -> Path:
+    """Write ``out_dir/<id>-<version>-<platform with _>.zip`` for one Blender ``platform``
+    (a key of :data:`wheels.PLATFORMS`) and return its path (an existing zip of the same name is
+    replaced: it is a build product, not a user's file).
+
+    Raises :class:`BuildError` when the manifest, a runtime package or a wheel is missing."""
     manifest = read_manifest(repo / "blender_manifest.toml")
     addon_dir = repo / "blender_addon"
     if not (addon_dir / "__init__.py").is_file():
@@ -74,22 +98,26 @@ def build(out_dir: Path, repo: Path = REPO) -> Path:
     for pkg in RUNTIME_PACKAGES:
         if not (repo / pkg).is_dir():
             raise BuildError(f"{repo / pkg} is missing; the extension must carry it")
-    venv_python = repo / ".venv" / "bin" / "python"
-    info = {
-        "version": manifest["version"],
-        "source": str(repo),
-        "venv_python": str(venv_python) if venv_python.exists() else None,
-    }
+    try:
+        wheel_files = _wheels.wheels_for(platform, wheel_cache)
+    except _wheels.WheelError as exc:
+        raise BuildError(str(exc)) from None
+    info = {"version": manifest["version"], "platform": platform,
+            "wheels": [f.name for f in wheel_files]}
+    text = platform_manifest((repo / "blender_manifest.toml").read_text("utf-8"), platform,
+                             info["wheels"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{manifest['id']}-{manifest['version']}.zip"
+    target = out_dir / f"{manifest['id']}-{manifest['version']}-{platform.replace('-', '_')}.zip"
     tmp = target.with_suffix(".zip.part")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.write(repo / "blender_manifest.toml", "blender_manifest.toml")
+        zf.writestr("blender_manifest.toml", text)
         for f in _files(addon_dir):
             rel = f.relative_to(addon_dir)
             if rel.as_posix() in EXCLUDED_ADDON_FILES:
                 continue
             zf.write(f, rel.as_posix())
+        for f in wheel_files:  # already compressed: stored as they are
+            zf.write(f, f"wheels/{f.name}", compress_type=zipfile.ZIP_STORED)
         for pkg in RUNTIME_PACKAGES:
             for f in _files(repo / pkg):
                 zf.write(f, f"runtime/{f.relative_to(repo).as_posix()}")
@@ -99,17 +127,20 @@ def build(out_dir: Path, repo: Path = REPO) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``--out DIR`` (default ``dist``). Prints the zip's path; exit 1 with one
-    line on failure."""
+    """Command line: ``--out DIR`` (default ``dist``), ``--platform P`` (repeatable; default
+    every platform of :data:`wheels.PLATFORMS`). Prints each zip's path; exit 1 with one line on
+    failure (e.g. wheels not fetched yet: it names the command that fetches them)."""
     ap = argparse.ArgumentParser(prog="python -m blender_addon.build", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="dist", type=Path, help="output folder (default: dist)")
+    ap.add_argument("--platform", action="append", choices=sorted(_wheels.PLATFORMS),
+                    help="Blender platform to build for (default: all)")
     ns = ap.parse_args(argv)
     try:
-        path = build(ns.out)
+        for platform in ns.platform or list(_wheels.PLATFORMS):
+            print(build(ns.out, platform))
     except (BuildError, OSError) as exc:
         print(f"build failed: {exc}", file=sys.stderr)
         return 1
-    print(path)
     return 0
 
 

@@ -1,30 +1,37 @@
 """Where the runner lives, which Python runs it, and the command line of a job. No bpy.
 
 The add-on never imports ``runner`` or ``stageload`` into Blender's process: it runs
-``<interpreter> -m runner …`` with ``PYTHONPATH`` set to a *runtime folder* that holds the two
-packages:
+``<interpreter> -m runner …`` in a separate process with ``PYTHONPATH`` set to a *runtime
+folder* that holds the two packages (plus, for Blender's own Python, the folder where Blender
+installed the extension's bundled wheels) — never Blender's own ``PYTHONPATH``:
 
 - installed extension: ``<extension folder>/runtime/`` (the build step copies them there);
 - repository checkout (``blender_addon/`` next to ``runner/``, as ``make demo`` uses it): the
   repository root.
 
-The default interpreter is, in order: the ``.venv`` Python of the repository the zip was built
-from (recorded in ``runtime/build_info.json`` by the build step) or of the checkout the add-on
-runs from, when that file exists; else ``python3`` found on PATH. Blender's own bundled Python is
-never chosen: it has no torch.
+Which interpreter runs a job (:func:`choose_interpreter`; the Check button says which and why):
+
+- the **Runner Python** preference when it is set, for every backend;
+- else, for the built-in backend: **Blender's own Python** with the extension's wheels (SciPy,
+  Pillow, trimesh, psutil, matplotlib; NumPy comes with Blender) — nothing to install;
+- else, for Pixal3D (needs PyTorch): the virtual environment inside the Pixal3D-mac folder
+  (``.venv`` or ``venv``) when there is one; otherwise the job is refused, saying what to set.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-BUILD_INFO = "build_info.json"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 BACKENDS = ("builtin", "pixal3d")
+#: Backends that import torch, so cannot run in Blender's own Python (runner.backends'
+#: ``needs_torch``; a contract test pins both copies).
+TORCH_BACKENDS = ("pixal3d",)
 
 
 class ConfigError(ValueError):
@@ -43,31 +50,8 @@ def runtime_dir(package_dir: Path = PACKAGE_DIR) -> Path:
                       "zip made by `make build` (it carries runner/ and stageload/).")
 
 
-def build_info(package_dir: Path = PACKAGE_DIR) -> dict:
-    """The build step's record (``runtime/build_info.json``: ``version``, ``venv_python``,
-    ``source``), or ``{}`` when running from a checkout or the file is unreadable."""
-    try:
-        return json.loads((package_dir / "runtime" / BUILD_INFO).read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def _venv_python(root: Path) -> Path:
-    return root / ".venv" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def default_interpreter(package_dir: Path = PACKAGE_DIR) -> str:
-    """The interpreter used when the preference is empty (see the module docstring for the order).
-
-    Returns a path or a bare command name (``"python3"``); never raises.
-    """
-    recorded = build_info(package_dir).get("venv_python")
-    candidates = [Path(recorded)] if recorded else []
-    candidates.append(_venv_python(package_dir.parent))
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    return shutil.which("python3") or "python3"
+    return root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 PREFERENCE = "Edit › Preferences › Add-ons › Image to Mesh › Runner Python"
@@ -75,22 +59,39 @@ PREFERENCE = "Edit › Preferences › Add-ons › Image to Mesh › Runner Pyth
 messages)."""
 
 
-def resolve_interpreter(setting: str, package_dir: Path = PACKAGE_DIR, *,
-                        name: str = "Runner Python", where: str = PREFERENCE) -> str:
-    """The interpreter to run: ``setting`` (a path, ``~`` expanded, or a command on PATH) or the
-    default when it is blank. Raises :class:`ConfigError` with a clear message when it does not
-    exist, is a folder, is not executable or is not on PATH — before anything is spawned.
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python that runs a job: ``python`` (absolute path), ``extra_path`` (folders put on
+    the runner's ``PYTHONPATH`` after the runtime folder: the extension's wheels for Blender's
+    own Python), ``why`` (for people: where the choice came from)."""
+    python: str
+    extra_path: tuple[str, ...] = ()
+    why: str = ""
+
+
+def resolve_interpreter(setting: str, *, name: str = "Runner Python", where: str = PREFERENCE,
+                        base_dir: str | None = None) -> str:
+    """The absolute path of the interpreter ``setting`` names: a path (``~`` expanded) or a
+    command on PATH. A relative path with a folder in it (``venv/bin/python``) is made absolute
+    against ``base_dir`` (the folder it was typed in, e.g. the shell's for ``--python``) or,
+    without one, refused — a preference has no folder to be relative to. Raises
+    :class:`ConfigError` with a clear message when it is blank, does not exist, is a folder, is
+    not executable or is not on PATH — before anything is spawned.
 
     ``name`` is what the message calls the interpreter and ``where`` the setting it tells the
-    user to change: the add-on's preference by default; the headless script passes
-    ``where="--python"`` (a command-line user has no preferences window).
-    """
+    user to change (the headless script passes ``where="--python"``)."""
     text = (setting or "").strip()
+    venv = "the python of a virtual environment (e.g. /path/to/venv/bin/python)"
     if not text:
-        text = default_interpreter(package_dir)
-    venv = "the Python of the project's .venv (…/.venv/bin/python after `make setup`)"
+        raise ConfigError(f"{name} is empty. Set {where} to {venv}.")
     path = Path(os.path.expanduser(text))
     if os.sep in text or (os.altsep and os.altsep in text):
+        if not path.is_absolute():
+            if base_dir is None:
+                raise ConfigError(f"{name} {text!r} is a relative path. Set {where} to a full "
+                                  f"path, e.g. {os.path.abspath(text)}.")
+            path = Path(base_dir) / path
+        path = Path(os.path.abspath(path))
         if not path.exists():
             raise ConfigError(f"{name} not found: {path}. Set {where} to {venv}.")
         if path.is_dir():
@@ -102,8 +103,62 @@ def resolve_interpreter(setting: str, package_dir: Path = PACKAGE_DIR, *,
     found = shutil.which(text)
     if not found:
         raise ConfigError(f"{name} {text!r} is not on PATH. Set {where} to a full path, "
-                          "e.g. the project's .venv/bin/python.")
-    return found
+                          f"e.g. {venv}.")
+    return os.path.abspath(found)
+
+
+def wheel_site(extensions_root: str) -> str | None:
+    """The site-packages folder under Blender's user extensions folder ``extensions_root``
+    (``bpy.utils.user_resource("EXTENSIONS")``) where Blender installs extension wheels —
+    ``.local/lib/pythonX.Y/site-packages``, the layout of Blender's
+    ``addon_utils._initialize_extensions_site_packages`` — or None when it does not exist."""
+    site = Path(extensions_root, ".local", "lib", "python{}.{}".format(*sys.version_info[:2]),
+                "site-packages")
+    return str(site) if site.is_dir() else None
+
+
+def pixal3d_venv(pixal3d_dir: str) -> Path | None:
+    """The python of a virtual environment inside the Pixal3D-mac folder (``.venv`` or
+    ``venv``), or None when there is none (or no folder is set)."""
+    if not (pixal3d_dir or "").strip():
+        return None
+    root = Path(absolute_folder(pixal3d_dir))
+    for name in (".venv", "venv"):
+        py = _venv_python(root / name)
+        if py.is_file() and os.access(py, os.X_OK):
+            return py
+    return None
+
+
+def choose_interpreter(backend: str, setting: str, pixal3d_dir: str, blender_python: str,
+                       wheel_site: str | None) -> Interpreter:
+    """The interpreter for a ``backend`` job (the order is in the module docstring).
+
+    ``setting``: the Runner Python preference; ``pixal3d_dir``: the Pixal3D-mac folder
+    preference; ``blender_python``: Blender's own Python (``sys.executable`` inside Blender);
+    ``wheel_site``: the site-packages folder Blender installs extension wheels into (None when
+    it does not exist, e.g. running from a checkout). Raises :class:`ConfigError` saying what to
+    set when the preference is unusable, or a torch backend has no interpreter."""
+    if (setting or "").strip():
+        return Interpreter(resolve_interpreter(setting), (), "the Runner Python preference")
+    if backend in TORCH_BACKENDS:
+        venv = pixal3d_venv(pixal3d_dir)
+        if venv is not None:
+            return Interpreter(str(venv), (), "the virtual environment in the Pixal3D-mac folder")
+        where = (f"no .venv or venv in {absolute_folder(pixal3d_dir)}" if pixal3d_dir.strip()
+                 else "no Pixal3D-mac folder is set")
+        raise ConfigError(f"The Pixal3D backend needs a Python with PyTorch, and {where}. Set "
+                          f"{PREFERENCE} to the Pixal3D-mac virtual environment's python (or "
+                          "create one named .venv in the Pixal3D-mac folder).")
+    if wheel_site:
+        return Interpreter(blender_python, (wheel_site,),
+                           "Blender's own Python with the extension's bundled wheels")
+    checkout = _venv_python(PACKAGE_DIR.parent / ".venv")
+    if (PACKAGE_DIR.parent / "runner").is_dir() and checkout.is_file():
+        return Interpreter(str(checkout), (), "the .venv of the repository checkout this "
+                           "add-on runs from (no bundled wheels installed)")
+    return Interpreter(blender_python, (), "Blender's own Python (the extension's wheels were "
+                       "not found: reinstall the extension zip for your platform)")
 
 
 @dataclass
@@ -197,8 +252,8 @@ def validate_image(path: str | os.PathLike) -> Path:
 OUTPUT_PREFERENCE = "Edit › Preferences › Add-ons › Image to Mesh › Output folder"
 
 
-def resolve_output_dir(text: str, blend_file: str = "",
-                       package_dir: Path = PACKAGE_DIR) -> Path:
+def resolve_output_dir(text: str, blend_file: str = "", package_dir: Path = PACKAGE_DIR,
+                       forbidden: Path | None = None) -> Path:
     """The output folder preference ``text`` as an absolute path, resolved once here so the
     runner (whose working folder is the runtime folder inside the extension) gets absolute
     paths.
@@ -208,7 +263,8 @@ def resolve_output_dir(text: str, blend_file: str = "",
     set when ``text`` is a plain relative path (relative to what would be unclear: Blender's
     working folder or the runner's), ``//…`` while the .blend is not saved (``blend_file``
     empty), or a folder inside the add-on's install folder ``package_dir`` (Blender replaces that
-    folder on every update, and the runner must never write into its own runtime).
+    folder on every update, and the runner must never write into its own runtime), or inside
+    ``forbidden`` (Blender's per-extension user folder, deleted on uninstall).
     """
     raw = text.strip()
     if raw.startswith("//"):
@@ -229,6 +285,12 @@ def resolve_output_dir(text: str, blend_file: str = "",
         raise ConfigError(f"Output folder {path} is inside the add-on's own folder {install}, "
                           "which Blender replaces on every update. Choose a folder outside it "
                           f"in {OUTPUT_PREFERENCE} (or leave it empty for the default).")
+    user = Path(os.path.realpath(forbidden)) if forbidden is not None else None
+    if user is not None and (path == user or user in path.parents):
+        raise ConfigError(f"Output folder {path} is inside the extension's user folder {user}, "
+                          "which Blender deletes when the extension is uninstalled. Choose a "
+                          f"folder outside it in {OUTPUT_PREFERENCE} (or leave it empty for the "
+                          "default).")
     return path
 
 

@@ -26,6 +26,8 @@ CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guar
 class Launch:
     """Everything one run needs besides the image: interpreter, runtime folder, settings.
 
+    ``extra_path``: folders after ``runtime`` on the runner's PYTHONPATH (the bundled wheels);
+
     ``output_dir``: folder for GLBs and traces; ``location``: where the object goes (metres);
     ``collection``: name of the collection the result goes into (under "Image to Mesh" unless it
     is that one); ``spec_kwargs``: :class:`config.JobSpec` fields other than the paths."""
@@ -33,6 +35,7 @@ class Launch:
     runtime: Path
     output_dir: Path
     location: tuple[float, float, float]
+    extra_path: tuple[str, ...] = ()
     collection: str = importer.ROOT_COLLECTION
     spec_kwargs: dict = field(default_factory=dict)
 
@@ -94,8 +97,8 @@ class Controller:
         try:
             glb, trace = config.free_output_paths(launch.output_dir, image.stem)
             spec = config.JobSpec(image=image, output=glb, trace=trace, **launch.spec_kwargs)
-            job = RunnerProcess(spec.argv(launch.python), runner_env(launch.runtime),
-                                cwd=launch.runtime)
+            job = RunnerProcess(spec.argv(launch.python),
+                                runner_env(launch.runtime, launch.extra_path), cwd=launch.runtime)
             job.start()
         except config.ConfigError as exc:
             self.state.fail("settings", str(exc))

@@ -122,7 +122,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--pixal3d-dir", default="", help="Pixal3D-mac checkout (pixal3d backend)")
     ap.add_argument("--python", default="",
                     help="interpreter that runs the runner (default: this Python when it is not "
-                         "Blender's, else the project's .venv, else python3 on PATH)")
+                         "Blender's; inside Blender, Blender's own Python with the extension's "
+                         "wheels, or for pixal3d the Pixal3D-mac folder's venv)")
     ap.add_argument("--resolution", type=int, default=768,
                     help=f"preview size in pixels, {RESOLUTION_MIN}–{RESOLUTION_MAX} "
                          "(default 768)")
@@ -147,31 +148,39 @@ def script_argv() -> list[str]:
     return sys.argv[1:]
 
 
-def _interpreter(ns, config, inside_blender: bool) -> str:
-    """The runner's interpreter: ``--python``, else this Python when it is not Blender's, else
-    the add-on's default (``config.default_interpreter``), checked by
-    ``config.resolve_interpreter``. Raises :class:`Failure` (exit 30) naming ``--python`` — a
+def _interpreter(ns, config, inside_blender: bool):
+    """The runner's interpreter (a ``config.Interpreter``): ``--python`` (a relative path is
+    taken from the current folder, where it was typed), else this Python when it is not
+    Blender's, else the add-on's choice for the backend (``config.choose_interpreter``:
+    Blender's own Python with the extension's wheels for the built-in backend, the Pixal3D-mac
+    folder's venv for Pixal3D). Raises :class:`Failure` (exit 30) naming ``--python`` — a
     command-line user has no preferences window to go to."""
-    if not ns.python and not inside_blender:  # an ordinary interpreter with bpy runs the runner
-        return sys.executable
     try:
-        return config.resolve_interpreter(ns.python, PACKAGE_DIR, where="--python",
-                                          name="--python" if ns.python
-                                          else "The default runner Python")
+        if ns.python:
+            return config.Interpreter(config.resolve_interpreter(
+                ns.python, name="--python", where="--python", base_dir=os.getcwd()),
+                (), "--python")
+        if not inside_blender:  # an ordinary interpreter with bpy runs the runner
+            return config.Interpreter(sys.executable, (), "the Python running this script")
+        import bpy
+        return config.choose_interpreter(ns.backend, "", ns.pixal3d_dir, sys.executable,
+                                         config.wheel_site(bpy.utils.user_resource("EXTENSIONS")))
     except config.ConfigError as exc:
-        raise Failure(str(exc), 30) from None
+        raise Failure(str(exc) if ns.python else f"{exc} Or pass --python.", 30) from None
 
 
-def run_runner(ns, glb: Path, trace: Path, mods, python: str) -> dict:
-    """Run the runner to completion, blocking; return the final state's ``result`` event.
-    Raises :class:`Failure` with the runner's message and hint."""
+def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
+    """Run the runner to completion, blocking, with ``interpreter`` (a ``config.Interpreter``);
+    return the final ``state.JobState`` (its ``result`` is the runner's result event, ``peak``
+    the peak footprint in bytes). Raises :class:`Failure` with the runner's message and hint."""
     config, process, state = mods["config"], mods["process"], mods["state"]
     spec = config.JobSpec(image=ns.image, output=glb, trace=trace, backend=ns.backend,
                           seed=ns.seed, texture_size=ns.texture_size,
                           pipeline_type=ns.pipeline_type, pixal3d_dir=ns.pixal3d_dir,
                           overwrite=ns.overwrite)
     runtime = config.runtime_dir(PACKAGE_DIR)
-    job = process.RunnerProcess(spec.argv(python), process.runner_env(runtime), cwd=runtime)
+    job = process.RunnerProcess(spec.argv(interpreter.python),
+                                process.runner_env(runtime, interpreter.extra_path), cwd=runtime)
     st = state.JobState()
     st.begin(str(ns.image))
     try:
@@ -368,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                 tmp = Path(tempfile.mkdtemp(prefix="image-to-mesh-"))
                 glb = tmp / f"{ns.image.stem}.glb"
             trace = ns.trace or glb.with_name(f"{glb.stem}.trace.jsonl")
-            python = _interpreter(ns, config, inside_blender)
-            st = run_runner(ns, glb, trace, mods, python)
+            interpreter = _interpreter(ns, config, inside_blender)
+            st = run_runner(ns, glb, trace, mods, interpreter)
             if ns.glb:
                 written.append(ns.glb)
 

@@ -11,7 +11,7 @@ import bpy
 
 from . import config, importer
 from .controller import CONTROLLER, Launch
-from .preferences import get_prefs, guard_settings, output_dir
+from .preferences import get_prefs, guard_settings, interpreter_for, output_dir
 from .process import SpawnError, run_quick, runner_env
 
 
@@ -22,26 +22,27 @@ def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
     anything is spawned."""
     prefs = get_prefs(context)
     s = context.scene.image_to_mesh
-    python = config.resolve_interpreter(prefs.python)
+    interpreter = interpreter_for(prefs, s.backend)
     runtime = config.runtime_dir()
     out = output_dir(prefs)
     spec_kwargs = dict(backend=s.backend, seed=s.seed, texture_size=int(s.texture_size),
                        pipeline_type=s.pipeline_type, pixal3d_dir=prefs.pixal3d_dir,
                        guard=guard_settings(prefs))
-    return Launch(python=python, runtime=runtime, output_dir=out,
+    return Launch(python=interpreter.python, extra_path=interpreter.extra_path,
+                  runtime=runtime, output_dir=out,
                   location=tuple(context.scene.cursor.location), collection=collection,
                   spec_kwargs=spec_kwargs)
 
 
 def preflight_error(context) -> str:
-    """The message that stops Generate right now ("" when none): a bad interpreter, a missing
-    runtime, an output folder that is relative or inside the add-on. The panel shows it before the user presses anything."""
+    """The message that stops Generate right now ("" when none): no usable interpreter for the
+    chosen backend, a missing runtime, an output folder that is relative or inside the add-on.
+    The panel shows it before the user presses anything."""
     try:
         prefs = get_prefs(context)
-        config.resolve_interpreter(prefs.python)
+        interpreter_for(prefs, context.scene.image_to_mesh.backend)
         config.runtime_dir()
-        if prefs.output_dir.strip():  # the default folder needs no check (and is made on use)
-            output_dir(prefs)
+        output_dir(prefs)
     except config.ConfigError as exc:
         return str(exc)
     return ""
@@ -138,10 +139,13 @@ class IMAGE_TO_MESH_OT_open_chart(bpy.types.Operator):
         trace = Path(CONTROLLER.last_trace)
         png = chart_path(trace)
         try:
-            python = config.resolve_interpreter(get_prefs(context).python)
+            # matplotlib is among the bundled wheels: the built-in backend's interpreter plots.
+            interpreter = interpreter_for(get_prefs(context), "builtin")
             runtime = config.runtime_dir()
-            rc, out, err = run_quick([python, "-m", "stageload", "plot", str(trace), "-o", str(png)],
-                                     runner_env(runtime), cwd=runtime, timeout=120)
+            rc, out, err = run_quick([interpreter.python, "-m", "stageload", "plot", str(trace),
+                                      "-o", str(png)],
+                                     runner_env(runtime, interpreter.extra_path), cwd=runtime,
+                                     timeout=120)
         except (config.ConfigError, SpawnError) as exc:
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}

@@ -6,6 +6,8 @@ copies the answer into the preferences on the main thread.
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from pathlib import Path
 
@@ -25,25 +27,54 @@ def get_prefs(context=None) -> "ImageToMeshPreferences":
 
 
 def default_output_dir() -> Path:
-    """Blender's per-extension user folder ``…/extensions/.user/<repo>/image_to_mesh/output``
-    (never the extension's own folder, which is replaced on each update)."""
-    try:
-        return Path(bpy.utils.extension_path_user(ADDON_ID, path="output", create=True))
-    except (ValueError, TypeError):  # loaded as a legacy add-on, not as an extension
-        return Path(bpy.utils.user_resource("DATAFILES", path="image_to_mesh/output", create=True))
+    """Where results go when the Output folder preference is empty — a place uninstalling the
+    extension never deletes (Blender removes ``extension_path_user`` with the extension):
+    ``image_to_mesh/`` next to the saved .blend; for an unsaved file ``~/Documents/Image to
+    Mesh`` (``~/Image to Mesh`` when there is no Documents folder)."""
+    if bpy.data.filepath:
+        return Path(os.path.dirname(os.path.abspath(bpy.data.filepath))) / "image_to_mesh"
+    home = Path(os.path.expanduser("~"))
+    docs = home / "Documents"
+    return (docs if docs.is_dir() else home) / "Image to Mesh"
 
 
 def output_dir(prefs) -> Path:
     """The output folder in use, absolute: the preference when set (``//`` relative to the
     saved .blend, read with ``bpy.path.abspath``), else :func:`default_output_dir`. Raises
     :class:`config.ConfigError` for a relative folder, ``//`` in an unsaved file, or a folder
-    inside the add-on's own (``config.resolve_output_dir``)."""
-    text = prefs.output_dir.strip()
-    if not text:
-        return config.resolve_output_dir(str(default_output_dir()))
+    inside the add-on's own or inside Blender's per-extension user folder (both deleted on
+    uninstall; ``config.resolve_output_dir``)."""
+    text = prefs.output_dir.strip() or str(default_output_dir())
     if text.startswith("//") and bpy.data.filepath:
         text = bpy.path.abspath(text)  # absolute now; Blender's own reading of "//"
-    return config.resolve_output_dir(text, bpy.data.filepath)
+    return config.resolve_output_dir(text, bpy.data.filepath, forbidden=_extension_user_dir())
+
+
+def _extension_user_dir() -> Path | None:
+    """Blender's per-extension user folder (``bpy.utils.extension_path_user``), removed when the
+    extension is uninstalled; None when loaded as a legacy add-on."""
+    try:
+        return Path(bpy.utils.extension_path_user(ADDON_ID, create=False))
+    except (ValueError, TypeError):
+        return None
+
+
+def wheel_site_packages() -> str | None:
+    """The folder Blender installs extension wheels into (``config.wheel_site`` of
+    ``bpy.utils.user_resource("EXTENSIONS")``), or None when it does not exist."""
+    try:
+        return config.wheel_site(bpy.utils.user_resource("EXTENSIONS"))
+    except (ValueError, TypeError):
+        return None
+
+
+def interpreter_for(prefs, backend: str) -> config.Interpreter:
+    """The interpreter for a ``backend`` job with these preferences
+    (``config.choose_interpreter``: Runner Python, else Blender's own Python with the wheels for
+    the built-in backend, else the Pixal3D-mac folder's venv). Raises
+    :class:`config.ConfigError` saying what to set."""
+    return config.choose_interpreter(backend, prefs.python, prefs.pixal3d_dir, sys.executable,
+                                     wheel_site_packages())
 
 
 def guard_settings(prefs) -> config.GuardSettings:
@@ -61,25 +92,58 @@ class _CheckResult:
     text = ""
 
 
-def _check_worker(python: str, runtime: Path, pixal3d_dir: str) -> None:
-    argv = [python, "-m", "runner", "check"]
+def check_plan(prefs) -> list[tuple[str, config.Interpreter | str]]:
+    """For each backend, the interpreter a job would use (:func:`interpreter_for`) or the
+    message saying why there is none."""
+    plan = []
+    for backend in config.BACKENDS:
+        try:
+            plan.append((backend, interpreter_for(prefs, backend)))
+        except config.ConfigError as exc:
+            plan.append((backend, str(exc)))
+    return plan
+
+
+def _run_check(interpreter: config.Interpreter, runtime: Path, pixal3d_dir: str) -> str:
+    """``runner check`` with one interpreter, summarised (``config.summarize_check``), or a
+    line starting ``ERROR:``."""
+    argv = [interpreter.python, "-m", "runner", "check"]
     if pixal3d_dir.strip():
         argv += ["--pixal3d-dir", config.absolute_folder(pixal3d_dir)]
     try:
-        rc, out, err = run_quick(argv, runner_env(runtime), cwd=runtime, timeout=120)
-        if rc is None:
-            text = "ERROR: `runner check` did not answer within 120 s."
-        else:
-            try:
-                text = config.summarize_check(out)
-            except (ValueError, AttributeError):
-                tail = (err.strip().splitlines() or out.strip().splitlines() or [""])[-1]
-                text = f"ERROR: `runner check` failed (exit {rc}): {tail}"
-            else:
-                if rc != 0:
-                    text = f"exit {rc}\n{text}"
+        rc, out, err = run_quick(argv, runner_env(runtime, interpreter.extra_path), cwd=runtime,
+                                 timeout=120)
     except SpawnError as exc:
-        text = f"ERROR: {exc}"
+        return f"ERROR: {exc}"
+    if rc is None:
+        return "ERROR: `runner check` did not answer within 120 s."
+    try:
+        return config.summarize_check(out)
+    except (ValueError, AttributeError):
+        tail = (err.strip().splitlines() or out.strip().splitlines() or [""])[-1]
+        return f"ERROR: `runner check` failed (exit {rc}): {tail}"
+
+
+def _check_worker(plan, runtime: Path, pixal3d_dir: str) -> None:
+    """Check every backend's interpreter (each distinct one once) and compose the report: per
+    backend, which interpreter and why, its Python/torch line and whether the backend is ready.
+    The report starts with ``ERROR:`` when the built-in backend cannot run."""
+    answers: dict = {}
+    lines, builtin_ok = [], False
+    for backend, interp in plan:
+        if isinstance(interp, str):
+            lines.append(f"{backend}: not available — {interp}")
+            continue
+        if interp not in answers:
+            answers[interp] = _run_check(interp, runtime, pixal3d_dir)
+        summary = answers[interp].splitlines() or [""]
+        lines.append(f"{backend}: runs with {interp.python} ({interp.why})")
+        mine = [ln for ln in summary[1:] if ln.startswith(f"{backend}: ")]
+        lines += [f"  {summary[0]}"] + [f"  {ln}" for ln in mine]
+        builtin_ok |= backend == "builtin" and mine == ["builtin: ready"]
+    text = "\n".join(lines)
+    if not builtin_ok:
+        text = "ERROR: the built-in backend cannot run (below)\n" + text
     with _CheckResult.lock:
         _CheckResult.text = text
         _CheckResult.pending = False
@@ -115,7 +179,8 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
     def execute(self, context):
         prefs = get_prefs(context)
         try:
-            python = config.resolve_interpreter(prefs.python)
+            if prefs.python.strip():  # a wrong preference is the one thing to fix first
+                config.resolve_interpreter(prefs.python)
             runtime = config.runtime_dir()
         except config.ConfigError as exc:
             prefs.check_report = f"ERROR: {exc}"
@@ -125,8 +190,10 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
             return {"CANCELLED"}
         with _CheckResult.lock:
             _CheckResult.pending = True
-        prefs.check_report = f"Checking {python} …"
-        threading.Thread(target=_check_worker, args=(python, runtime, prefs.pixal3d_dir),
+        plan = check_plan(prefs)
+        prefs.check_report = "Checking " + ", ".join(
+            sorted({i.python for _, i in plan if not isinstance(i, str)})) + " …"
+        threading.Thread(target=_check_worker, args=(plan, runtime, prefs.pixal3d_dir),
                          daemon=True,
                          name="image-to-mesh-check").start()
         bpy.app.timers.register(check_poll, first_interval=0.2)
@@ -139,16 +206,17 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
 
     python: StringProperty(
         name="Runner Python", subtype="FILE_PATH", default="",
-        description="Python interpreter that runs the runner (needs torch, numpy, Pillow, psutil, "
-                    "trimesh, safetensors): the project's .venv/bin/python after `make setup`. "
-                    "Empty: that .venv when it can be found, else python3 on PATH")
+        description="Python interpreter that runs the runner, for every backend. Empty: the "
+                    "built-in backend uses Blender's own Python with the extension's bundled "
+                    "wheels; Pixal3D uses the virtual environment (.venv or venv) inside the "
+                    "Pixal3D-mac folder")
     pixal3d_dir: StringProperty(
         name="Pixal3D-mac folder", subtype="DIR_PATH", default="",
         description="Checkout of Pixal3D-mac with its weights (only for the Pixal3D backend)")
     output_dir: StringProperty(
         name="Output folder", subtype="DIR_PATH", default="",
-        description="Where GLBs, traces and charts are written. Empty: the extension's user "
-                    "folder (bpy.utils.extension_path_user)")
+        description="Where GLBs, traces and charts are written. Empty: image_to_mesh next to "
+                    "the saved .blend, else Documents/Image to Mesh in your home folder")
     wait_free_percent: FloatProperty(
         name="Wait for free memory", min=0.0, max=95.0, default=0.0, subtype="PERCENTAGE",
         description="Start only when this much of total memory is available (0: do not wait)")
@@ -176,15 +244,16 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         row = col.row(align=True)
         row.prop(self, "python")
         row.operator(IMAGE_TO_MESH_OT_check.bl_idname, icon="CHECKMARK")
-        try:
-            python = config.resolve_interpreter(self.python)
-        except config.ConfigError as exc:
-            box = col.box()
-            box.alert = True
-            wrap_label(box, str(exc), icon="ERROR")
-        else:
-            if not self.python.strip():
-                col.label(text=f"Using {python}", icon="INFO")
+        for backend, interp in check_plan(self):
+            if isinstance(interp, str):
+                if backend == "builtin" or self.python.strip():
+                    box = col.box()
+                    box.alert = True
+                    wrap_label(box, interp, icon="ERROR")
+                    break
+                wrap_label(col, f"{backend}: {interp}", icon="INFO")
+            else:
+                wrap_label(col, f"{backend}: {interp.python} ({interp.why})", icon="INFO")
         if self.check_report:
             box = col.box()
             box.alert = self.check_report.startswith("ERROR")
@@ -192,15 +261,15 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
                 wrap_label(box, line, icon="INFO" if i == 0 else "BLANK1")
         col.prop(self, "pixal3d_dir")
         col.prop(self, "output_dir")
-        if not self.output_dir.strip():
-            col.label(text=f"Using {default_output_dir()}", icon="INFO")
+        try:
+            folder = output_dir(self)
+        except config.ConfigError as exc:
+            box = col.box()
+            box.alert = True
+            wrap_label(box, str(exc), icon="ERROR")
         else:
-            try:
-                output_dir(self)
-            except config.ConfigError as exc:
-                box = col.box()
-                box.alert = True
-                wrap_label(box, str(exc), icon="ERROR")
+            if not self.output_dir.strip():
+                wrap_label(col, f"Using {folder}", icon="INFO")
         box = layout.box()
         box.label(text="Memory guard (defaults for every run)", icon="MEMORY")
         grid = box.grid_flow(columns=2, even_columns=True)

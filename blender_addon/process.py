@@ -194,20 +194,24 @@ class RunnerProcess:
             pass
 
 
-def runner_env(runtime_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The runner's environment: ``base`` (default ``os.environ``) with ``runtime_dir`` first on
-    PYTHONPATH, unbuffered output (each event reaches the add-on as it is printed) and no
-    ``__pycache__`` written into the runtime folder."""
+def runner_env(runtime_dir: Path, extra_path=(), base: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """The runner's environment: ``base`` (default ``os.environ``) with ``PYTHONPATH`` set to
+    ``runtime_dir`` then the folders of ``extra_path`` (e.g. the extension's wheels) — never
+    the inherited ``PYTHONPATH``: Blender's (or the shell's) would put stale packages in front
+    of the runner's — unbuffered output (each event reaches the add-on as it is printed), no
+    user site-packages and no ``__pycache__`` written into the runtime folder."""
     env = dict(os.environ if base is None else base)
-    old = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(runtime_dir) + (os.pathsep + old if old else "")
+    env["PYTHONPATH"] = os.pathsep.join([str(runtime_dir), *map(str, extra_path)])
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONIOENCODING"] = "utf-8"
+    env["PYTHONNOUSERSITE"] = "1"
     # The runtime folder is inside the installed extension, which must not be written to.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # Blender exports PYTHONHOME-like settings for its own interpreter on some platforms; they
     # would break a different Python.
-    env.pop("PYTHONHOME", None)
+    for key in ("PYTHONHOME", "PYTHONSTARTUP"):
+        env.pop(key, None)
     return env
 
 

@@ -15,9 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 import bpy
+
+try:  # the zero-setup scenarios run in a virtual environment that holds only bpy
+    import psutil
+except ImportError:
+    psutil = None
 
 REPO_MODULE = "test_repo"
 PKG = f"bl_ext.{REPO_MODULE}.image_to_mesh"
@@ -46,8 +49,39 @@ def addon_prefs():
     return bpy.context.preferences.addons[PKG].preferences
 
 
-def descendants() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
+def _proc_children() -> dict[int, list[int]]:
+    """ppid → pids of live (non-zombie) processes, from /proc (Linux; used without psutil)."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            kids.setdefault(int(fields[1]), []).append(int(entry))
+    return kids
+
+
+def descendant_pids() -> list[int]:
+    """Live (non-zombie) descendants of this process: psutil when installed, else /proc."""
+    if psutil is not None:
+        out = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p.pid)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+    kids, todo, out = _proc_children(), [os.getpid()], []
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def alive(pids: list[int]) -> list[int]:
@@ -109,7 +143,11 @@ def sc_register(zip_path, work):
     facts["scene_settings"] = hasattr(bpy.context.scene, "image_to_mesh")
     facts["installed_files"] = sorted(os.listdir(work / "repo" / "image_to_mesh"))
     facts["runtime"] = str(mod("config").runtime_dir())
-    facts["default_python"] = mod("config").default_interpreter()
+    facts["interpreters"] = {b: [i.python, list(i.extra_path), i.why] if not isinstance(i, str) else i
+                             for b, i in mod("preferences").check_plan(addon_prefs())}
+    facts["sys_executable"] = sys.executable
+    site = mod("preferences").wheel_site_packages()
+    facts["wheel_site_entries"] = sorted(os.listdir(site)) if site else None
     facts["output_dir"] = str(mod("preferences").output_dir(addon_prefs()))
     facts["torch_in_blender"] = "torch" in sys.modules
     facts["runner_in_blender"] = any(m == "runner" or m.startswith(("runner.", "stageload"))
@@ -169,7 +207,7 @@ def sc_generate(zip_path, work, image):
     facts["new_objects"] = [object_facts(o) for o in new]
     facts["cursor"] = list(cursor)
     facts["output_files"] = sorted(p.name for p in (work / "out").iterdir())
-    facts["children_alive"] = [p.pid for p in descendants() if p.status() != "zombie"]
+    facts["children_alive"] = descendant_pids()
     # The memory chart of the last run.
     chart = bpy.ops.image_to_mesh.open_chart()
     facts["chart_result"] = sorted(chart)
@@ -196,6 +234,30 @@ def sc_generate(zip_path, work, image):
     verdict(**facts)
 
 
+def sc_zero_setup(zip_path, work, image):
+    """Install the zip and press Generate with every preference at its default, in whatever
+    interpreter runs this (the test uses a virtual environment holding only bpy)."""
+    facts = install(zip_path, work)
+    before_import = {m: m in sys.modules for m in ("scipy", "trimesh", "PIL", "psutil", "torch")}
+    settings(image, texture="512", seed=3)
+    before = set(o.name for o in bpy.data.objects)
+    facts["preflight"] = mod("operators").preflight_error(bpy.context)
+    facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
+    ctl = mod("controller")
+    facts["argv0"] = ctl.CONTROLLER.job.argv[0] if ctl.CONTROLLER.job else None
+    facts["env_pythonpath"] = ctl.CONTROLLER.job.env.get("PYTHONPATH") if ctl.CONTROLLER.job else None
+    facts["finished"] = drive(180)
+    view = ctl.CONTROLLER.state.view()
+    facts["final"] = {"status": view.status, "error": view.error_text, "hint": view.hint_text}
+    facts["new_objects"] = [object_facts(o) for o in bpy.data.objects if o.name not in before]
+    facts["output"] = ctl.CONTROLLER.state.output
+    facts["children_alive"] = descendant_pids()
+    facts["blender_modules_before"] = before_import
+    facts["torch_in_blender"] = "torch" in sys.modules
+    facts["sys_executable"] = sys.executable
+    verdict(**facts)
+
+
 def sc_output_dir(zip_path, work, image):
     """Output folder preferences that are relative, ``//`` in an unsaved file, or inside the
     add-on are refused before anything spawns; ``//`` in a saved file becomes an absolute folder
@@ -212,7 +274,7 @@ def sc_output_dir(zip_path, work, image):
             result = ["CANCELLED: " + str(exc)]
         return {"preflight": ops.preflight_error(bpy.context), "result": result,
                 "panel_error": ctl.CONTROLLER.state.view().error_text,
-                "job": ctl.CONTROLLER.job is not None, "children": len(descendants())}
+                "job": ctl.CONTROLLER.job is not None, "children": len(descendant_pids())}
 
     facts["cwd"] = os.getcwd()
     for text in ("relative_out", "//out", str(addon_dir / "out")):
@@ -260,7 +322,7 @@ def sc_cancel(zip_path, work, image):
     facts["buttons_while_running"] = [x[1] for x in log if x[0] == "operator"]
     facts["status_at_cancel"] = ctl.CONTROLLER.state.status
     facts["stage_at_cancel"] = ctl.CONTROLLER.state.stage
-    tree = [p.pid for p in descendants()]
+    tree = descendant_pids()
     facts["processes_before_cancel"] = len(tree)
     t0 = time.monotonic()
     facts["cancel_result"] = sorted(bpy.ops.image_to_mesh.cancel())
@@ -302,7 +364,7 @@ def sc_batch(zip_path, work, folder):
     facts["new_objects"] = [object_facts(o) for o in new]
     root = bpy.data.collections.get("Image to Mesh")
     facts["root_children"] = [c.name for c in root.children] if root else None
-    facts["children_alive"] = [p.pid for p in descendants() if p.status() != "zombie"]
+    facts["children_alive"] = descendant_pids()
     verdict(**facts)
 
 
@@ -322,7 +384,7 @@ def sc_bad_interpreter(zip_path, work, image):
     facts["panel_error"] = v.error_text
     facts["status"] = v.status
     facts["timer_registered"] = bpy.app.timers.is_registered(ctl.tick)
-    facts["children"] = [p.pid for p in descendants()]
+    facts["children"] = descendant_pids()
     facts["job"] = ctl.CONTROLLER.job is not None
     # The Check button says the same.
     try:
@@ -339,10 +401,10 @@ def start_until_worker(image) -> list[int]:
     bpy.ops.image_to_mesh.generate()
     tick = mod("controller").tick
     end = time.monotonic() + 60
-    while time.monotonic() < end and len(descendants()) < 2:
+    while time.monotonic() < end and len(descendant_pids()) < 2:
         tick()
         time.sleep(0.05)
-    return [p.pid for p in descendants()]
+    return descendant_pids()
 
 
 def sc_disable_while_running(zip_path, work, image):

@@ -5,12 +5,13 @@ import ast
 import json
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from blender_addon import build
+from blender_addon import build, wheels
 
 REPO = Path(__file__).resolve().parents[2]
 ADDON = REPO / "blender_addon"
@@ -29,25 +30,56 @@ def blender_ext_cli() -> Path:
 
 
 def test_build_writes_a_zip_blender_validates(tmp_path):
-    proc = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(tmp_path),
+                           "--platform", "linux-x64"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     zpath = Path(proc.stdout.strip())
     manifest = build.read_manifest()
-    assert zpath == tmp_path / f"image_to_mesh-{manifest['version']}.zip"
+    assert zpath == tmp_path / f"image_to_mesh-{manifest['version']}-linux_x64.zip"
     names = set(zipfile.ZipFile(zpath).namelist())
     assert {"blender_manifest.toml", "__init__.py", "headless.py", "runtime/build_info.json",
             "runtime/runner/__main__.py", "runtime/runner/PROTOCOL.md",
             "runtime/stageload/__main__.py"} <= names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
-    assert "build.py" not in names
+    assert not {"build.py", "wheels.py", "wheels.txt"} & names
     info = json.loads(zipfile.ZipFile(zpath).read("runtime/build_info.json"))
-    assert info["version"] == manifest["version"]
-    assert info["venv_python"] == str(REPO / ".venv" / "bin" / "python")
+    assert info["version"] == manifest["version"] and info["platform"] == "linux-x64"
+    assert "venv_python" not in info and "source" not in info  # points at no clone
+    # The zip's manifest lists exactly its Linux wheels, one per pinned requirement.
+    shipped = tomllib.loads(zipfile.ZipFile(zpath).read("blender_manifest.toml").decode())
+    assert shipped["platforms"] == ["linux-x64"]
+    assert [w.removeprefix("./") for w in shipped["wheels"]] == sorted(
+        (n for n in names if n.startswith("wheels/")), key=[f"wheels/{w}" for w in info["wheels"]].index)
+    pins = wheels.requirements()
+    assert len(shipped["wheels"]) == len(pins)
+    for (name, version), w in zip(pins, info["wheels"]):
+        assert w.lower().startswith(f"{wheels._normal(name)}-{version}-")
+        assert "win" not in w and "macosx" not in w
+    assert not any(n == "numpy" for n, _ in pins)  # Blender ships NumPy
+    # A sane size: the wheels dominate (SciPy ~38 MB on Linux).
+    assert zpath.stat().st_size < 100 * 2**20
     # Blender's own validator accepts the package.
     check = subprocess.run([PY, str(blender_ext_cli()), "validate", str(zpath)],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_build_without_fetched_wheels_names_the_command(tmp_path):
+    with pytest.raises(build.BuildError, match="python -m blender_addon.wheels --platform "
+                                               "windows-x64"):
+        build.build(tmp_path / "dist", "windows-x64", wheel_cache=tmp_path / "empty")
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+
+
+def test_platform_manifest_adds_platforms_and_wheels_before_the_first_table():
+    text = build.MANIFEST.read_text("utf-8")
+    out = build.platform_manifest(text, "macos-arm64", ["a-1-py3-none-any.whl"])
+    data = tomllib.loads(out)
+    assert data["platforms"] == ["macos-arm64"] and data["wheels"] == ["./wheels/a-1-py3-none-any.whl"]
+    assert data["permissions"] == tomllib.loads(text)["permissions"]
+    with pytest.raises(build.BuildError, match="must not set platforms or wheels"):
+        build.platform_manifest(out, "linux-x64", [])
 
 
 def test_manifest_fields():
@@ -66,7 +98,7 @@ def test_broken_manifest_is_a_clear_build_error(tmp_path):
     (repo / "blender_addon" / "__init__.py").write_text("")
     (repo / "blender_manifest.toml").write_text('schema_version = "1.0.0"\nid = "x"\n')
     with pytest.raises(build.BuildError, match="lacks version"):
-        build.build(tmp_path / "dist", repo=repo)
+        build.build(tmp_path / "dist", "linux-x64", repo=repo)
 
 
 def _imports(path: Path) -> set[str]:

@@ -80,14 +80,34 @@ def test_spawn_error_names_the_interpreter(tmp_path):
         job.start()
 
 
-def test_runner_env_puts_the_runtime_first_and_keeps_bytecode_out(tmp_path):
-    env = runner_env(tmp_path, {"PYTHONPATH": "/elsewhere", "PYTHONHOME": "/blender/python"})
-    assert env["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/elsewhere"
-    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONHOME" not in env
+def test_runner_env_puts_the_runtime_first_and_never_inherits_pythonpath(tmp_path):
+    base = {"PYTHONPATH": "/stale/packages", "PYTHONHOME": "/blender/python",
+            "PYTHONSTARTUP": "/x.py"}
+    env = runner_env(tmp_path, (), base)
+    assert env["PYTHONPATH"] == str(tmp_path)  # Blender's PYTHONPATH is dropped
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["PYTHONNOUSERSITE"] == "1"
+    assert "PYTHONHOME" not in env and "PYTHONSTARTUP" not in env
+    env = runner_env(tmp_path, ["/ext/site-packages"], base)
+    assert env["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/ext/site-packages"
+
+
+def test_a_stale_pythonpath_in_blender_does_not_reach_the_runner(tmp_path):
+    """A package on Blender's PYTHONPATH that shadows one the runner imports (a broken
+    ``psutil``) would break the runner; with runner_env the real runner still answers."""
+    from blender_addon.process import run_quick
+
+    stale = tmp_path / "stale"
+    (stale / "psutil").mkdir(parents=True)
+    (stale / "psutil" / "__init__.py").write_text("raise ImportError('stale psutil')\n")
+    runtime = config.runtime_dir()
+    rc, out, err = run_quick([PY, "-m", "runner", "check"],
+                             runner_env(runtime, (), dict(os.environ, PYTHONPATH=str(stale))),
+                             cwd=runtime)
+    assert rc == 0 and "stale psutil" not in out + err, (out, err)
 
 
 def test_resolve_interpreter_messages(tmp_path):
-    with pytest.raises(config.ConfigError, match="Runner Python not found: .*make setup"):
+    with pytest.raises(config.ConfigError, match="Runner Python not found: .*venv/bin/python"):
         config.resolve_interpreter(str(tmp_path / "missing" / "python"))
     with pytest.raises(config.ConfigError, match="is a folder"):
         config.resolve_interpreter(str(tmp_path))
@@ -98,12 +118,55 @@ def test_resolve_interpreter_messages(tmp_path):
         config.resolve_interpreter(str(f))
     with pytest.raises(config.ConfigError, match="not on PATH"):
         config.resolve_interpreter("python-that-does-not-exist-3.99")
+    with pytest.raises(config.ConfigError, match="is empty"):
+        config.resolve_interpreter("  ")
     assert config.resolve_interpreter(PY) == PY
 
 
-def test_default_interpreter_in_a_checkout_is_the_venv():
+def test_a_relative_interpreter_path_is_refused_or_made_absolute(tmp_path, monkeypatch):
+    """A preference has no folder to be relative to: refused, naming the full path to set.
+    ``--python`` typed in a shell is taken from the folder it was typed in."""
+    venv = Path(PY).parents[1]
+    rel = os.path.relpath(PY, venv.parent)  # e.g. .venv/bin/python
+    monkeypatch.chdir(tmp_path)  # the process's folder is not where the user typed it
+    with pytest.raises(config.ConfigError, match="is a relative path. Set .* to a full path"):
+        config.resolve_interpreter(rel)
+    assert config.resolve_interpreter(rel, base_dir=str(venv.parent)) == PY
+    with pytest.raises(config.ConfigError, match="not found"):
+        config.resolve_interpreter(rel, base_dir=str(tmp_path))
+
+
+def test_choose_interpreter_per_backend(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    blender_py = PY
+    builtin = config.choose_interpreter("builtin", "", "", blender_py, str(site))
+    assert builtin == config.Interpreter(blender_py, (str(site),), builtin.why)
+    assert "Blender's own Python" in builtin.why
+    # Pixal3D without a folder, or a folder without a venv: refused, saying what to set.
+    with pytest.raises(config.ConfigError, match="no Pixal3D-mac folder is set"):
+        config.choose_interpreter("pixal3d", "", "", blender_py, str(site))
+    port = tmp_path / "Pixal3D-mac"
+    port.mkdir()
+    with pytest.raises(config.ConfigError, match="no .venv or venv in"):
+        config.choose_interpreter("pixal3d", "", str(port), blender_py, str(site))
+    (port / ".venv" / "bin").mkdir(parents=True)
+    (port / ".venv" / "bin" / "python").symlink_to(PY)
+    pix = config.choose_interpreter("pixal3d", "", str(port), blender_py, str(site))
+    assert pix.python == str(port / ".venv" / "bin" / "python") and pix.extra_path == ()
+    assert "Pixal3D-mac folder" in pix.why
+    # The Runner Python preference wins for every backend, without the wheels.
+    for backend in config.BACKENDS:
+        chosen = config.choose_interpreter(backend, PY, str(port), blender_py, str(site))
+        assert (chosen.python, chosen.extra_path) == (PY, ())
+    assert config.wheel_site(str(tmp_path)) is None
+    made = tmp_path / ".local" / "lib" / "python{}.{}".format(*sys.version_info[:2]) / "site-packages"
+    made.mkdir(parents=True)
+    assert config.wheel_site(str(tmp_path)) == str(made)
+
+
+def test_runtime_in_a_checkout_is_the_repository():
     repo = Path(config.__file__).resolve().parents[1]
-    assert config.default_interpreter() == str(repo / ".venv" / "bin" / "python")
     assert config.runtime_dir() == repo
 
 
