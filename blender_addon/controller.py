@@ -166,6 +166,7 @@ class Controller:
         if job is None:
             return
         rc = job.wait(timeout=10)
+        job.close(timeout=1.0)
         self.state.finish_process(rc, job.stderr_tail())
         self.job = None
         outcome, detail = "failed", ""

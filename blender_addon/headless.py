@@ -202,7 +202,10 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
                 print(f"{PREFIX}: warning: {payload}", file=sys.stderr)
     except Cancelled:
         job.cancel(block=True)  # SIGTERM + stdin closed, SIGKILL after 5 s; waits for the exit
+        job.close()
         raise
+    for note in ([st.protocol_note] if st.protocol_note else []) + st.warnings:
+        print(f"{PREFIX}: warning: {note}", file=sys.stderr)
     st.finish_process(job.poll(), job.stderr_tail())
     if st.status == state.FAILED:
         err = st.error or {}

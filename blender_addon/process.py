@@ -21,10 +21,11 @@ import threading
 import time
 from pathlib import Path
 
-from . import state as _state
+from . import events as _events
 
 # Item kinds put on the queue: ("event", dict), ("bad_line", str), ("eof", None).
 EVENT, BAD_LINE, EOF = "event", "bad_line", "eof"
+READ_CHUNK = 1 << 16  # bytes per read of the runner's stdout
 
 
 class SpawnError(RuntimeError):
@@ -90,28 +91,47 @@ class RunnerProcess:
 
     # ------------------------------------------------------------------ reading
     def _read_stdout(self) -> None:
+        """The reader thread: stdout in chunks of up to 64 kB (not a system call per byte),
+        split into lines, each parsed and checked (``events.parse_line``). It never dies on what
+        the runner prints — a line too long, not JSON, nested too deeply — so stdout is always
+        drained and the runner never blocks on a full pipe; EOF is queued last, always."""
         assert self.proc and self.proc.stdout
+        fd = self.proc.stdout.fileno()
+        buf, skipping = b"", False
         try:
-            for raw in iter(self.proc.stdout.readline, b""):
-                try:
-                    ev = _state.parse_line(raw)
-                except ValueError as exc:
-                    self.events.put((BAD_LINE, str(exc)))
-                    continue
-                if ev is not None:
-                    self.events.put((EVENT, ev))
+            while True:
+                chunk = os.read(fd, READ_CHUNK)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    if skipping:  # the tail of an over-long line: already reported
+                        skipping = False
+                        continue
+                    self._put_line(raw)
+                if len(buf) > _events.MAX_LINE:
+                    if not skipping:
+                        self.events.put((BAD_LINE, f"runner printed a line longer than "
+                                                   f"{_events.MAX_LINE} bytes; skipped"))
+                    buf, skipping = b"", True
+            if buf and not skipping:
+                self._put_line(buf)
         except (OSError, ValueError):
             pass  # pipe closed under us during cancel
+        except Exception as exc:  # never let the reader die silently: say so, keep EOF
+            self.events.put((BAD_LINE, f"the add-on's reader failed: {exc!r}"))
         finally:
             self.events.put((EOF, None))
 
-    def _read_stderr(self) -> None:
-        assert self.proc and self.proc.stderr
+    def _put_line(self, raw: bytes) -> None:
         try:
-            for raw in iter(self.proc.stderr.readline, b""):
-                self._stderr_tail.append(raw.decode("utf-8", errors="replace").rstrip())
-        except (OSError, ValueError):
-            pass
+            ev = _events.parse_line(raw)
+        except _events.EventError as exc:
+            self.events.put((BAD_LINE, str(exc)))
+            return
+        if ev is not None:
+            self.events.put((EVENT, ev))
 
     def drain(self) -> list[tuple[str, object]]:
         """Every queued item, without blocking (for the main-thread timer)."""
@@ -134,7 +154,34 @@ class RunnerProcess:
             yield item
             if item[0] == EOF:
                 self.wait(timeout=30)
+                self.close()
                 return
+
+    def close(self, timeout: float = 2.0) -> bool:
+        """Close the runner's pipes explicitly once it has exited (not left to the garbage
+        collector): waits up to ``timeout`` seconds for the reader threads to reach EOF, then
+        closes stdin, stdout and stderr. A pipe whose reader is still blocked (a leftover
+        process holding it open) is left open rather than closed under the reader. Returns
+        True when every pipe was closed."""
+        proc = self.proc
+        if proc is None:
+            return True
+        end = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, end - time.monotonic()))
+        readers_done = not any(t.is_alive() for t in self._threads)
+        closed = True
+        for f, reader in ((proc.stdin, False), (proc.stdout, True), (proc.stderr, True)):
+            if f is None or f.closed:
+                continue
+            if reader and not readers_done:
+                closed = False
+                continue
+            try:
+                f.close()
+            except OSError:
+                pass
+        return closed
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait up to ``timeout`` seconds for the runner to exit; its code or None if it runs."""

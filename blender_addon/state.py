@@ -12,10 +12,11 @@ seconds (float, ``time.time()`` clock, the clock of the events' ``"t"`` field).
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
+
+from . import events as _events
 
 PROTOCOL_VERSION = 1
 
@@ -58,27 +59,6 @@ def human_seconds(s: float | None) -> str:
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
-def parse_line(line: str | bytes) -> dict | None:
-    """Parse one stdout line of the runner into an event dict.
-
-    Returns None for a blank line. Raises ``ValueError`` (with the line in the message) when the
-    line is not a JSON object with an ``"event"`` field — the protocol allows nothing else on
-    stdout, so such a line is a fault worth showing, not something to drop silently.
-    """
-    if isinstance(line, bytes):
-        line = line.decode("utf-8", errors="replace")
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"runner printed a line that is not JSON: {line[:200]!r}") from exc
-    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
-        raise ValueError(f"runner printed JSON that is not an event: {line[:200]!r}")
-    return obj
-
-
 def _peak_bytes(value) -> int | None:
     """A peak as bytes from a ``result`` event: a number, or the trace summary's
     ``{"bytes": …, "t": …, "stage": …}`` form; None when absent."""
@@ -116,6 +96,7 @@ class PanelView:
     result_text: str
     error_text: str
     hint_text: str
+    note_text: str = ""
 
 
 @dataclass
@@ -151,11 +132,25 @@ class JobState:
     error: dict | None = None
     loaded: dict = field(default_factory=dict)  # model name -> bytes, currently resident
     unknown_events: int = 0
+    warnings: list = field(default_factory=list)  # notes on invalid fields (at most MAX_WARNINGS)
+    protocol_note: str = ""  # set when the runner speaks a newer protocol version
+    history: list = field(default_factory=list)  # every status taken, in order
+
+    MAX_WARNINGS = 20
+
+    def __setattr__(self, name, value):
+        # Record every status transition where it happens, so a test (or a log) sees each one,
+        # however quickly the next follows.
+        if name == "status" and self.__dict__.get("status") != value:
+            self.__dict__.setdefault("history", []).append(value)
+        object.__setattr__(self, name, value)
 
     # ------------------------------------------------------------------ transitions
     def begin(self, image: str, now: float | None = None) -> None:
         """Reset for a new run of ``image`` (path str); ``now`` in seconds (default: now)."""
+        self.__dict__.pop("history", None)
         self.__init__(image=image, status=STARTING, started=time.time() if now is None else now)
+        self.history = [STARTING]
 
     def fail(self, kind: str, message: str, hint: str = "", now: float | None = None) -> None:
         """Record a failure found by the add-on itself (bad preference, spawn failure …)."""
@@ -203,12 +198,23 @@ class JobState:
                   now=now)
 
     def apply(self, ev: dict) -> None:
-        """Apply one runner event (a dict as in ``runner/PROTOCOL.md``). Unknown events and
-        fields are ignored, as the protocol requires; a newer protocol version is accepted as long
-        as the fields read here are present."""
+        """Apply one runner event (a dict as in ``runner/PROTOCOL.md``); never raises.
+
+        Every field read here is checked first (``events.clean``: types, finite numbers); a bad
+        one is ignored and noted in :attr:`warnings`. Unknown events and fields are ignored, as
+        the protocol requires. A newer protocol version (``"v"`` above
+        :data:`PROTOCOL_VERSION`) is read as far as the fields known here go, and
+        :attr:`protocol_note` says so for the panel."""
+        if not isinstance(ev, dict):
+            self._warn(f"runner event {ev!r:.60} is not a JSON object; ignored")
+            return
+        ev, notes = _events.clean(ev)
+        for note in notes:
+            self._warn(note)
+        self._check_version(ev.get("v"))
         kind = ev.get("event")
         t = ev.get("t")
-        t = float(t) if isinstance(t, (int, float)) else time.time()
+        t = float(t) if t is not None else time.time()
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:
             self.unknown_events += 1
@@ -216,6 +222,17 @@ class JobState:
         if self.status == CANCELLED and kind not in ("result", "error"):
             return
         handler(ev, t)
+
+    def _warn(self, note: str) -> None:
+        if len(self.warnings) < self.MAX_WARNINGS:
+            self.warnings.append(note)
+
+    def _check_version(self, v) -> None:
+        if isinstance(v, int) and v > PROTOCOL_VERSION and not self.protocol_note:
+            self.protocol_note = (
+                f"The runner speaks protocol version {v}; this add-on knows version "
+                f"{PROTOCOL_VERSION}, so some of what it reports may be missing. Install the "
+                "add-on and the runner from the same release (the extension zip carries both).")
 
     # ------------------------------------------------------------------ handlers
     def _on_hello(self, ev: dict, t: float) -> None:
@@ -373,7 +390,9 @@ class JobState:
         elif self.stage is not None and idx is not None:
             ptext = f"{self.stage} ({idx + 1}/{n}) {self.stage_fraction * 100:.0f} %"
         else:
-            ptext = {WAITING: "waiting for memory", STARTING: "starting"}.get(self.status, "")
+            # Between spawn (or admission) and the first stage the worker is still starting.
+            ptext = {WAITING: "waiting for memory", STARTING: "starting…",
+                     RUNNING: "starting…"}.get(self.status, "")
         mem = ""
         if self.footprint is not None or self.peak is not None:
             mem = f"footprint {human_bytes(self.footprint)} · peak {human_bytes(self.peak)}"
@@ -411,4 +430,4 @@ class JobState:
             CANCELLED: "Cancelled",
         }[self.status]
         return PanelView(self.status, headline, rows, self.progress(), ptext, mem, swap,
-                         self.guard_text(), elapsed, result, err, hint)
+                         self.guard_text(), elapsed, result, err, hint, self.protocol_note)
