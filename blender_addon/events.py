@@ -61,8 +61,11 @@ def parse_line(line: str | bytes) -> dict | None:
 # ---------------------------------------------------------------------------- field checks
 def number(x) -> bool:
     """A finite int or float (not a bool) no larger than :data:`MAX_NUMBER` in size."""
-    return (isinstance(x, (int, float)) and not isinstance(x, bool)
-            and math.isfinite(x) and abs(x) <= MAX_NUMBER)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    if isinstance(x, int):  # an int may be too large for a float: compare it exactly
+        return abs(x) <= MAX_NUMBER
+    return math.isfinite(x) and abs(x) <= MAX_NUMBER
 
 
 def size(x) -> bool:

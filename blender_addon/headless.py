@@ -49,7 +49,13 @@ def _package():
         sys.path.insert(0, str(PACKAGE_DIR.parent))
     name = PACKAGE_DIR.name
     return {m: importlib.import_module(f"{name}.{m}")
-            for m in ("config", "process", "state")}
+            for m in ("config", "process", "state", "runtime_facts")}
+
+
+def _exit(kind: str) -> int:
+    """The exit status of the runner's error ``kind`` (runner/errors.py, read from the runtime
+    by ``runtime_facts``): the headless script exits like the runner for the same fault."""
+    return _package()["runtime_facts"].EXIT_CODES[kind]
 
 
 class Failure(Exception):
@@ -166,7 +172,8 @@ def _interpreter(ns, config, inside_blender: bool):
         return config.choose_interpreter(ns.backend, "", ns.pixal3d_dir, sys.executable,
                                          config.wheel_site(bpy.utils.user_resource("EXTENSIONS")))
     except config.ConfigError as exc:
-        raise Failure(str(exc) if ns.python else f"{exc} Or pass --python.", 30) from None
+        raise Failure(str(exc) if ns.python else f"{exc} Or pass --python.",
+                      _exit("no_torch")) from None
 
 
 def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
@@ -265,7 +272,7 @@ def render_preview(scene, path: Path, bpy) -> None:
         work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     except OSError as exc:
         raise Failure(f"Cannot write to {path.parent}: {exc.strerror or exc}. Choose a folder "
-                      "you can write to for --preview.", 21) from None
+                      "you can write to for --preview.", _exit("output_unwritable")) from None
     try:
         tmp = work / f"preview{path.suffix}"
         try:
@@ -287,7 +294,7 @@ def render_preview(scene, path: Path, bpy) -> None:
             os.replace(tmp, path)
         except OSError as exc:
             raise Failure(f"Cannot write {path}: {exc.strerror or exc}. Choose a folder you "
-                          "can write to for --preview.", 21) from None
+                          "can write to for --preview.", _exit("output_unwritable")) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -297,13 +304,14 @@ def _check_writable(folder: Path) -> None:
     creating (and removing) one, since permission bits do not tell about read-only file
     systems, or about root."""
     if not folder.is_dir():
-        raise Failure(f"Output folder {folder} does not exist. Create it or choose another.", 21)
+        raise Failure(f"Output folder {folder} does not exist. Create it or choose another.",
+                      _exit("output_unwritable"))
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
         raise Failure(f"Cannot write to the output folder {folder}: {exc.strerror or exc}. "
-                      "Choose a folder you can write to.", 21) from None
+                      "Choose a folder you can write to.", _exit("output_unwritable")) from None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -331,16 +339,16 @@ def check_output_clashes(ns) -> None:
     for flag, p in outputs:
         if _same_file(p, ns.image):
             raise Failure(f"{flag} {p} is the input image; --overwrite never replaces the "
-                          "source picture. Choose another output name.", 2)
+                          "source picture. Choose another output name.", _exit("usage"))
     if ns.blend and ns.blend.suffix.lower() != ".blend":
         got = f"a {ns.blend.suffix} file" if ns.blend.suffix else "a name without a suffix"
         raise Failure(f"--blend {ns.blend} is {got}; end the name in .blend (Blender's file "
-                      "format; use --glb for a GLB).", 2)
+                      "format; use --glb for a GLB).", _exit("usage"))
     for i, (flag_a, a) in enumerate(outputs):
         for flag_b, b in outputs[i + 1:]:
             if _same_file(a, b):
                 raise Failure(f"{flag_a} and {flag_b} both name {a}; give each output its own "
-                              "file name.", 2)
+                              "file name.", _exit("usage"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,14 +372,15 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 ns.image = config.validate_image(ns.image)
             except config.ConfigError as exc:
-                raise Failure(str(exc), 11) from None
+                raise Failure(str(exc), _exit("input_missing")) from None
             ns.glb, ns.blend, ns.preview, ns.trace = (
                 p.expanduser().resolve() if p else None
                 for p in (ns.glb, ns.blend, ns.preview, ns.trace))
             check_output_clashes(ns)
             for p in (ns.glb, ns.blend, ns.preview):
                 if p and p.exists() and not ns.overwrite:
-                    raise Failure(f"{p} exists; choose another name or pass --overwrite.", 20)
+                    raise Failure(f"{p} exists; choose another name or pass --overwrite.",
+                                  _exit("output_exists"))
                 if p:
                     _check_writable(p.parent)
             if ns.glb:

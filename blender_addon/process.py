@@ -28,6 +28,34 @@ EVENT, BAD_LINE, EOF = "event", "bad_line", "eof"
 READ_CHUNK = 1 << 16  # bytes per read of the runner's stdout
 
 
+STDERR_LINE = 1 << 16  # bytes: longer stderr lines are left out of the tail
+
+
+def iter_lines(fd: int, max_line: int):
+    """Lines (bytes, without the newline) read from file descriptor ``fd`` in chunks of
+    :data:`READ_CHUNK` bytes until EOF; a line longer than ``max_line`` bytes is yielded once
+    as None and its bytes are skipped (the buffer never holds more than ``max_line`` plus one
+    chunk). Raises ``OSError`` when the descriptor fails."""
+    buf, skipping = b"", False
+    while True:
+        chunk = os.read(fd, READ_CHUNK)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for raw in lines:
+            if skipping:  # the tail of an over-long line, already reported
+                skipping = False
+            else:
+                yield raw
+        if len(buf) > max_line:
+            if not skipping:
+                yield None
+            buf, skipping = b"", True
+    if buf and not skipping:
+        yield buf
+
+
 class SpawnError(RuntimeError):
     """The runner could not be started; the message says why and what to do."""
 
@@ -91,32 +119,18 @@ class RunnerProcess:
 
     # ------------------------------------------------------------------ reading
     def _read_stdout(self) -> None:
-        """The reader thread: stdout in chunks of up to 64 kB (not a system call per byte),
-        split into lines, each parsed and checked (``events.parse_line``). It never dies on what
-        the runner prints — a line too long, not JSON, nested too deeply — so stdout is always
+        """The reader thread: stdout in chunks (:func:`iter_lines`, not a system call per
+        byte), each line parsed and checked (``events.parse_line``). It never dies on what the
+        runner prints — a line too long, not JSON, nested too deeply — so stdout is always
         drained and the runner never blocks on a full pipe; EOF is queued last, always."""
         assert self.proc and self.proc.stdout
-        fd = self.proc.stdout.fileno()
-        buf, skipping = b"", False
         try:
-            while True:
-                chunk = os.read(fd, READ_CHUNK)
-                if not chunk:
-                    break
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for raw in lines:
-                    if skipping:  # the tail of an over-long line: already reported
-                        skipping = False
-                        continue
+            for raw in iter_lines(self.proc.stdout.fileno(), _events.MAX_LINE):
+                if raw is None:
+                    self.events.put((BAD_LINE, f"runner printed a line longer than "
+                                               f"{_events.MAX_LINE} bytes; skipped"))
+                else:
                     self._put_line(raw)
-                if len(buf) > _events.MAX_LINE:
-                    if not skipping:
-                        self.events.put((BAD_LINE, f"runner printed a line longer than "
-                                                   f"{_events.MAX_LINE} bytes; skipped"))
-                    buf, skipping = b"", True
-            if buf and not skipping:
-                self._put_line(buf)
         except (OSError, ValueError):
             pass  # pipe closed under us during cancel
         except Exception as exc:  # never let the reader die silently: say so, keep EOF
@@ -132,6 +146,15 @@ class RunnerProcess:
             return
         if ev is not None:
             self.events.put((EVENT, ev))
+
+    def _read_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        try:
+            for raw in iter_lines(self.proc.stderr.fileno(), STDERR_LINE):
+                if raw is not None:
+                    self._stderr_tail.append(raw.decode("utf-8", errors="replace").rstrip())
+        except (OSError, ValueError):
+            pass
 
     def drain(self) -> list[tuple[str, object]]:
         """Every queued item, without blocking (for the main-thread timer)."""

@@ -5,9 +5,9 @@ version 1) to :meth:`JobState.apply` on Blender's main thread; the panel draws
 :meth:`JobState.view`. Keeping this free of ``bpy`` lets the tests replay a recorded event stream
 and check the panel's content at every event.
 
-Units: sizes are bytes (int) in the state and human-readable in the view (binary multiples,
-1 GB = 1024**3 bytes, as Activity Monitor counts memory and as ``stageload.guard`` formats its
-reasons, so the numbers in the panel and in the guard's messages agree); times are
+Units: sizes are bytes (int) in the state and human-readable in the view through the project's
+one byte formatter (``stageload.units.format_size``: binary multiples labelled KiB/MiB/GiB, as
+the guard, ``stageload summary`` and the memory chart print them); times are
 seconds (float, ``time.time()`` clock, the clock of the events' ``"t"`` field).
 """
 from __future__ import annotations
@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass, field
 
 from . import events as _events
+from . import runtime_facts as _facts
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = _facts.PROTOCOL_VERSION
 
 # Job statuses, in the order a run goes through them.
 IDLE, STARTING, WAITING, RUNNING, IMPORTING, DONE, FAILED, CANCELLED = (
@@ -30,22 +31,10 @@ _NEEDS_RE = re.compile(r"<\s*([0-9.]+\s*(?:%|[kMGT]?i?B))")
 
 
 def human_bytes(n: float | int | None) -> str:
-    """Format a byte count for people: ``1288490189 -> "1.2 GB"``, ``None -> "unknown"``.
-
-    Binary multiples (1 kB = 1024 bytes … 1 GB = 1024**3 bytes); one decimal below 100.
-    """
-    if n is None:
-        return "unknown"
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            if unit == "B":
-                return f"{sign}{int(n)} B"
-            return f"{sign}{n:.1f} {unit}" if n < 100 else f"{sign}{n:.0f} {unit}"
-        n /= 1024.0
-    raise AssertionError("unreachable")
+    """A byte count for people, as the whole project writes it (``stageload.units.format_size``:
+    binary multiples labelled KiB/MiB/GiB, e.g. ``1288490189 -> "1.2 GiB"``); ``"unknown"`` for
+    None."""
+    return _facts.format_size(n)
 
 
 def human_seconds(s: float | None) -> str:

@@ -310,7 +310,7 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     assert (f"footprint {human_bytes(last_mem['footprint'])} · peak {human_bytes(last_mem['peak'])}"
             f" · export peak {human_bytes(last_mem['stage_peak'])}") in labels("running")
     assert ["progress", 1.0, "done"] in draws["done"]
-    assert any("in 4.4 s, peak 360 MB" in l for l in labels("done"))
+    assert any("in 4.4 s, peak 360.5 MiB" in l for l in labels("done")), labels("done")
     assert "Batch: 3 of 4 done, 1 failed: broken.png" in labels("done")
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [

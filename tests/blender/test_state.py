@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from blender_addon.state import (CANCELLED, DONE, FAILED, IMPORTING, JobState, human_bytes,
-                                 human_seconds, parse_line)
+                                 human_seconds)
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -20,24 +20,18 @@ def load(name):
     return [json.loads(line) for line in (FIX / name).read_text().splitlines() if line.strip()]
 
 
-def test_human_units():
+def test_human_units_are_the_projects_one_byte_formatter():
+    """The panel prints sizes exactly as stageload.units does (the guard, summary and chart):
+    binary multiples labelled KiB/MiB/GiB, so one peak reads as one figure everywhere."""
+    from stageload.units import format_size
+
+    for n in (0, 1536, 391311360, 44.2 * 1024**3, -2 * 1024**2, 445_000_000):
+        assert human_bytes(n) == format_size(n)
     assert human_bytes(None) == "unknown"
-    assert human_bytes(0) == "0 B"
-    assert human_bytes(1536) == "1.5 kB"
-    assert human_bytes(391311360) == "373 MB"
-    assert human_bytes(44.2 * 1024**3) == "44.2 GB"
-    assert human_bytes(-2 * 1024**2) == "-2.0 MB"
+    assert human_bytes(391311360) == "373.2 MiB"
+    assert human_bytes(44.2 * 1024**3) == "44.2 GiB"
     assert human_seconds(4.25) == "4.2 s"
     assert human_seconds(75.2) == "1:15"
-
-
-def test_parse_line_rejects_non_events():
-    assert parse_line(b"\n") is None
-    assert parse_line('{"v":1,"event":"hello"}')["event"] == "hello"
-    with pytest.raises(ValueError, match="not JSON"):
-        parse_line("Traceback (most recent call last):")
-    with pytest.raises(ValueError, match="not an event"):
-        parse_line("[1, 2]")
 
 
 def test_recorded_builtin_run_at_every_event():
