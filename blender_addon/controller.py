@@ -16,7 +16,7 @@ import bpy
 from . import config, importer
 from .batch import BatchRun
 from .process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
-from .state import CANCELLED, FAILED, JobState
+from .state import CANCELLED, DONE, FAILED, JobState
 
 TICK_SECONDS = 0.1
 CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guard: 5 s)
@@ -88,7 +88,7 @@ class Controller:
                     break  # the interpreter itself is unusable: the others would fail the same
         if self.batch is not None:
             self.batch_summary = self.batch.summary()
-            print(f"Image to Mesh: {self.batch_summary}")
+            notify("INFO", f"Image to Mesh: {self.batch_summary}")
 
     def _spawn(self, image: Path, launch: Launch) -> None:
         self.launch = launch
@@ -157,7 +157,7 @@ class Controller:
             self._next_in_batch(self.launch)
         elif self.batch is not None and not self.batch_summary:
             self.batch_summary = self.batch.summary()
-            print(f"Image to Mesh: {self.batch_summary}")
+            notify("INFO", f"Image to Mesh: {self.batch_summary}")
         _redraw()
         return TICK_SECONDS if self.job is not None else None
 
@@ -188,6 +188,8 @@ class Controller:
                 self.state.mark_done()
                 self.last_object = obj.name
                 outcome, detail = "done", obj.name
+                _undo_push(f"Image to Mesh: import {obj.name}")
+        _notify(self.state, detail if outcome == "done" else "")
         if self.batch is not None and not self.batch.cancelled and outcome != "cancelled":
             self.batch.record(outcome, detail)
 
@@ -214,15 +216,56 @@ class Controller:
                                    coll, meta)
 
 
-def _redraw() -> None:
-    """Tag every 3D View for redraw so the sidebar panel shows the new state."""
-    wm = bpy.context.window_manager
+def _redraw(wm=None) -> int:
+    """Tag the sidebar region (``UI``) of every 3D View for redraw so the panel shows the new
+    state — only that region, not the whole viewport (10 times a second during a run).
+    ``wm``: the window manager (default: the context's). Returns the number of regions
+    tagged."""
+    wm = bpy.context.window_manager if wm is None else wm
     if wm is None:
-        return
+        return 0
+    tagged = 0
     for win in wm.windows:
         for area in win.screen.areas:
-            if area.type == "VIEW_3D":
-                area.tag_redraw()
+            if area.type != "VIEW_3D":
+                continue
+            for region in area.regions:
+                if region.type == "UI":
+                    region.tag_redraw()
+                    tagged += 1
+    return tagged
+
+
+def _undo_push(message: str) -> None:
+    """Make the import one undo step of its own (``bpy.ops.ed.undo_push``): the import runs in
+    a timer, after the Generate operator has returned, so without a step Ctrl+Z would also
+    revert the user's previous action and redo could never bring the mesh back."""
+    with importer.window_context():
+        bpy.ops.ed.undo_push(message=message)
+
+
+def _notify(state: JobState, name: str) -> None:
+    """Say how a job ended in the status bar and the Info log (``image_to_mesh.notify``
+    reports it), not only in the sidebar, which may be closed."""
+    if state.status == DONE:
+        level, text = "INFO", f"Image to Mesh: {name} imported ({state.output})"
+    elif state.status == CANCELLED:
+        level, text = "WARNING", "Image to Mesh: cancelled"
+    else:
+        err = state.error or {}
+        level, text = "ERROR", f"Image to Mesh failed: {err.get('message') or err.get('kind')}"
+    notify(level, text)
+
+
+def notify(level: str, text: str) -> None:
+    """Report ``text`` at ``level`` (INFO / WARNING / ERROR) through the notify operator, so it
+    reaches the status bar and the Info editor from a timer (operators report there; a timer
+    cannot) — and stdout in background mode."""
+    try:
+        with importer.window_context():
+            bpy.ops.image_to_mesh.notify(level=level, message=text)
+    except (AttributeError, RuntimeError, KeyError):  # unregistered while shutting down
+        print(text)
 
 
 CONTROLLER = Controller()

@@ -48,7 +48,9 @@ def base_color_image(obj: bpy.types.Object) -> bpy.types.Image | None:
 
 
 def _base_color_image(mat) -> bpy.types.Image | None:
-    if mat is None or not mat.use_nodes or mat.node_tree is None:
+    # No Material.use_nodes check: it is deprecated in Blender 5.0 (materials always use
+    # nodes there); a material without a node tree has no texture either way.
+    if mat is None or mat.node_tree is None:
         return None
     for node in mat.node_tree.nodes:
         if node.type != "BSDF_PRINCIPLED":
@@ -65,6 +67,21 @@ def _base_color_image(mat) -> bpy.types.Image | None:
             for inp in n.inputs:
                 todo.extend(link.from_node for link in inp.links)
     return None
+
+
+def name_materials(obj: bpy.types.Object, name: str) -> None:
+    """Name ``obj``'s materials and base-colour textures after the image (``name``): material
+    ``goblin`` and texture ``goblin_base_color`` instead of the importer's ``Material_0`` and
+    ``Image_0``; a second material gets ``goblin_2`` … (Blender appends ``.001`` on a clash
+    with an earlier run's)."""
+    for i, slot in enumerate(obj.material_slots):
+        if slot.material is None:
+            continue
+        suffix = "" if i == 0 else f"_{i + 1}"
+        slot.material.name = f"{name}{suffix}"
+        image = _base_color_image(slot.material)
+        if image is not None:
+            image.name = f"{name}{suffix}_base_color"
 
 
 def window_context():
@@ -122,6 +139,7 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
             bpy.ops.object.join()
     obj.name = name
     obj.data.name = name
+    name_materials(obj, name)
     for c in list(obj.users_collection):
         c.objects.unlink(obj)
     collection.objects.link(obj)

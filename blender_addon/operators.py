@@ -60,6 +60,9 @@ class IMAGE_TO_MESH_OT_generate(_WhenIdle, bpy.types.Operator):
     """Turn the chosen image into a textured mesh at the 3D cursor (runs in the background)"""
     bl_idname = "image_to_mesh.generate"
     bl_label = "Generate"
+    # An undo step for pressing Generate; the import, which lands later from a timer, pushes
+    # its own (controller._undo_push), so Ctrl+Z removes exactly the mesh and redo restores it.
+    bl_options = {"REGISTER", "UNDO"}
 
     def execute(self, context):
         s = context.scene.image_to_mesh
@@ -167,5 +170,20 @@ class IMAGE_TO_MESH_OT_open_chart(bpy.types.Operator):
         return {"FINISHED"}
 
 
-CLASSES = (IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_cancel, IMAGE_TO_MESH_OT_batch,
+class IMAGE_TO_MESH_OT_notify(bpy.types.Operator):
+    """Report a message in the status bar and the Info log (used by the add-on's timer)"""
+    bl_idname = "image_to_mesh.notify"
+    bl_label = "Image to Mesh Notice"
+    bl_options = {"INTERNAL"}
+
+    level: bpy.props.EnumProperty(items=[(x, x.title(), "") for x in ("INFO", "WARNING",
+                                                                       "ERROR")])
+    message: bpy.props.StringProperty()
+
+    def execute(self, context):
+        self.report({self.level}, self.message)
+        return {"FINISHED"}
+
+
+CLASSES = (IMAGE_TO_MESH_OT_notify, IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_cancel, IMAGE_TO_MESH_OT_batch,
            IMAGE_TO_MESH_OT_open_chart)

@@ -85,14 +85,22 @@ def descendant_pids() -> list[int]:
 
 
 def alive(pids: list[int]) -> list[int]:
+    """The pids of ``pids`` still running (zombies count as gone): psutil, else /proc."""
     out = []
     for pid in pids:
+        if psutil is not None:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+            continue
         try:
-            p = psutil.Process(pid)
-            if p.status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2:].split()[0] != "Z":
+            out.append(pid)
     return out
 
 
@@ -255,6 +263,62 @@ def sc_zero_setup(zip_path, work, image):
     facts["blender_modules_before"] = before_import
     facts["torch_in_blender"] = "torch" in sys.modules
     facts["sys_executable"] = sys.executable
+    verdict(**facts)
+
+
+def _names() -> list[str]:
+    return sorted(o.name for o in bpy.data.objects)
+
+
+def sc_undo(zip_path, work, image):
+    """Undo and redo around Generate: one Ctrl+Z removes exactly the imported mesh (not the
+    user's previous action), redo brings it back with its texture."""
+    facts = install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    settings(image, texture="512")
+    thing = bpy.data.objects.new("UserThing", None)  # the user's previous action …
+    bpy.context.scene.collection.objects.link(thing)
+    bpy.ops.ed.undo_push(message="user adds UserThing")  # … as Blender records it
+    facts["before"] = _names()
+    facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
+    facts["finished"] = drive(120)
+    facts["after_import"] = _names()
+    name = mod("controller").CONTROLLER.last_object
+    obj = bpy.data.objects[name]
+    facts["imported"] = object_facts(obj)
+    facts["materials"] = [s.material.name for s in obj.material_slots if s.material]
+    img = mod("importer").base_color_image(obj)
+    facts["texture_name"] = img.name if img else None
+    facts["undo"] = sorted(bpy.ops.ed.undo())
+    facts["after_undo"] = _names()
+    facts["redo"] = sorted(bpy.ops.ed.redo())
+    facts["after_redo"] = _names()
+    redone = bpy.data.objects.get(name)
+    facts["redone"] = object_facts(redone) if redone else None
+    facts["undo_again"] = sorted(bpy.ops.ed.undo())
+    facts["after_undo_again"] = _names()
+    verdict(**facts)
+
+
+def sc_uninstall(zip_path, work, image):
+    """Results in the default output folder survive uninstalling the extension; an output
+    folder inside the extension's user folder (deleted on uninstall) is refused."""
+    facts = install(zip_path, work)
+    settings(image, texture="512")
+    user_dir = bpy.utils.extension_path_user(PKG, create=True)
+    addon_prefs().output_dir = os.path.join(user_dir, "output")
+    facts["inside_user_dir"] = mod("operators").preflight_error(bpy.context)
+    addon_prefs().output_dir = ""  # the default
+    facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
+    facts["finished"] = drive(120)
+    ctl = mod("controller").CONTROLLER
+    facts["output"], facts["trace"] = ctl.state.output, ctl.state.trace
+    facts["extension_user_dir"] = user_dir
+    facts["uninstall"] = sorted(bpy.ops.extensions.package_uninstall(
+        repo_directory=str(work / "repo"), pkg_id="image_to_mesh"))
+    facts["installed_after"] = os.path.exists(work / "repo" / "image_to_mesh")
+    facts["user_dir_after"] = os.path.exists(user_dir)
+    facts["children_alive"] = descendant_pids()
     verdict(**facts)
 
 

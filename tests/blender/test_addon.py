@@ -67,15 +67,24 @@ def scenario(name: str, zip_path: Path, work: Path, *args: str, timeout: float =
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERDICT ")]
     assert lines, f"scenario {name} gave no verdict (exit {proc.returncode}):\n" \
                   f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1][len("VERDICT "):])
+    facts = json.loads(lines[-1][len("VERDICT "):])
+    facts["_stdout"] = proc.stdout  # Blender prints operator reports there in background mode
+    return facts
 
 
 def image(shared_images, stem):
     return str(next(p for p in shared_images if p.stem == stem))
 
 
-def test_zip_installs_registers_and_unregisters(built_zip, tmp_path):
-    v = scenario("register", built_zip, tmp_path)
+@pytest.fixture(params=["bpy4.5", "bpy5"])
+def bpy_python(request):
+    """The add-on tests that also run on the newest Blender (a smaller set, so `make test`
+    stays within its time): the .venv's bpy 4.5 LTS, then the bpy 5.x venv."""
+    return PY if request.param == "bpy4.5" else bpy5_python()
+
+
+def test_zip_installs_registers_and_unregisters(built_zip, tmp_path, bpy_python):
+    v = scenario("register", built_zip, tmp_path, python=bpy_python)
     assert v["install_result"] == ["FINISHED"] and v["enabled"]
     assert all(v["ops"].values()), v["ops"]
     assert v["panel"] and v["scene_settings"]
@@ -179,8 +188,43 @@ def test_zero_setup_generate_with_only_bpy_installed(built_zip, tmp_path, shared
     assert not v["torch_in_blender"]
 
 
-def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images):
-    v = scenario("cancel", built_zip, tmp_path, image(shared_images, "typical_humanoid_goblin"))
+def test_undo_removes_only_the_import_and_redo_brings_it_back(built_zip, tmp_path,
+                                                              shared_images, bpy_python):
+    v = scenario("undo", built_zip, tmp_path, image(shared_images, "typical_humanoid_dwarf"),
+                 python=bpy_python)
+    assert v["finished"] and v["result"] == ["FINISHED"]
+    name = "typical_humanoid_dwarf"
+    assert "UserThing" in v["before"] and name not in v["before"]
+    assert set(v["after_import"]) == set(v["before"]) | {name}
+    # textures and materials are named after the image, not Image_0 / Material_0
+    assert v["materials"] == [name] and v["texture_name"] == f"{name}_base_color"
+    # one Ctrl+Z: the mesh goes, the user's previous action stays
+    assert v["undo"] == ["FINISHED"] and v["after_undo"] == v["before"]
+    # redo: the mesh is back, textured, where it was
+    assert v["redo"] == ["FINISHED"] and v["after_redo"] == v["after_import"]
+    assert v["redone"]["base_color_image_size"] == [512, 512]
+    assert v["redone"]["location"] == v["imported"]["location"]
+    assert v["undo_again"] == ["FINISHED"] and v["after_undo_again"] == v["before"]
+    # the completion notice went through an operator report (status bar and Info log; stdout
+    # in background mode), not only into the sidebar
+    assert f"Info: Image to Mesh: {name} imported (" in v["_stdout"]
+
+
+def test_results_survive_uninstalling_the_extension(built_zip, tmp_path, shared_images):
+    v = scenario("uninstall", built_zip, tmp_path, image(shared_images, "typical_humanoid_dwarf"))
+    assert "deletes when the extension is uninstalled" in v["inside_user_dir"]
+    assert v["finished"] and v["result"] == ["FINISHED"]
+    out = tmp_path / "home" / "Image to Mesh" / "typical_humanoid_dwarf.glb"
+    assert v["output"] == str(out)
+    assert v["uninstall"] == ["FINISHED"] and not v["installed_after"]
+    assert not v["user_dir_after"]  # Blender did delete the extension's user folder …
+    assert out.stat().st_size > 1000 and Path(v["trace"]).stat().st_size > 0  # … not results
+    assert v["children_alive"] == []
+
+
+def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images, bpy_python):
+    v = scenario("cancel", built_zip, tmp_path, image(shared_images, "typical_humanoid_goblin"),
+                 python=bpy_python)
     assert v["status_at_cancel"] == "running" and v["stage_at_cancel"] is not None, v
     # While running, Generate has become Cancel (and batch cannot start).
     assert "image_to_mesh.cancel" in v["buttons_while_running"]
