@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     emitter.emit(make("check", **result))
     if result["ok"]:
         return 0
-    if not result["torch"].get("ok"):
+    if not result["torch"].get("ok") and any(backends.get(b).needs_torch for b in wanted
+                                             if b in backends.BACKENDS):
         return RunnerError("no_torch", "").exit_code
     return verdict_exit_code(result["backends"], wanted)
 

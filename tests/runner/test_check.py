@@ -58,15 +58,9 @@ def test_check_for_a_backend_that_cannot_run(rt, tmp_path, monkeypatch):
     assert not (tmp_path / "a.glb").exists()
 
 
-@pytest.fixture(scope="module")
-def python_without_torch(tmp_path_factory):
-    """A venv (``python -m venv --without-pip`` from the base interpreter) that can import
-    Pillow, NumPy and psutil (linked from the project's venv) and the repository, not torch."""
-    import numpy
-    import PIL
-    import psutil
-
-    root = tmp_path_factory.mktemp("venv")
+def _venv_with_links(root: Path, modules) -> str:
+    """A venv (``python -m venv --without-pip`` from the base interpreter) whose site-packages
+    links ``modules`` of the project's environment and the repository, and nothing else."""
     base = getattr(sys, "_base_executable", sys.executable)
     r = subprocess.run([base, "-m", "venv", "--without-pip", str(root / "env")],
                        capture_output=True, text=True)
@@ -77,25 +71,69 @@ def python_without_torch(tmp_path_factory):
                                capture_output=True, text=True, check=True).stdout.strip())
     links = root / "links"
     links.mkdir()
-    for module in (PIL, numpy, psutil):
+    for module in modules:
         pkg = Path(module.__file__).parent
         (links / pkg.name).symlink_to(pkg)
-        for extra in pkg.parent.glob(f"{pkg.name.lower().replace('pil', 'pillow')}.libs"):
+        dist = {"PIL": "pillow"}.get(pkg.name, pkg.name).lower()
+        for extra in pkg.parent.glob(f"{dist}.libs"):
             (links / extra.name).symlink_to(extra)
     (site / "links.pth").write_text(f"{links}\n{Path(__file__).resolve().parents[2]}\n")
-    probe = subprocess.run([str(py), "-c", "import PIL, numpy, psutil, runner, stageload"],
-                           capture_output=True, text=True)
-    assert probe.returncode == 0, probe.stderr
     assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0
     return str(py)
 
 
-def test_run_without_torch(rt, python_without_torch, shared_images, tmp_path, sentinel_output):
+@pytest.fixture(scope="module")
+def python_without_torch(tmp_path_factory):
+    """Pillow, NumPy and psutil, not torch (nor SciPy/trimesh)."""
+    import numpy
+    import PIL
+    import psutil
+
+    py = _venv_with_links(tmp_path_factory.mktemp("venv"), (PIL, numpy, psutil))
+    probe = subprocess.run([py, "-c", "import PIL, numpy, psutil, runner, stageload"],
+                           capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    return py
+
+
+@pytest.fixture(scope="module")
+def python_builtin_only(tmp_path_factory):
+    """Exactly what the built-in backend needs — NumPy, Pillow, SciPy, trimesh, psutil — and
+    no torch: what Blender's own Python with the extension's wheels holds."""
+    import numpy
+    import PIL
+    import psutil
+    import scipy
+    import trimesh
+
+    return _venv_with_links(tmp_path_factory.mktemp("venv"), (PIL, numpy, psutil, scipy, trimesh))
+
+
+def test_builtin_run_without_torch(rt, python_builtin_only, shared_images, tmp_path):
+    """torch is imported only by backends that need it: the built-in backend runs without."""
+    out = tmp_path / "a.glb"
+    fin = rt.run([shared_images[0], "-o", out, "--texture-size", "512"], python=python_builtin_only)
+    assert fin.returncode == 0, fin.stderr[-2000:]
+    assert fin.last()["event"] == "result" and out.stat().st_size > 1000
+    check = rt.run(["check"], python=python_builtin_only)
+    c = check.last()
+    assert check.returncode == 0 and c["torch"]["ok"] is False
+    assert c["backends"]["builtin"]["ok"] is True
+    assert c["backends"]["pixal3d"]["ok"] is False
+    pix = rt.run(["check", "--backend", "pixal3d"], python=python_builtin_only)
+    assert pix.returncode == 30 and pix.last()["backends"]["pixal3d"]["reason"] == \
+        "torch cannot be imported"
+
+
+def test_run_without_a_builtin_dependency(rt, python_without_torch, shared_images, tmp_path,
+                                          sentinel_output):
     fin = rt.run([shared_images[0], "-o", sentinel_output, "--overwrite"],
                  python=python_without_torch)
     err = fin.last()
-    assert err["kind"] == "no_torch" and fin.returncode == 30, (err, fin.stderr[-2000:])
-    assert python_without_torch in err["message"] and python_without_torch in err["hint"]
+    assert err["kind"] == "missing_dependency" and fin.returncode == 34, (err, fin.stderr[-2000:])
+    assert python_without_torch in err["message"]
+    assert "cannot import trimesh" in err["message"] or "cannot import scipy" in err["message"]
+    assert python_without_torch in err["hint"]
     assert err["details"]["python"] == python_without_torch
     assert "Traceback" not in fin.stdout
     assert sentinel_output.read_bytes() == b"not touched by the runner\n"
@@ -105,9 +143,10 @@ def test_run_without_torch(rt, python_without_torch, shared_images, tmp_path, se
 def test_check_without_torch(rt, python_without_torch):
     fin = rt.run(["check"], python=python_without_torch)
     c = fin.last()
-    assert fin.returncode == 30 and c["torch"]["ok"] is False and c["torch"]["version"] is None
+    assert fin.returncode != 0 and c["torch"]["ok"] is False and c["torch"]["version"] is None
     assert python_without_torch in c["torch"]["hint"]
     assert c["backends"]["builtin"]["ok"] is False
+    assert "trimesh" in c["backends"]["builtin"]["reason"] or "scipy" in c["backends"]["builtin"]["reason"]
 
 
 def test_interpreter_without_pillow(rt, tmp_path):
