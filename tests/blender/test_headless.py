@@ -70,6 +70,38 @@ def test_headless_writes_glb_blend_and_a_preview_of_the_character(tmp_path, shar
     assert ys.min() > 0 and xs.min() > 0 and ys.max() < 383 and xs.max() < 383
 
 
+def _matte_mean(path: Path) -> np.ndarray:
+    """Mean RGB (0-255) of the picture's opaque pixels (alpha > 127): its matte."""
+    rgba = np.asarray(Image.open(path).convert("RGBA")).astype(float)
+    return rgba[..., :3][rgba[..., 3] > 127].mean(axis=0)
+
+
+def _character_mean(png: Path) -> np.ndarray:
+    """Mean RGB (0-255) of the character in a preview: pixels that differ from the background
+    (the corner colour), eroded by 3 px so edge pixels blended with the background do not
+    count."""
+    from scipy import ndimage
+
+    rgb = np.asarray(Image.open(png).convert("RGB")).astype(float)
+    fg = ndimage.binary_erosion(np.abs(rgb - rgb[2, 2]).sum(axis=2) > 40, iterations=3)
+    assert fg.mean() > 0.03, "no character in the preview"
+    return rgb[fg].mean(axis=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["typical_humanoid_goblin", "typical_humanoid_dwarf"])
+def test_preview_colours_match_the_picture(tmp_path, shared_images, stem):
+    """The preview shows the picture's colours: the character's mean colour is within 4 % of
+    the full scale (10 of 255) of the picture's matte mean, per channel. With Blender's
+    default AgX view transform and studio lighting the goblin came out 13-16 % darker."""
+    src = next(p for p in shared_images if p.stem == stem)
+    png = tmp_path / "p.png"
+    proc = run(src, "--preview", png, "--texture-size", 512, "--resolution", 320)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    picture, preview = _matte_mean(src), _character_mean(png)
+    assert np.abs(preview - picture).max() <= 0.04 * 255, (picture.round(1), preview.round(1))
+
+
 @pytest.mark.parametrize("content, code", [
     (b"this is not a picture\n" * 100, 10),                  # not_an_image
     (b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 100, 13),      # image_truncated
@@ -108,7 +140,8 @@ def test_headless_runs_from_the_unpacked_extension(tmp_path):
     import zipfile
 
     dist = tmp_path / "dist"
-    built = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(dist)], cwd=REPO,
+    built = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(dist),
+                            "--platform", "linux-x64"], cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     ext = tmp_path / "extensions" / "image_to_mesh"
