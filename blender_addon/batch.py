@@ -1,18 +1,23 @@
-"""A batch over a folder: which image is next, what each one gave, and the summary. No bpy.
+"""A batch over a folder: what each image gave, the progress, and the summary. No bpy.
 
-The add-on runs the images one after another, each as its own runner job (so the panel shows
-each image's stages and memory like a single run), and keeps going past failures.
+The add-on runs the whole folder as one ``python -m runner batch`` job, which keeps a manifest
+in its output folder: running the batch again (after a cancel, a crash, or with new images)
+skips every image already done with the same settings. This object is fed the runner's
+``batch_item`` events (runner/PROTOCOL.md) in order.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+DONE, FAILED, SKIPPED, CANCELLED = "done", "failed", "skipped", "cancelled"
+
 
 @dataclass
 class BatchItem:
-    """The outcome of one image: ``status`` is ``done`` / ``failed`` / ``cancelled``;
-    ``detail`` is the object name (done) or the error message with its kind (failed)."""
+    """The outcome of one image: ``status`` is ``done`` / ``failed`` / ``skipped`` (done by an
+    earlier run of the batch, per the runner's manifest) / ``cancelled``; ``detail`` is the
+    object name (done) or the error message with its kind (failed)."""
     image: Path
     status: str
     detail: str = ""
@@ -20,45 +25,46 @@ class BatchItem:
 
 @dataclass
 class BatchRun:
-    """Sequential batch state over ``images`` (paths, in run order)."""
+    """Batch state over ``count`` images of ``folder`` (the count is updated from the
+    runner's events, which are authoritative)."""
     folder: Path
-    images: list[Path]
+    count: int
     items: list[BatchItem] = field(default_factory=list)
     cancelled: bool = False
-
-    @property
-    def count(self) -> int:
-        """Number of images in the batch."""
-        return len(self.images)
+    ended: bool = False  # the runner's batch has finished (batch_done, or it exited)
 
     @property
     def finished(self) -> bool:
-        """True once every image has an outcome or the batch was cancelled."""
-        return self.cancelled or len(self.items) >= len(self.images)
+        """True once the runner's batch has ended or was cancelled."""
+        return self.cancelled or self.ended
 
-    def next_image(self) -> Path | None:
-        """The image to run now, or None when the batch is finished."""
-        return None if self.finished else self.images[len(self.items)]
-
-    def record(self, status: str, detail: str = "") -> None:
-        """Record the outcome of the current image (see :class:`BatchItem`)."""
-        self.items.append(BatchItem(self.images[len(self.items)], status, detail))
+    def record(self, image: Path, status: str, detail: str = "", count: int | None = None
+               ) -> None:
+        """Record one image's outcome (see :class:`BatchItem`); ``count``: the runner's image
+        count, when its event gives one."""
+        self.items.append(BatchItem(Path(image), status, detail))
+        if count is not None and count >= len(self.items):
+            self.count = count
 
     def progress_text(self) -> str:
         """``"3 / 12"``: the image now running (1-based) over the count; the count when done."""
-        if self.finished:
+        if self.finished or len(self.items) >= self.count:
             return f"{len(self.items)} / {self.count}"
         return f"{len(self.items) + 1} / {self.count}"
 
     def summary(self) -> str:
         """One report for people, e.g. ``"Batch: 3 of 4 done, 1 failed: broken.png (not_an_image:
-        broken.png is not an image …)"``."""
-        done = [i for i in self.items if i.status == "done"]
-        failed = [i for i in self.items if i.status == "failed"]
+        broken.png is not an image …)"``; images an earlier run had done are counted as
+        skipped."""
+        done = [i for i in self.items if i.status == DONE]
+        skipped = [i for i in self.items if i.status == SKIPPED]
+        failed = [i for i in self.items if i.status == FAILED]
         text = f"Batch: {len(done)} of {self.count} done"
+        if skipped:
+            text += f", {len(skipped)} skipped (done by an earlier run)"
         if failed:
             text += f", {len(failed)} failed: " + "; ".join(
                 f"{i.image.name} ({i.detail})" for i in failed)
         if self.cancelled:
-            text += f"; cancelled after {len(self.items)}"
+            text += f"; cancelled after {len(self.items)} (Run Batch again to resume)"
         return text

@@ -212,13 +212,24 @@ class JobSpec:
     guard: GuardSettings = field(default_factory=GuardSettings)
 
     def argv(self, python: str) -> list[str]:
-        """The full command line: ``python -m runner IMAGE -o OUT …``."""
+        """The full command line: ``python -m runner IMAGE -o OUT --trace TRACE …``."""
+        return [python, "-m", "runner", str(self.image), "-o", str(self.output), "--trace",
+                str(self.trace), *self.options()]
+
+    def batch_argv(self, python: str, folder: Path, out_dir: Path) -> list[str]:
+        """``python -m runner batch FOLDER -o OUT_DIR …``: every image of ``folder`` with these
+        settings, resumable through the runner's manifest ``OUT_DIR/manifest.json`` (an image
+        done by an earlier batch with the same settings is skipped). ``image``, ``output`` and
+        ``trace`` are not used."""
+        return [python, "-m", "runner", "batch", str(folder), "-o", str(out_dir),
+                *self.options()]
+
+    def options(self) -> list[str]:
+        """The runner options shared by a single run and a batch."""
         # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
         # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
-        out = [python, "-m", "runner", str(self.image), "-o", str(self.output),
-               "--backend", self.backend, "--seed", str(int(self.seed)),
-               "--texture-size", str(int(self.texture_size)), "--trace", str(self.trace),
-               "--cancel-on-stdin-eof"]
+        out = ["--backend", self.backend, "--seed", str(int(self.seed)),
+               "--texture-size", str(int(self.texture_size)), "--cancel-on-stdin-eof"]
         if self.backend == "pixal3d":
             out += ["--pipeline-type", self.pipeline_type]
             if self.pixal3d_dir.strip():
@@ -226,6 +237,13 @@ class JobSpec:
         if self.overwrite:
             out.append("--overwrite")
         return out + self.guard.argv()
+
+
+def batch_output_dir(output_dir: Path, folder: Path) -> Path:
+    """Where a batch over ``folder`` writes its GLBs, traces and manifest:
+    ``output_dir/<folder name>_meshes`` — one folder per input folder, so running the batch
+    again resumes from its own manifest."""
+    return output_dir / f"{folder.name or 'images'}_meshes"
 
 
 def absolute_folder(text: str) -> str:

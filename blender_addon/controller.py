@@ -41,8 +41,9 @@ class Launch:
 
 
 class Controller:
-    """Holds the running job, its :class:`JobState`, an optional :class:`BatchRun`, and the
-    results. A single module-level instance, :data:`CONTROLLER`, serves the UI."""
+    """Holds the running job (one image, or a whole folder as one ``runner batch``), its
+    :class:`JobState` (the image now running), an optional :class:`BatchRun`, and the results.
+    A single module-level instance, :data:`CONTROLLER`, serves the UI."""
 
     def __init__(self) -> None:
         self.state = JobState()
@@ -51,6 +52,8 @@ class Controller:
         self.launch: Launch | None = None
         self.batch: BatchRun | None = None
         self.batch_summary: str = ""
+        self.batch_item: int | None = None  # the runner's index of the image now running
+        self.batch_stages: list = []
         self.last_object: str = ""
         self.last_trace: str = ""
         self.bad_lines: list[str] = []
@@ -60,56 +63,49 @@ class Controller:
     @property
     def running(self) -> bool:
         """True while a job or a batch is in progress (a runner may be alive)."""
-        return self.job is not None or (self.batch is not None and not self.batch.finished)
+        return self.job is not None
 
     # ------------------------------------------------------------------ starting
     def start_single(self, image: Path, launch: Launch) -> None:
         """Start one run of ``image``. A failure to start is recorded in :attr:`state` (the
         panel shows it) and re-raised as :class:`config.ConfigError` / :class:`SpawnError`."""
-        self.batch = None
-        self.batch_summary = ""
-        self._spawn(image, launch)
-
-    def start_batch(self, folder: Path, images: list[Path], launch: Launch) -> None:
-        """Run ``images`` one after another (results in ``launch.collection``)."""
-        self.batch = BatchRun(folder, images)
-        self.batch_summary = ""
-        self._next_in_batch(launch)
-
-    def _next_in_batch(self, launch: Launch) -> None:
-        while self.batch is not None and not self.batch.finished:
-            image = self.batch.next_image()
-            try:
-                self._spawn(image, launch)
-                return
-            except (config.ConfigError, SpawnError) as exc:
-                self.batch.record("failed", str(exc))
-                if isinstance(exc, SpawnError):
-                    break  # the interpreter itself is unusable: the others would fail the same
-        if self.batch is not None:
-            self.batch_summary = self.batch.summary()
-            notify("INFO", f"Image to Mesh: {self.batch_summary}")
-
-    def _spawn(self, image: Path, launch: Launch) -> None:
-        self.launch = launch
+        self.batch, self.batch_summary = None, ""
         self.state.begin(str(image))
-        self._eof = False
         try:
             glb, trace = config.free_output_paths(launch.output_dir, image.stem)
-            spec = config.JobSpec(image=image, output=glb, trace=trace, **launch.spec_kwargs)
-            job = RunnerProcess(spec.argv(launch.python),
-                                runner_env(launch.runtime, launch.extra_path), cwd=launch.runtime)
-            job.start()
         except config.ConfigError as exc:
             self.state.fail("settings", str(exc))
             raise
+        spec = config.JobSpec(image=image, output=glb, trace=trace, **launch.spec_kwargs)
+        self._spawn(spec.argv(launch.python), spec, launch)
+        self.state.output, self.state.trace = str(glb), str(trace)
+        self.last_trace = str(trace)
+
+    def start_batch(self, folder: Path, count: int, launch: Launch) -> None:
+        """Run every image of ``folder`` (``count`` of them) as one ``runner batch`` job into
+        ``config.batch_output_dir``; its manifest makes a second run resume (images done
+        before are skipped). Results go into ``launch.collection``, after any object already
+        there. Raises like :meth:`start_single`."""
+        self.batch, self.batch_summary = BatchRun(folder, count), ""
+        self.batch_item, self.batch_stages = None, []
+        self.state.begin(str(folder))
+        out = config.batch_output_dir(launch.output_dir, folder)
+        spec = config.JobSpec(image=folder, output=out, trace=out, **launch.spec_kwargs)
+        self._spawn(spec.batch_argv(launch.python, folder, out), spec, launch)
+
+    def _spawn(self, argv: list[str], spec: config.JobSpec, launch: Launch) -> None:
+        self.launch, self._eof = launch, False
+        job = RunnerProcess(argv, runner_env(launch.runtime, launch.extra_path),
+                            cwd=launch.runtime)
+        try:
+            job.start()
         except SpawnError as exc:
             self.state.fail("spawn", str(exc),
                             "Set the runner's Python in the add-on preferences and press Check.")
+            if self.batch is not None:
+                self.batch.ended = True
             raise
         self.spec, self.job = spec, job
-        self.state.output, self.state.trace = str(glb), str(trace)
-        self.last_trace = str(trace)
         if not bpy.app.timers.is_registered(tick):
             bpy.app.timers.register(tick, first_interval=TICK_SECONDS, persistent=True)
 
@@ -136,14 +132,15 @@ class Controller:
 
     # ------------------------------------------------------------------ main-thread work
     def tick(self) -> float | None:
-        """Apply queued events; on the runner's end, import or record the failure and start the
-        next image of a batch. Returns the seconds until the next call, None to stop."""
+        """Apply queued events (a batch's finished images are imported as they come); at the
+        runner's end, import or record the outcome. Returns the seconds until the next call,
+        None to stop."""
         job = self.job
         if job is None:
             return None
         for kind, payload in job.drain():
             if kind == EVENT:
-                self.state.apply(payload)
+                self._event(payload)
             elif kind == BAD_LINE:
                 self.bad_lines.append(str(payload))
                 print(f"Image to Mesh: {payload}")
@@ -153,67 +150,121 @@ class Controller:
         if not self._eof or job.poll() is None:
             return TICK_SECONDS  # still running, or stdout closed and the process exiting
         self._finish_job()
-        if self.batch is not None and not self.batch.finished and self.launch is not None:
-            self._next_in_batch(self.launch)
-        elif self.batch is not None and not self.batch_summary:
-            self.batch_summary = self.batch.summary()
-            notify("INFO", f"Image to Mesh: {self.batch_summary}")
         _redraw()
-        return TICK_SECONDS if self.job is not None else None
+        return None
+
+    def _event(self, ev: dict) -> None:
+        """One event: a single run's go to :attr:`state`; a batch's are routed per image."""
+        if self.batch is None:
+            self.state.apply(ev)
+            return
+        kind = ev.get("event")
+        if kind == "hello":
+            stages = ev.get("stages")
+            self.batch_stages = list(stages) if isinstance(stages, list) else []
+        elif kind == "batch_item":
+            self._batch_item(ev)
+        elif kind == "batch_done":
+            self.batch.ended = True
+        else:
+            self._begin_item(ev.get("item"), ev.get("path"), ev)
+            self.state.apply(ev)
+
+    def _begin_item(self, index, image, ev: dict) -> None:
+        """Reset :attr:`state` for the batch's image ``index`` when it is a new one."""
+        if index is None or index == self.batch_item:
+            return
+        self.batch_item = index
+        self.state.begin(str(image or ""))
+        self.state.apply({"event": "hello", "v": ev.get("v"), "t": ev.get("t"),
+                          "stages": self.batch_stages})
+
+    def _batch_item(self, ev: dict) -> None:
+        """A batch image is finished: import it (done, or skipped but not in the scene yet),
+        record the outcome, say so."""
+        image = Path(str(ev.get("image") or "?"))
+        status, output = ev.get("status"), ev.get("output")
+        self._begin_item(ev.get("index"), image, ev)
+        detail = ""
+        err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
+        if status == "failed" and err.get("kind") == "cancelled":
+            status = "cancelled"  # the runner's manifest says so too (older runners: failed)
+        elif status == "failed":
+            detail = f"{err.get('kind')}: {err.get('message')}"
+            self.state.apply({"v": ev.get("v"), "event": "error", "t": ev.get("t"), **err})
+        elif status in ("done", "skipped") and isinstance(output, str):
+            if status == "done" or not importer.imported(output):
+                self.state.output = output
+                self.state.trace = str(ev.get("trace") or "")
+                self.last_trace = self.state.trace
+                if isinstance(ev.get("peak"), (int, float)):
+                    self.state.peak = ev["peak"]
+                name = self._import_result(image)
+                err = self.state.error or {}
+                status, detail = ((status, name) if name else
+                                  ("failed", f"{err.get('kind')}: {err.get('message')}"))
+        self.batch.record(image, str(status), detail, ev.get("count")
+                          if isinstance(ev.get("count"), int) else None)
 
     def _finish_job(self) -> None:
-        job, spec, launch = self.job, self.spec, self.launch
+        job = self.job
         if job is None:
             return
         rc = job.wait(timeout=10)
         job.close(timeout=1.0)
-        self.state.finish_process(rc, job.stderr_tail())
         self.job = None
-        outcome, detail = "failed", ""
+        if self.batch is not None:
+            self._finish_batch(rc, job)
+            return
+        self.state.finish_process(rc, job.stderr_tail())
         if self.state.status == CANCELLED or job.cancel_requested:
             self.state.mark_cancelled()
-            outcome = "cancelled"
-        elif self.state.status == FAILED:
-            err = self.state.error or {}
-            detail = f"{err.get('kind')}: {err.get('message')}"
-        elif self.state.result is not None and spec is not None and launch is not None:
-            self.state.mark_importing()
-            try:
-                obj = self._import(spec, launch)
-            except (importer.MeshImportError, RuntimeError) as exc:
-                self.state.fail("import_failed", str(exc),
-                                "Open the GLB with File › Import › glTF to see Blender's message.")
-                detail = f"import_failed: {exc}"
-            else:
-                self.state.mark_done()
-                self.last_object = obj.name
-                outcome, detail = "done", obj.name
-                _undo_push(f"Image to Mesh: import {obj.name}")
-        _notify(self.state, detail if outcome == "done" else "")
-        if self.batch is not None and not self.batch.cancelled and outcome != "cancelled":
-            self.batch.record(outcome, detail)
+        elif self.state.result is not None:
+            self._import_result(Path(self.spec.image))
+        _notify(self.state, self.last_object)
 
-    def _import(self, spec: config.JobSpec, launch: Launch) -> bpy.types.Object:
-        with importer.window_context():
-            return self._import_in_window(spec, launch)
+    def _finish_batch(self, rc: int | None, job: RunnerProcess) -> None:
+        batch = self.batch
+        if job.cancel_requested:
+            batch.cancelled = True
+            self.state.mark_cancelled()
+        elif not batch.ended:  # the runner died without batch_done
+            self.state.finish_process(rc, job.stderr_tail())
+        batch.ended = True
+        self.batch_summary = batch.summary()
+        notify("WARNING" if batch.cancelled else "INFO", f"Image to Mesh: {self.batch_summary}")
 
-    def _import_in_window(self, spec: config.JobSpec, launch: Launch) -> bpy.types.Object:
+    def _import_result(self, image: Path) -> str:
+        """Import the finished GLB of :attr:`state` (its object named like the GLB, placed at
+        the cursor, or in a batch after the objects already in the batch's collection), push
+        one undo step for it, and return the object's name; "" when the import failed (the
+        state says why)."""
+        spec, launch = self.spec, self.launch
+        self.state.mark_importing()
+        meta = {"backend": spec.backend, "seed": spec.seed, "peak": self.state.peak,
+                "trace": self.state.trace, "image": str(image)}
+        try:
+            with importer.window_context():
+                obj = importer.import_glb(self.state.output, Path(self.state.output).stem,
+                                          launch.location, self._collection(), meta,
+                                          after_existing=self.batch is not None)
+        except (importer.MeshImportError, RuntimeError) as exc:
+            self.state.fail("import_failed", str(exc),
+                            "Open the GLB with File › Import › glTF to see Blender's message.")
+            return ""
+        self.state.mark_done()
+        self.last_object = obj.name
+        _undo_push(f"Image to Mesh: import {obj.name}")
+        if self.batch is not None:
+            _notify(self.state, obj.name)
+        return obj.name
+
+    def _collection(self) -> bpy.types.Collection:
         scene = bpy.context.scene
         root = importer.ensure_collection(scene)
-        coll = root if launch.collection == importer.ROOT_COLLECTION else \
-            importer.ensure_collection(scene, launch.collection, parent=root)
-        location = list(launch.location)
-        if self.batch is not None:
-            # Side by side along X, 1.5 m apart, so a batch's results do not overlap; only the
-            # objects already imported count, so the first success is at the cursor even after
-            # failed images.
-            location[0] += 1.5 * sum(1 for i in self.batch.items if i.status == "done")
-        meta = {"backend": spec.backend, "seed": spec.seed, "peak": self.state.peak,
-                "trace": self.state.trace, "image": str(spec.image)}
-        # Named like its GLB (goblin_2.glb → goblin_2), so a later run of the same image can be
-        # told apart from the first and matched with its file and trace.
-        return importer.import_glb(self.state.output, Path(self.state.output).stem, location,
-                                   coll, meta)
+        name = self.launch.collection
+        return root if name == importer.ROOT_COLLECTION else \
+            importer.ensure_collection(scene, name, parent=root)
 
 
 def _redraw(wm=None) -> int:

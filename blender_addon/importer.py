@@ -14,9 +14,17 @@ import bpy
 ROOT_COLLECTION = "Image to Mesh"
 
 #: Custom property names set on the imported object.
-PROP_BACKEND, PROP_SEED, PROP_PEAK, PROP_TRACE, PROP_IMAGE = (
+PROP_BACKEND, PROP_SEED, PROP_PEAK, PROP_TRACE, PROP_IMAGE, PROP_GLB = (
     "image_to_mesh_backend", "image_to_mesh_seed", "image_to_mesh_peak_footprint",
-    "image_to_mesh_trace", "image_to_mesh_image")
+    "image_to_mesh_trace", "image_to_mesh_image", "image_to_mesh_glb")
+#: metres between the objects of a batch, side by side along X
+BATCH_SPACING = 1.5
+
+
+def imported(glb: str | Path) -> bool:
+    """True when an object of the open file was imported from ``glb`` (its ``PROP_GLB``)."""
+    glb = str(glb)
+    return any(o.get(PROP_GLB) == glb for o in bpy.data.objects)
 
 
 class MeshImportError(RuntimeError):
@@ -96,14 +104,17 @@ def window_context():
 
 
 def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Collection,
-               metadata: dict) -> bpy.types.Object:
+               metadata: dict, after_existing: bool = False) -> bpy.types.Object:
     """Import ``glb`` and return the one mesh object made from it.
 
     ``name``: object and mesh name (the image's stem); ``location``: 3 floats in metres (world
     space); ``collection``: where the object ends up (it is unlinked from any other);
     ``metadata``: keys ``backend`` (str), ``seed`` (int), ``peak`` (bytes or None), ``trace``
     (path str), ``image`` (path str) → custom properties (``PROP_*``; the peak is stored as a
-    float because Blender's integer properties are 32-bit).
+    float because Blender's integer properties are 32-bit; ``PROP_GLB`` records ``glb``).
+    ``after_existing``: place it :data:`BATCH_SPACING` metres along X after each mesh object
+    already in ``collection`` (a batch's results side by side, a resumed batch after the
+    first run's).
 
     Several mesh objects in one GLB are joined into one. Raises :class:`MeshImportError` when
     the file is missing or holds no mesh (anything the import created is removed again).
@@ -140,10 +151,14 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     obj.name = name
     obj.data.name = name
     name_materials(obj, name)
+    location = list(location)
+    if after_existing:
+        location[0] += BATCH_SPACING * sum(1 for o in collection.objects if o.type == "MESH")
     for c in list(obj.users_collection):
         c.objects.unlink(obj)
     collection.objects.link(obj)
     obj.location = tuple(location)
+    obj[PROP_GLB] = str(glb)
     obj[PROP_BACKEND] = str(metadata.get("backend", ""))
     obj[PROP_SEED] = int(metadata.get("seed", 0))
     peak = metadata.get("peak")

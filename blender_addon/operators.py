@@ -102,9 +102,11 @@ class IMAGE_TO_MESH_OT_cancel(bpy.types.Operator):
 
 
 class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
-    """Run every image of the batch folder, one after another; failures do not stop the rest"""
+    """Run every image of the batch folder, one after another; failures do not stop the rest.
+    Running it again resumes: images already done with the same settings are skipped"""
     bl_idname = "image_to_mesh.batch"
     bl_label = "Run Batch"
+    bl_options = {"REGISTER", "UNDO"}  # each imported object then pushes its own undo step
 
     def execute(self, context):
         s = context.scene.image_to_mesh
@@ -117,7 +119,11 @@ class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
         except config.ConfigError as exc:
             CONTROLLER.batch, CONTROLLER.batch_summary = None, ""
             return _refuse(self, str(exc))
-        CONTROLLER.start_batch(folder, images, launch)  # failures are recorded per image
+        try:
+            CONTROLLER.start_batch(folder, len(images), launch)  # failures: per image
+        except SpawnError as exc:  # already recorded in the state
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
         self.report({"INFO"}, f"Batch of {len(images)} images started")
         return {"FINISHED"}
 

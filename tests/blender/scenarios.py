@@ -192,12 +192,16 @@ def sc_generate(zip_path, work, image):
     facts["result"] = sorted(result)
     facts["timer_registered"] = bpy.app.timers.is_registered(ctl.tick)
     facts["running_after_start"] = ctl.CONTROLLER.running
+    # Record what the panel would show after every event, and every status the job takes
+    # (JobState.history, appended where the status changes) — transitions, not samples of a
+    # timer, so a fast step (importing) cannot be missed under load.
     seen = {"statuses": [], "progress": [], "rows": [], "memory_texts": 0}
+    state = ctl.CONTROLLER.state
+    apply = state.apply
 
-    def look():
-        v = ctl.CONTROLLER.state.view()
-        if not seen["statuses"] or seen["statuses"][-1] != v.status:
-            seen["statuses"].append(v.status)
+    def recording_apply(ev):
+        apply(ev)
+        v = state.view()
         if not seen["progress"] or seen["progress"][-1] != v.progress:
             seen["progress"].append(v.progress)
         rows = [r[1] for r in v.stage_rows]
@@ -205,8 +209,11 @@ def sc_generate(zip_path, work, image):
             seen["rows"].append(rows)
         seen["memory_texts"] += bool(v.memory_text)
 
-    facts["finished"] = drive(120, look)
-    look()
+    state.apply = recording_apply
+    facts["finished"] = drive(120)
+    del state.apply
+    seen["statuses"] = list(state.history)
+    seen["progress"].append(state.view().progress)
     view = ctl.CONTROLLER.state.view()
     facts["final"] = {"status": view.status, "error": view.error_text, "hint": view.hint_text,
                       "result_text": view.result_text, "progress": view.progress}
@@ -413,21 +420,41 @@ def sc_batch(zip_path, work, folder):
     before = set(o.name for o in bpy.data.objects)
     facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
     ctl = mod("controller")
-    progress = []
-
-    def look():
-        b = ctl.CONTROLLER.batch
-        if b is not None and (not progress or progress[-1] != b.progress_text()):
-            progress.append(b.progress_text())
-
-    facts["finished"] = drive(240, look)
-    look()
-    facts["progress_texts"] = progress
+    facts["finished"] = drive(240)
+    facts["items"] = [[i.image.name, i.status] for i in ctl.CONTROLLER.batch.items]
+    facts["progress_text"] = ctl.CONTROLLER.batch.progress_text()
     facts["summary"] = ctl.CONTROLLER.batch_summary
     new = [o for o in bpy.data.objects if o.name not in before]
     facts["new_objects"] = [object_facts(o) for o in new]
     root = bpy.data.collections.get("Image to Mesh")
     facts["root_children"] = [c.name for c in root.children] if root else None
+    facts["children_alive"] = descendant_pids()
+    verdict(**facts)
+
+
+def sc_batch_resume(zip_path, work, folder):
+    """Cancel a batch after its first import, then Run Batch again: the runner's manifest
+    skips the finished image, the rest run, and the new objects go after the existing one."""
+    facts = install(zip_path, work)
+    addon_prefs().output_dir = str(work / "out")
+    s = settings("", texture="512")
+    s.batch_folder = folder
+    bpy.context.scene.cursor.location = (0.0, 0.0, 0.0)
+    ctl = mod("controller").CONTROLLER
+    facts["first"] = sorted(bpy.ops.image_to_mesh.batch())
+    facts["first_finished"] = drive(240, on_tick=lambda: ctl.batch.items and ctl.running
+                                      and ctl.cancel())
+    facts["first_items"] = [[i.image.name, i.status] for i in ctl.batch.items]
+    facts["first_summary"] = ctl.batch_summary
+    facts["after_first"] = {o.name: list(o.location) for o in bpy.data.objects
+                            if "image_to_mesh_glb" in o}
+    facts["second"] = sorted(bpy.ops.image_to_mesh.batch())
+    facts["second_finished"] = drive(240)
+    facts["second_items"] = [[i.image.name, i.status] for i in ctl.batch.items]
+    facts["second_summary"] = ctl.batch_summary
+    facts["after_second"] = {o.name: list(o.location) for o in bpy.data.objects
+                             if "image_to_mesh_glb" in o}
+    facts["outputs"] = sorted(p.name for p in (work / "out").rglob("*.glb"))
     facts["children_alive"] = descendant_pids()
     verdict(**facts)
 

@@ -252,7 +252,8 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(2000))
     v = scenario("batch", built_zip, tmp_path, str(folder), timeout=300)
     assert v["result"] == ["FINISHED"] and v["finished"]
-    assert v["progress_texts"] == ["1 / 4", "2 / 4", "3 / 4", "4 / 4"]
+    assert v["progress_text"] == "4 / 4"
+    assert [i[1] for i in v["items"]] == ["failed", "done", "done", "done"], v["items"]
     assert sorted(o["name"] for o in v["new_objects"]) == sorted(stems)
     assert all(o["collections"] == ["Batch batch"] for o in v["new_objects"])
     assert all(o["base_color_image_size"] == [512, 512] for o in v["new_objects"])
@@ -266,6 +267,35 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
     assert v["root_children"] == ["Batch batch"]
     assert v["summary"].startswith("Batch: 3 of 4 done, 1 failed: broken.png (")
     assert "not_an_image" in v["summary"] or "image_truncated" in v["summary"]
+    assert v["children_alive"] == []
+
+
+@pytest.mark.slow
+def test_batch_cancel_then_resume_skips_what_was_done(built_zip, tmp_path, shared_images):
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    stems = ["typical_humanoid_dwarf", "typical_humanoid_goblin", "typical_humanoid_mech"]
+    for stem in stems:
+        src = Path(image(shared_images, stem))
+        shutil.copy(src, folder / src.name)
+    v = scenario("batch_resume", built_zip, tmp_path, str(folder), timeout=400)
+    assert v["first"] == ["FINISHED"] and v["first_finished"]
+    first = [name for name, status in v["first_items"] if status == "done"]
+    assert len(first) == 1 and v["first_items"][-1][1] in ("done", "cancelled"), v["first_items"]
+    assert "cancelled" in v["first_summary"] and "Run Batch again" in v["first_summary"]
+    assert list(v["after_first"]) == [Path(first[0]).stem]
+    assert v["after_first"][Path(first[0]).stem] == pytest.approx([0, 0, 0])
+    # The second run resumes through the runner's manifest: the finished image is skipped
+    # (not redone), the others run, and their objects are placed after the existing one.
+    assert v["second"] == ["FINISHED"] and v["second_finished"]
+    statuses = dict(v["second_items"])
+    assert statuses[first[0]] == "skipped" and sorted(statuses.values()).count("done") == 2
+    assert "1 skipped (done by an earlier run)" in v["second_summary"]
+    assert sorted(v["after_second"]) == sorted(stems)  # three objects, none twice
+    xs = sorted(loc[0] for loc in v["after_second"].values())
+    assert xs == pytest.approx([0.0, 1.5, 3.0])  # side by side, never on top of each other
+    assert v["after_second"][Path(first[0]).stem] == pytest.approx([0, 0, 0])
+    assert sorted(v["outputs"]) == sorted(f"{s}.glb" for s in stems)
     assert v["children_alive"] == []
 
 
