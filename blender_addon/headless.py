@@ -364,6 +364,48 @@ def check_output_clashes(ns) -> None:
                               "file name.", _exit("usage"))
 
 
+def import_into_scene(ns, glb: Path, trace: Path, st):
+    """A fresh empty scene holding the GLB's object (collection "Image to Mesh", custom
+    properties from ``st``, the runner's final ``JobState``) framed for the preview; returns
+    the object. Raises :class:`Failure` when the mesh cannot be imported."""
+    import bpy  # heavy: only once there is a mesh to import
+    import mathutils
+
+    importer = importlib.import_module(f"{PACKAGE_DIR.name}.importer")
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    coll = importer.ensure_collection(bpy.context.scene)
+    meta = {"backend": ns.backend, "seed": ns.seed, "peak": st.peak,
+            "trace": str(trace) if ns.glb or ns.trace else "", "image": str(ns.image)}
+    try:
+        obj = importer.import_glb(glb, ns.image.stem, (0.0, 0.0, 0.0), coll, meta)
+    except importer.MeshImportError as exc:
+        raise Failure(str(exc)) from None
+    setup_preview(obj, ns.resolution, bpy, mathutils)
+    return obj
+
+
+def save_outputs(ns, written: list[Path]) -> None:
+    """Write ``--blend`` and ``--preview`` from the open scene, appending each to ``written``
+    once it is complete. Raises :class:`Failure` for a failed render."""
+    import bpy
+
+    if ns.blend:
+        # No "OUT.blend1" backup next to the requested file when --overwrite replaces it.
+        paths = bpy.context.preferences.filepaths
+        versions, paths.save_version = paths.save_version, 0
+        try:
+            bpy.ops.wm.save_as_mainfile(filepath=str(ns.blend), check_existing=False,
+                                        compress=True)
+        finally:
+            paths.save_version = versions
+        written.append(ns.blend)
+        print(f"{PREFIX}: saved {ns.blend}", file=sys.stderr)
+    if ns.preview:
+        render_preview(bpy.context.scene, ns.preview, bpy)
+        written.append(ns.preview)
+        print(f"{PREFIX}: rendered {ns.preview}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the whole headless job; returns the exit status (see the module docstring).
 
@@ -407,34 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             if ns.glb:
                 written.append(ns.glb)
 
-            import bpy  # heavy: only once there is a mesh to import
-            import mathutils
-
-            importer = importlib.import_module(f"{PACKAGE_DIR.name}.importer")
-            bpy.ops.wm.read_factory_settings(use_empty=True)
-            coll = importer.ensure_collection(bpy.context.scene)
-            meta = {"backend": ns.backend, "seed": ns.seed, "peak": st.peak,
-                    "trace": str(trace) if ns.glb or ns.trace else "", "image": str(ns.image)}
-            try:
-                obj = importer.import_glb(glb, ns.image.stem, (0.0, 0.0, 0.0), coll, meta)
-            except importer.MeshImportError as exc:
-                raise Failure(str(exc)) from None
-            setup_preview(obj, ns.resolution, bpy, mathutils)
-            if ns.blend:
-                # No "OUT.blend1" backup next to the requested file when --overwrite replaces it.
-                paths = bpy.context.preferences.filepaths
-                versions, paths.save_version = paths.save_version, 0
-                try:
-                    bpy.ops.wm.save_as_mainfile(filepath=str(ns.blend), check_existing=False,
-                                                compress=True)
-                finally:
-                    paths.save_version = versions
-                written.append(ns.blend)
-                print(f"{PREFIX}: saved {ns.blend}", file=sys.stderr)
-            if ns.preview:
-                render_preview(bpy.context.scene, ns.preview, bpy)
-                written.append(ns.preview)
-                print(f"{PREFIX}: rendered {ns.preview}", file=sys.stderr)
+            obj = import_into_scene(ns, glb, trace, st)
+            save_outputs(ns, written)
             if ns.glb:
                 print(f"{PREFIX}: wrote {ns.glb}", file=sys.stderr)
             print(f"{PREFIX}: done: {obj.name}, peak footprint "

@@ -191,5 +191,6 @@ class IMAGE_TO_MESH_OT_notify(bpy.types.Operator):
         return {"FINISHED"}
 
 
-CLASSES = (IMAGE_TO_MESH_OT_notify, IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_cancel, IMAGE_TO_MESH_OT_batch,
+CLASSES = (IMAGE_TO_MESH_OT_notify, IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_cancel,
+           IMAGE_TO_MESH_OT_batch,
            IMAGE_TO_MESH_OT_open_chart)

@@ -72,6 +72,16 @@ def scenario(name: str, zip_path: Path, work: Path, *args: str, timeout: float =
     return facts
 
 
+def batch_folder(tmp_path, shared_images, stems) -> Path:
+    """``tmp_path/batch`` holding a copy of each test image named in ``stems``."""
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    for stem in stems:
+        src = Path(image(shared_images, stem))
+        shutil.copy(src, folder / src.name)
+    return folder
+
+
 def image(shared_images, stem):
     return str(next(p for p in shared_images if p.stem == stem))
 
@@ -240,12 +250,8 @@ def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images, bpy_p
 
 @pytest.mark.slow
 def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images):
-    folder = tmp_path / "batch"
-    folder.mkdir()
     stems = ["typical_humanoid_goblin", "typical_humanoid_dwarf", "goblin_on_white"]
-    for stem in stems:
-        src = Path(image(shared_images, stem))
-        shutil.copy(src, folder / src.name)
+    folder = batch_folder(tmp_path, shared_images, stems)
     # A non-ASCII name with spaces travels through the command line, the GLB and the import.
     (folder / "goblin_on_white.jpg").rename(folder / "gobelin sur blanc é.jpg")
     stems[2] = "gobelin sur blanc é"
@@ -272,12 +278,8 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
 
 @pytest.mark.slow
 def test_batch_cancel_then_resume_skips_what_was_done(built_zip, tmp_path, shared_images):
-    folder = tmp_path / "batch"
-    folder.mkdir()
     stems = ["typical_humanoid_dwarf", "typical_humanoid_goblin", "typical_humanoid_mech"]
-    for stem in stems:
-        src = Path(image(shared_images, stem))
-        shutil.copy(src, folder / src.name)
+    folder = batch_folder(tmp_path, shared_images, stems)
     v = scenario("batch_resume", built_zip, tmp_path, str(folder), timeout=400)
     assert v["first"] == ["FINISHED"] and v["first_finished"]
     first = [name for name, status in v["first_items"] if status == "done"]
