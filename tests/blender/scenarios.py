@@ -157,6 +157,12 @@ def sc_register(zip_path, work):
     site = mod("preferences").wheel_site_packages()
     facts["wheel_site_entries"] = sorted(os.listdir(site)) if site else None
     facts["output_dir"] = str(mod("preferences").output_dir(addon_prefs()))
+    # The timer's redraw tags only the sidebar (UI) region of each 3D View (real screen data:
+    # the bpy module keeps the factory window, though it never draws it).
+    areas = [a for w in bpy.context.window_manager.windows for a in w.screen.areas]
+    facts["redraw_tagged"] = mod("controller")._redraw()
+    facts["view3d_areas"] = sum(a.type == "VIEW_3D" for a in areas)
+    facts["regions_per_view3d"] = [len(a.regions) for a in areas if a.type == "VIEW_3D"]
     facts["torch_in_blender"] = "torch" in sys.modules
     facts["runner_in_blender"] = any(m == "runner" or m.startswith(("runner.", "stageload"))
                                      for m in sys.modules)

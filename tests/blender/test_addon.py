@@ -112,6 +112,9 @@ def test_zip_installs_registers_and_unregisters(built_zip, tmp_path, bpy_python)
     # Output defaults to a folder uninstalling never deletes: ~/Image to Mesh (no Documents).
     assert v["output_dir"] == str(tmp_path / "home" / "Image to Mesh")
     assert not v["torch_in_blender"] and not v["runner_in_blender"]
+    # one region (the sidebar) per 3D View is redrawn, out of the several each View has
+    assert v["view3d_areas"] >= 1 and v["redraw_tagged"] == v["view3d_areas"]
+    assert all(n > 1 for n in v["regions_per_view3d"]), v["regions_per_view3d"]
     assert v["disable_result"] == ["FINISHED"]
     assert v["after_disable"] == {"enabled": False, "panel": False, "ops": [],
                                   "scene_settings": False}

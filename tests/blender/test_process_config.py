@@ -195,15 +195,21 @@ def test_free_output_paths_never_reuse_a_name(tmp_path):
 
 
 def test_batch_bookkeeping(tmp_path):
-    imgs = [tmp_path / f"{n}.png" for n in ("a", "b", "c")]
-    b = BatchRun(tmp_path, imgs)
-    assert b.progress_text() == "1 / 3" and b.next_image() == imgs[0]
-    b.record("done", "a")
-    b.record("failed", "not_an_image: b.png is not an image")
-    assert b.progress_text() == "3 / 3" and b.next_image() == imgs[2]
-    b.record("done", "c")
-    assert b.finished and b.next_image() is None
-    assert b.summary() == "Batch: 2 of 3 done, 1 failed: b.png (not_an_image: b.png is not an image)"
+    b = BatchRun(tmp_path, 4)
+    assert b.progress_text() == "1 / 4" and not b.finished
+    b.record(tmp_path / "a.png", "skipped", count=4)
+    b.record(tmp_path / "b.png", "failed", "not_an_image: b.png is not an image")
+    assert b.progress_text() == "3 / 4"
+    b.record(tmp_path / "c.png", "done", "c")
+    b.record(tmp_path / "d.png", "done", "d", count=4)
+    b.ended = True
+    assert b.finished and b.progress_text() == "4 / 4"
+    assert b.summary() == ("Batch: 2 of 4 done, 1 skipped (done by an earlier run), 1 failed: "
+                           "b.png (not_an_image: b.png is not an image)")
+    c = BatchRun(tmp_path, 3)
+    c.record(tmp_path / "a.png", "done", "a")
+    c.cancelled = True
+    assert c.finished and c.summary().endswith("; cancelled after 1 (Run Batch again to resume)")
     assert config.list_images(tmp_path) == []
     with pytest.raises(config.ConfigError, match="Batch folder not found"):
         config.list_images(tmp_path / "nope")
@@ -226,6 +232,19 @@ def test_job_command_line_parses_with_the_runner_parser(tmp_path):
     assert ns.texture_size == 2048 and ns.pipeline_type == "1536_cascade" and ns.overwrite
     assert ns.pixal3d_dir == os.path.expanduser("~/Pixal3D-mac")
     assert ns.guard_wait_free.percent == 40
+
+
+def test_batch_command_line_parses_with_the_runners_batch_parser(tmp_path):
+    from runner.batch import build_parser
+
+    spec = config.JobSpec(image=tmp_path, output=tmp_path, trace=tmp_path, seed=3,
+                          texture_size=512)
+    out = config.batch_output_dir(tmp_path / "out", tmp_path / "my art")
+    assert out == tmp_path / "out" / "my art_meshes"
+    argv = spec.batch_argv("/py", tmp_path / "my art", out)
+    assert argv[:4] == ["/py", "-m", "runner", "batch"]
+    ns = build_parser().parse_args(argv[4:])
+    assert ns.seed == 3 and ns.texture_size == 512 and ns.cancel_on_stdin_eof
 
 
 def test_check_summary_from_the_real_runner(tmp_path):

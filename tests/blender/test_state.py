@@ -136,3 +136,18 @@ def test_unknown_events_and_fields_are_ignored():
               "new_field": True})
     assert st.unknown_events == 1
     assert [r[:2] for r in st.view(now=3.0).stage_rows] == [("bake", "running")]
+
+
+def test_the_bar_says_starting_until_the_first_stage():
+    """No blank bar between spawn (or the guard's admission) and the first stage."""
+    st = JobState()
+    st.begin("a.png", now=0.0)
+    assert st.view(now=0.1).progress_text == "starting…"
+    st.apply({"v": 1, "event": "hello", "t": 0.2, "stages": ["matte", "shape"]})
+    assert st.view(now=0.3).progress_text == "starting…"
+    st.apply({"v": 1, "event": "guard", "t": 0.4, "state": "started", "reason": "room",
+              "readings": {"available": 2**30, "total": 2**31}})
+    assert st.status == "running" and st.view(now=0.5).progress_text == "starting…"
+    st.apply({"v": 1, "event": "stage", "t": 0.6, "stage": "matte", "index": 0, "count": 2})
+    assert st.view(now=0.7).progress_text == "matte (1/2) 0 %"
+    assert st.history == ["starting", "running"]
