@@ -97,6 +97,8 @@ class VIEW3D_PT_image_to_mesh(bpy.types.Panel):
                 _wrap(sub, view.error_text, "ERROR", 44)
             if view.hint_text:
                 _wrap(box, view.hint_text, "QUESTION", 44)
+            if view.note_text:  # the runner speaks a newer protocol than this add-on
+                _wrap(box, view.note_text, "ERROR", 44)
         layout.operator(IMAGE_TO_MESH_OT_open_chart.bl_idname, icon="GRAPH")
 
         box = layout.box()

@@ -592,6 +592,8 @@ def sc_draw(zip_path, work, fixture):
     ctl.state.mark_done()
     ctl.batch_summary = "Batch: 3 of 4 done, 1 failed: broken.png (not_an_image: …)"
     draw_panel("done")
+    ctl.state.apply({"v": 99, "event": "memory", "t": events[-1]["t"], "footprint": 1})
+    draw_panel("newer_protocol")
     addon_prefs().python = "/no/such/python"
     draw_panel("bad_python")
     plog = []

@@ -391,6 +391,7 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     assert ["progress", 1.0, "done"] in draws["done"]
     assert any("in 4.4 s, peak 360.5 MiB" in l for l in labels("done")), labels("done")
     assert "Batch: 3 of 4 done, 1 failed: broken.png" in labels("done")
+    assert "The runner speaks protocol version 99; this" in labels("newer_protocol")
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
         "python", "pixal3d_dir", "output_dir", "wait_free_percent", "kill_free_percent",
