@@ -9,9 +9,8 @@ PY := $(VENV)/bin/python
 # installed) runs there. Python 3.11, like Blender 5.0.
 BPY5 := bpy==5.0.1
 VENV_BPY5 := .venv-bpy5
-# The extension's wheels for this machine's platform (blender_addon/wheels.txt); `make build`
-# fetches every platform's.
-HOST_PLATFORM ?= linux-x64
+# The extension's wheels for this machine's platform (blender_addon/wheels.txt; the tests build
+# and install this platform's zip); `make build` fetches every platform's.
 DEMO_IMAGE ?= examples/goblin.png
 DEMO_OUT ?= out/demo
 
@@ -34,15 +33,15 @@ $(VENV_BPY5)/.installed:
 
 setup-bpy5: $(VENV_BPY5)/.installed
 
-.wheels/$(HOST_PLATFORM)/.fetched: blender_addon/wheels.txt | $(VENV)/.installed
-	$(PY) -m blender_addon.wheels --platform $(HOST_PLATFORM)
+.wheels/.host-fetched: blender_addon/wheels.txt | $(VENV)/.installed
+	$(PY) -m blender_addon.wheels --platform host
 	touch $@
 
 wheels: setup
 	$(PY) -m blender_addon.wheels
 
 # IMAGE_TO_MESH_REQUIRE_BPY5: the bpy 5 tests fail (not skip) when that venv is missing.
-test: setup setup-bpy5 .wheels/$(HOST_PLATFORM)/.fetched
+test: setup setup-bpy5 .wheels/.host-fetched
 	IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q
 
 build: wheels

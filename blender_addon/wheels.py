@@ -36,6 +36,20 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
 }
 
 
+def host_platform() -> str:
+    """This machine's Blender platform name (a key of :data:`PLATFORMS`). Raises
+    :class:`WheelError` on a platform the extension has no wheels for."""
+    import platform as _platform
+
+    machine = _platform.machine().lower()
+    name = {("linux", "x86_64"): "linux-x64", ("darwin", "arm64"): "macos-arm64",
+            ("win32", "amd64"): "windows-x64"}.get((sys.platform, machine))
+    if name is None:
+        raise WheelError(f"no wheels for this platform ({sys.platform} {machine}); the "
+                         f"extension is built for {', '.join(PLATFORMS)}")
+    return name
+
+
 class WheelError(RuntimeError):
     """A wheel is missing or cannot be fetched; the message says what to run."""
 
@@ -107,12 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: ``--platform P`` (repeatable; default every platform). Prints the wheels."""
     ap = argparse.ArgumentParser(prog="python -m blender_addon.wheels",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--platform", action="append", choices=sorted(PLATFORMS),
-                    help="Blender platform name (default: all of them)")
+    ap.add_argument("--platform", action="append", choices=sorted(PLATFORMS) + ["host"],
+                    help="Blender platform name, or host for this machine's (default: all)")
     ap.add_argument("--cache", type=Path, default=CACHE, help="wheel folder (default .wheels)")
     ns = ap.parse_args(argv)
     try:
         for platform in ns.platform or list(PLATFORMS):
+            platform = host_platform() if platform == "host" else platform
             for f in download(platform, ns.cache):
                 print(f"{platform}\t{f.name}\t{f.stat().st_size}")
     except WheelError as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from blender_addon import wheels
 from blender_addon.state import human_bytes
 
 pytestmark = pytest.mark.blender
@@ -27,7 +28,7 @@ REPO = HERE.parents[1]
 PY = sys.executable
 
 
-HOST_PLATFORM = "linux-x64"  # the test machine; the zip for it carries Linux wheels
+HOST_PLATFORM = wheels.host_platform()  # the zip installed here carries this machine's wheels
 BPY5_PYTHON = REPO / ".venv-bpy5" / "bin" / "python"
 """A virtual environment holding only ``bpy`` 5.x (and what pip installs with it: NumPy …),
 made by ``make setup-bpy5``: the newest Blender, and the zero-setup check (no torch, SciPy,
