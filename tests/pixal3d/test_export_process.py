@@ -124,3 +124,45 @@ def test_sigkill_of_the_supervisor_during_export_leaves_no_process_and_the_next_
     nxt = _run([rgb_image, "-o", tmp_path / "next.glb"], env, repo_root)
     assert nxt.returncode == 0, nxt.stderr[-2000:]
     assert _job_dirs(tmp_path) == [] and "left by a runner that was killed" in nxt.stderr
+
+
+@pytest.mark.slow
+def test_cancel_during_export_stops_the_export_process_and_removes_the_job_folder(
+        standin_dir, env, rgb_image, tmp_path, repo_root):
+    out = tmp_path / "cancelled.glb"
+    sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
+                            "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
+                            "--texture-size", "512"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, cwd=repo_root,
+                           env={**env, "PIXAL3D_STANDIN_EXPORT_SCALE": "0.002"})
+    events: list[dict] = []
+    reader = threading.Thread(target=_read_events, args=(sup.stdout, events), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any(e.get("parent") == "export" and e.get("stage") == "remesh" for e in events):
+        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
+        time.sleep(0.05)
+    family = psutil.Process(sup.pid).children(recursive=True)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(timeout=60) == 130
+    reader.join(timeout=10)
+    assert events[-1]["event"] == "error" and events[-1]["kind"] == "cancelled"
+    gone, alive = psutil.wait_procs(family, timeout=15)
+    assert not alive and not out.exists() and _job_dirs(tmp_path) == []
+
+
+def test_export_admission_uses_the_export_peak_of_the_need_from_trace(tmp_path):
+    from stageload.guard import GuardConfig
+    from runner.jobrun import export_need
+
+    trace = tmp_path / "earlier.jsonl"
+    rows = [{"event": "stage", "t": 0.0, "stage": "decode", "index": 0, "count": 2},
+            {"event": "ready", "t": 0.1, "stage": "decode", "seconds": 0.1, "released_bytes": 0},
+            {"event": "sample", "t": 0.5, "footprint": 9_000_000_000},
+            {"event": "stage", "t": 1.0, "stage": "export", "index": 1, "count": 2},
+            {"event": "ready", "t": 1.1, "stage": "export", "seconds": 0.1, "released_bytes": 0},
+            {"event": "sample", "t": 1.5, "footprint": 3_000_000_000}]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert export_need(GuardConfig(need=9_000_000_000, need_source=str(trace))) == 3_000_000_000
+    assert export_need(GuardConfig(need=5)) == 5
+    assert export_need(GuardConfig()) is None
