@@ -190,12 +190,17 @@ class JobRun:
         except ValueError as exc:  # stageload.guard.ConfigError, e.g. --log cannot be opened
             raise RunnerError("usage", str(exc)) from None
         self.cancel.listeners.append(self._on_cancel)
+        self._wait_for_admission("")
+
+    def _wait_for_admission(self, what: str) -> None:
+        """The guard's admission wait; ``what`` (e.g. " the export") names what waits in the
+        messages. Raises ``RunnerError`` (``cancelled`` / ``guard_timeout``)."""
         admitted = self.guard.wait_for_admission()
         if self.cancel:
-            raise cancel_error(self.cancel, "while waiting for the guard's admission")
+            raise cancel_error(self.cancel, f"while waiting for the guard's admission{what}")
         if not admitted:
-            raise RunnerError("guard_timeout", "The guard did not find room to start within "
-                              f"{self.guard_config.start_timeout:g} s.")
+            raise RunnerError("guard_timeout", f"The guard did not find room to start{what} "
+                              f"within {self.guard_config.start_timeout:g} s.")
 
     def _on_cancel(self, reason: str) -> None:
         self.guard.cancel()
@@ -247,12 +252,7 @@ class JobRun:
         from dataclasses import replace
 
         self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
-        admitted = self.guard.wait_for_admission()
-        if self.cancel:
-            raise cancel_error(self.cancel, "while waiting for the guard's admission of the export")
-        if not admitted:
-            raise RunnerError("guard_timeout", "The guard did not find room to start the export "
-                              f"within {self.guard_config.start_timeout:g} s.")
+        self._wait_for_admission(" the export")
         payload = {**self._payload(), "stage": "export", "handover": handover}
         child = Child(self, "export")
         try:

@@ -98,21 +98,29 @@ def _read_events(stream, events):
             pass
 
 
-@pytest.mark.slow
-def test_sigkill_of_the_supervisor_during_export_leaves_no_process_and_the_next_run_cleans(
-        standin_dir, env, rgb_image, tmp_path, repo_root):
-    out = tmp_path / "killed.glb"
+def _start_until_export_remeshes(standin_dir, env, rgb_image, out, repo_root):
+    """The runner on the stand-in, returned once the export process reports ``remesh``:
+    (supervisor Popen, its events so far (a list a thread keeps filling), the reader thread)."""
     sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
                             "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
                             "--texture-size", "512"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, cwd=repo_root,
                            env={**env, "PIXAL3D_STANDIN_EXPORT_SCALE": "0.002"})
     events: list[dict] = []
-    threading.Thread(target=_read_events, args=(sup.stdout, events), daemon=True).start()
+    reader = threading.Thread(target=_read_events, args=(sup.stdout, events), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 300
     while not any(e.get("parent") == "export" and e.get("stage") == "remesh" for e in events):
         assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
         time.sleep(0.05)
+    return sup, events, reader
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_supervisor_during_export_leaves_no_process_and_the_next_run_cleans(
+        standin_dir, env, rgb_image, tmp_path, repo_root):
+    out = tmp_path / "killed.glb"
+    sup, _events, _reader = _start_until_export_remeshes(standin_dir, env, rgb_image, out, repo_root)
     family = psutil.Process(sup.pid).children(recursive=True)
     assert family and _job_dirs(tmp_path)  # the export process and its hand-over folder
     os.kill(sup.pid, signal.SIGKILL)
@@ -130,18 +138,7 @@ def test_sigkill_of_the_supervisor_during_export_leaves_no_process_and_the_next_
 def test_cancel_during_export_stops_the_export_process_and_removes_the_job_folder(
         standin_dir, env, rgb_image, tmp_path, repo_root):
     out = tmp_path / "cancelled.glb"
-    sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
-                            "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
-                            "--texture-size", "512"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, cwd=repo_root,
-                           env={**env, "PIXAL3D_STANDIN_EXPORT_SCALE": "0.002"})
-    events: list[dict] = []
-    reader = threading.Thread(target=_read_events, args=(sup.stdout, events), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 300
-    while not any(e.get("parent") == "export" and e.get("stage") == "remesh" for e in events):
-        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
-        time.sleep(0.05)
+    sup, events, reader = _start_until_export_remeshes(standin_dir, env, rgb_image, out, repo_root)
     family = psutil.Process(sup.pid).children(recursive=True)
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(timeout=60) == 130
