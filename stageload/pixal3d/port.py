@@ -54,6 +54,9 @@ GENERATE_MPS_NAMES = (
 #: export runs in the model process (``Pixal3DRun.can_hand_over``).
 HANDOVER_NAMES = ("Pixal3DAsset", "_mesh_has_voxels", "asset_to_glb", "save_mesh_checkpoint",
                   "load_mesh_checkpoint")
+#: generate_mps.py names a port of the entry-point kind (0be9e69a, ``known`` ``runs ==
+#: "entry_points"``) must also have: the run's drivers.
+ENTRY_POINT_NAMES = ("_configure_fdg_environment", "load_pipeline", "image_to_asset", "asset_to_glb")
 #: IMAGE_COND_CONFIGS keys, in the order of the four pipeline attributes.
 EXTRACTOR_KEYS = {"ss": "image_cond_model_ss", "shape_512": "image_cond_model_shape_512",
                   "shape_1024": "image_cond_model_shape_1024", "tex_1024": "image_cond_model_tex_1024"}
@@ -188,9 +191,12 @@ def import_port(root: Path) -> tuple[ModuleType, ModuleType, ModuleType, ModuleT
     return gm, models, pipeline_module, icp
 
 
-def missing_names(gm: ModuleType, models: ModuleType, pipeline_module: ModuleType, icp: ModuleType) -> list[str]:
-    """Every checked name the imported port lacks, as ``module.name`` strings (empty: all there)."""
-    missing = [f"generate_mps.{n}" for n in GENERATE_MPS_NAMES if not hasattr(gm, n)]
+def missing_names(gm: ModuleType, models: ModuleType, pipeline_module: ModuleType, icp: ModuleType,
+                  entry_points: bool = True) -> list[str]:
+    """Every checked name the imported port lacks, as ``module.name`` strings (empty: all there).
+    ``entry_points``: the port is of the entry-point kind (also check ``ENTRY_POINT_NAMES``)."""
+    names = GENERATE_MPS_NAMES + (ENTRY_POINT_NAMES if entry_points else ())
+    missing = [f"generate_mps.{n}" for n in names if not hasattr(gm, n)]
     configs = getattr(gm, "IMAGE_COND_CONFIGS", None)
     if isinstance(configs, dict):
         missing += [f"generate_mps.IMAGE_COND_CONFIGS[{k!r}]" for k in EXTRACTOR_KEYS if k not in configs]
@@ -243,7 +249,7 @@ def open_port(port_dir: Optional[os.PathLike | str] = None) -> Port:
     root = locate_port(port_dir)
     static = require_static(root, _git_commit(root))  # sources first: nothing imported on drift
     gm, models, pipeline_module, icp = import_port(root)
-    missing = missing_names(gm, models, pipeline_module, icp)
+    missing = missing_names(gm, models, pipeline_module, icp, entry_points=static["runs"] == "entry_points")
     if missing:
         raise PortVersionError(f"The Pixal3D-mac folder {root} lacks what the staged adapter relies on: "
                         f"{', '.join(missing)}. Nothing was loaded.",

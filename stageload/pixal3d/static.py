@@ -94,26 +94,26 @@ def _in_order(have: tuple, want: tuple) -> bool:
     return all(any(name == h for h in it) for name in want)
 
 
+def _signature_drift(owner: str, have_all: dict, want_all: dict) -> list:
+    out = []
+    for name, want in want_all.items():
+        have = have_all.get(name)
+        if have is None:
+            out.append(f"{owner}.{name} (missing)")
+        elif have != want:
+            out.append(f"{owner}.{name}({', '.join(want)}) (the port has ({', '.join(have)}))")
+    return out
+
+
 def drift(table: dict, api: known.PortApi) -> list:
     """Every item of ``api`` that ``table`` (from :func:`scan`) does not have, as text naming it
     exactly (``generate_mps.image_to_asset(pipeline, image, args, device=, *, tmp_dir=)``, …)."""
-    out = []
-    for name, want in api.generate.items():
-        have = table["generate"].get(name)
-        if have is None:
-            out.append(f"generate_mps.{name} (missing)")
-        elif have != want:
-            out.append(f"generate_mps.{name}({', '.join(want)}) (the port has ({', '.join(have)}))")
+    out = _signature_drift("generate_mps", table["generate"], api.generate)
     out += [f"generate_mps.{n} (missing)" for n in api.generate_names if n not in table["generate_names"]]
     if table["pipeline"] is None:
         out.append(f"{known.PIPELINE_CLASS} (missing from {known.PIPELINE})")
     else:
-        for name, want in api.pipeline.items():
-            have = table["pipeline"].get(name)
-            if have is None:
-                out.append(f"{known.PIPELINE_CLASS}.{name} (missing)")
-            elif have != want:
-                out.append(f"{known.PIPELINE_CLASS}.{name}({', '.join(want)}) (the port has ({', '.join(have)}))")
+        out += _signature_drift(known.PIPELINE_CLASS, table["pipeline"], api.pipeline)
     for where, want in api.orders.items():
         have = table["calls"].get(where)
         if have is not None and not _in_order(have, want):

@@ -76,14 +76,6 @@ def resolve_device(requested: str):
     return torch.device("cpu")
 
 
-def resolve_device(requested: str):
-    if requested == "mps":
-        if not torch.backends.mps.is_available():
-            raise SystemExit("MPS was requested but is not available. Re-run with --device cpu.")
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 def maybe_empty_cache(device):
     if device.type == "mps" and hasattr(torch, "mps"):
         torch.mps.empty_cache()
