@@ -119,6 +119,7 @@ FIELDS: dict[str, dict] = {
     "error": {"kind": _str, "message": _str, "hint": _opt(_str), "exit_code": _opt(_int)},
     "batch_item": {"index": _int, "count": _int, "image": _str, "status": _str,
                    "output": _opt(_str), "error": _opt(_dict)},
+    "warning": {"message": _str, "source": _opt(_str)},
     "batch_done": {"done": _int, "failed": _int, "skipped": _int, "count": _opt(_int),
                    "manifest": _opt(_str)},
 }

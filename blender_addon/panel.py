@@ -24,8 +24,16 @@ BACKEND_ITEMS = [
 ]
 TEXTURE_ITEMS = [(s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                  for s in ("512", "1024", "2048")]
-PIPELINE_ITEMS = [(p, p, f"Pixal3D pipeline type {p}")
-                  for p in ("1024_cascade", "1536_cascade")]  # stageload.pixal3d's plans
+#: Pixal3D-mac's own advice against 1536_cascade on a Mac (INVESTIGATION_FACTS.md §3 at
+#: e5fbf2d5, quoted in docs/pixal3d.md); a run with it also starts with the runner's
+#: ``warning`` event.
+NOT_ON_MAC = ("1536_cascade is not recommended on a Mac: Pixal3D-mac's own notes report a "
+              "catastrophic shatter (147k connected components on an M5 Max). Use "
+              "1024_cascade.")
+PIPELINE_ITEMS = [  # stageload.pixal3d's plans
+    ("1024_cascade", "1024_cascade", "Pixal3D pipeline type 1024_cascade (recommended)"),
+    ("1536_cascade", "1536_cascade (not recommended on Mac)", NOT_ON_MAC),
+]
 ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT"}
 
 
@@ -60,6 +68,10 @@ class VIEW3D_PT_image_to_mesh(bpy.types.Panel):
         row.prop(s, "texture_size", text="")
         if s.backend == "pixal3d":
             col.prop(s, "pipeline_type")
+            if s.pipeline_type == "1536_cascade":
+                box = col.box()
+                box.alert = True
+                _wrap(box, NOT_ON_MAC, "ERROR", 44)
 
         problem = preflight_error(context)
         if problem:

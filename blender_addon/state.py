@@ -85,7 +85,7 @@ class PanelView:
     result_text: str
     error_text: str
     hint_text: str
-    note_text: str = ""
+    note_text: str = ""  # the runner's warnings, and a newer protocol version
 
 
 @dataclass
@@ -123,6 +123,7 @@ class JobState:
     unknown_events: int = 0
     warnings: list = field(default_factory=list)  # notes on invalid fields (at most MAX_WARNINGS)
     protocol_note: str = ""  # set when the runner speaks a newer protocol version
+    runner_warnings: list = field(default_factory=list)  # the runner's warning events
     history: list = field(default_factory=list)  # every status taken, in order
 
     MAX_WARNINGS = 20
@@ -280,6 +281,13 @@ class JobState:
         if self.status not in FINISHED:
             self.status = RUNNING
 
+    def _on_warning(self, ev: dict, t: float) -> None:
+        """The runner's advice (e.g. 1536_cascade on a Mac): shown with the job, kept in
+        :attr:`runner_warnings`."""
+        message = ev.get("message")
+        if message and message not in self.runner_warnings and len(self.runner_warnings) < 5:
+            self.runner_warnings.append(message)
+
     def _on_ready(self, ev: dict, t: float) -> None:
         pass  # the stage's memory window begins; nothing for the panel to change
 
@@ -419,4 +427,5 @@ class JobState:
             CANCELLED: "Cancelled",
         }[self.status]
         return PanelView(self.status, headline, rows, self.progress(), ptext, mem, swap,
-                         self.guard_text(), elapsed, result, err, hint, self.protocol_note)
+                         self.guard_text(), elapsed, result, err, hint,
+                         " ".join([*self.runner_warnings, self.protocol_note]).strip())

@@ -594,6 +594,12 @@ def sc_draw(zip_path, work, fixture):
     draw_panel("done")
     ctl.state.apply({"v": 99, "event": "memory", "t": events[-1]["t"], "footprint": 1})
     draw_panel("newer_protocol")
+    s = bpy.context.scene.image_to_mesh
+    s.backend, s.pipeline_type = "pixal3d", "1536_cascade"
+    draw_panel("pixal3d_1536")
+    pipeline_items = {i.identifier: i.name for i in
+                      s.bl_rna.properties["pipeline_type"].enum_items}
+    s.backend = "builtin"
     addon_prefs().python = "/no/such/python"
     draw_panel("bad_python")
     plog = []
@@ -603,7 +609,8 @@ def sc_draw(zip_path, work, fixture):
                            "__getattr__": lambda self, name: getattr(prefs, name)})()
     type(prefs).draw(proxy, bpy.context)
     draws["preferences"] = plog
-    verdict(draws=draws, expected_progress=round(ctl.state.progress(), 4))
+    verdict(draws=draws, expected_progress=round(ctl.state.progress(), 4),
+            pipeline_items=pipeline_items)
 
 
 def sc_importer(zip_path, work):

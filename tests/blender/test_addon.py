@@ -393,6 +393,13 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     assert any("in 4.4 s, peak 360.5 MiB" in l for l in labels("done")), labels("done")
     assert "Batch: 3 of 4 done, 1 failed: broken.png" in labels("done")
     assert "The runner speaks protocol version 99; this" in labels("newer_protocol")
+    # Pixal3D-mac advises against 1536_cascade on a Mac: the choice says so, and so does the
+    # panel when it is chosen
+    assert v["pipeline_items"] == {"1024_cascade": "1024_cascade",
+                                   "1536_cascade": "1536_cascade (not recommended on Mac)"}
+    assert any(x.startswith("1536_cascade is not recommended on a")
+               for x in labels("pixal3d_1536"))
+    assert not any("not recommended" in x for x in labels("idle"))
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
         "python", "pixal3d_dir", "output_dir", "wait_free_percent", "kill_free_percent",

@@ -56,6 +56,7 @@ CRAFTED = [
     {"event": "batch_done", "done": "all", "failed": math.nan},
     {"event": "memory", "t": "yesterday", "v": "one"},
     {"event": "stage", "t": math.nan, "stage": "matte", "index": 0, "count": 2},
+    {"event": "warning", "message": 5, "source": ["x"]},
     {"event": "unknown_new_event", "anything": [math.nan]},
 ]
 
@@ -184,3 +185,11 @@ def test_the_state_fed_by_the_reader_names_the_newer_protocol(tmp_path):
             st.apply(payload)
     assert "protocol version 99" in st.protocol_note
     assert st.status == IMPORTING and st.history == ["starting", RUNNING, IMPORTING]
+
+
+def test_the_runners_warning_is_shown_with_the_job():
+    st = _fresh()
+    msg = "1536_cascade is not recommended on a Mac: catastrophic shatter"
+    st.apply({"v": 1, "event": "warning", "t": 2.0, "message": msg, "source": "notes §3"})
+    st.apply({"v": 1, "event": "warning", "t": 2.1, "message": msg, "source": "notes §3"})
+    assert st.runner_warnings == [msg] and st.view().note_text == msg
