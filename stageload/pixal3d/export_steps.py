@@ -18,7 +18,9 @@ Pixal3D-mac ``generate_mps.py`` / ``pixal3d/utils/o_voxel_native_export.py`` at 
 - ``bake``: ``uv_unwrap`` returned (rasterise, BVH look-ups, attribute sampling, material);
 - ``write``: ``to_glb`` returned (the bridge's orientation fixes and the GLB written).
 
-A step never goes backwards (a later hook for an earlier step is ignored). The mesh backend's
+A step never goes backwards (a later hook for an earlier step is ignored). A name the port's
+o_voxel lacks (e.g. an upstream build calling ``cumesh`` directly) is not hooked: its step is
+then not marked and its time counts in the step before. The mesh backend's
 hook is installed on each instance ``to_glb`` creates (``on_call`` on the module attribute
 ``_MeshBackend`` while ``to_glb`` runs only — the bridge patches that class's methods before
 it calls ``to_glb``, and a wrapper in the module attribute then would receive them).
@@ -127,7 +129,8 @@ class ExportSteps:
 
     def _begin_to_glb(self, *args, **kwargs) -> None:
         self.enter("fill_holes")
-        self._mesh_hook = on_call(self._pp, "_MeshBackend", after=self._watch_mesh)
+        if callable(getattr(self._pp, "_MeshBackend", None)):
+            self._mesh_hook = on_call(self._pp, "_MeshBackend", after=self._watch_mesh)
 
     def _end_to_glb(self, *args, **kwargs) -> None:
         if self._mesh_hook is not None:
@@ -143,13 +146,12 @@ class ExportSteps:
         if self._limit is not None:
             self._saved_remesh = pp._remesh_narrow_band_dc
             pp._remesh_narrow_band_dc = limited_remesh(self._saved_remesh, self._limit)
-        self._hooks += [
-            on_call(pp, "to_glb", before=self._begin_to_glb, after=self._end_to_glb),
-            on_call(pp, "_BVH", before=self._to("bvh"),
-                    after=None if self._remesh else self._to("cleanup")),
-            on_call(pp, "_remesh_narrow_band_dc", before=self._to("remesh"),
-                    after=self._to("cleanup")),
-        ]
+        wanted = [("to_glb", self._begin_to_glb, self._end_to_glb),
+                  ("_BVH", self._to("bvh"), None if self._remesh else self._to("cleanup")),
+                  ("_remesh_narrow_band_dc", self._to("remesh"), self._to("cleanup"))]
+        for name, before, after in wanted:
+            if callable(getattr(pp, name, None)):  # an o_voxel without it: fewer sub-steps
+                self._hooks.append(on_call(pp, name, before=before, after=after))
         return self
 
     def __exit__(self, *exc) -> None:

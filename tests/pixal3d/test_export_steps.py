@@ -113,3 +113,17 @@ def test_options_resolve_profile_and_refuse_bad_values():
                 dict(remesh=False, remesh_resolution=512)):
         with pytest.raises(ValueError):
             ExportOptions(**bad).resolve()
+
+
+def test_an_o_voxel_without_the_hooked_names_still_exports_with_fewer_substeps():
+    from stageload.pixal3d.export_steps import ExportSteps
+
+    calls = []
+    bare = types.ModuleType("bare_postprocess")
+    bare.to_glb = lambda *a, **k: calls.append("to_glb") or "mesh"
+    events = []
+    with ExportSteps(events.append, bare, remesh=True):
+        assert bare.to_glb() == "mesh"
+    assert calls == ["to_glb"]
+    assert [e["stage"] for e in events] == ["prepare", "fill_holes", "write"]
+    assert not hasattr(bare.to_glb, "_stageload_hook")  # hooks removed
