@@ -1,8 +1,9 @@
 """``python -m runner batch DIR -o OUTDIR``: every image of a folder, one after another, each a
 full guarded job (admission, worker, budget), with a resumable JSON manifest.
 
-Manifest ``OUTDIR/manifest.json`` (written atomically — temporary file + ``os.replace`` — after
-each image)::
+Manifest ``OUTDIR/manifest.json`` (``runner/manifest.py``: merged into what is on disk under a
+lock and written atomically after each image, so batches sharing a folder keep each other's
+records)::
 
     {"version": 1, "runner": "0.1.0", "input_dir": "...", "output_dir": "...", "backend": "...",
      "updated": <time.time()>,
@@ -24,10 +25,8 @@ share a stem (``a.png``, ``a.jpg``) each gets ``<stem>-<suffix>`` (``a-png.glb``
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,14 +34,12 @@ from . import backends
 from .cli import (ArgumentParser, add_job_arguments, guard_config, internal_failure,
                   setup, usage_failure, validate_job)
 from .errors import RunnerError, explain
-from .jobtrace import log
 from .inputs import IMAGE_SUFFIXES
+from .jobtrace import log
+from .manifest import (MANIFEST, MANIFEST_VERSION, load_manifest, manifest_entries,
+                       update_manifest)
 from .protocol import make
 from .results import Job, Outcome
-
-MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
-
 
 def find_images(folder: Path) -> list[Path]:
     """Image files directly in ``folder`` (suffixes in ``IMAGE_SUFFIXES``, hidden files
@@ -83,48 +80,6 @@ def job_fingerprint(backend: str, seed, texture_size, height_m, options: dict) -
     own = {o.dest: options.get(o.dest) for o in entry.options if o.affects_output}
     return {"backend": backend, "seed": seed, "texture_size": texture_size,
             "height_m": height_m, **own}
-
-
-def load_manifest(path: Path) -> dict:
-    """The manifest at ``path``; an empty one when missing or unreadable (logged)."""
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError) as exc:
-        print(f"runner: ignoring unreadable manifest {path}: {exc}", file=sys.stderr)
-        return {}
-
-
-def write_manifest(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (temporary file in the same folder, then
-    ``os.replace``). Raises ``RunnerError('disk_full'|'output_unwritable')``."""
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=path.parent)
-    try:
-        # mkstemp creates 0600; give the manifest the mode any new file gets (0666 & ~umask),
-        # like the GLBs and traces next to it.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        import errno
-        kind = "disk_full" if exc.errno == errno.ENOSPC else "output_unwritable"
-        raise RunnerError(kind, f"Cannot write the manifest {path} ({exc.strerror or exc}).") from None
-
-
-def _umask() -> int:
-    """The process's umask (read by setting and restoring it; no other thread creates files
-    while the manifest is written)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def build_parser() -> ArgumentParser:
@@ -178,8 +133,7 @@ class Batch:
         self.fingerprint = job_fingerprint(ns.backend, ns.seed, ns.texture_size, ns.height_m,
                                            options)
         self.counts = {"done": 0, "failed": 0, "skipped": 0}
-        self.manifest: dict = {}
-        self.entries: dict = {}
+        self.header: dict = {}
         self.hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="batch",
                           backend=ns.backend, image=None, output=None, trace=None,
                           stages=backends.get(ns.backend).planned_stages(options),
@@ -207,7 +161,7 @@ class Batch:
         if self.cancel:
             raise RunnerError("cancelled", f"Batch cancelled ({self.cancel.reason}); the "
                               "manifest records what was finished.")
-        write_manifest(self.manifest_path, self.manifest)
+        update_manifest(self.manifest_path, {**self.header, "updated": time.time()})
         seconds = round(time.time() - self.started, 3)
         log(f"batch: {self.counts['done']} done, {self.counts['failed']} failed, "
             f"{self.counts['skipped']} skipped of {len(images)} in {seconds:.1f} s; manifest "
@@ -238,16 +192,14 @@ class Batch:
         return images
 
     def open_manifest(self) -> None:
-        """Read the earlier manifest's entries (if any) into a fresh manifest of this batch."""
+        """This batch's manifest header; the file is created (or its header updated) now, so
+        a batch that finds nothing to do still leaves one."""
         from .supervisor import RUNNER_VERSION
 
-        earlier = load_manifest(self.manifest_path)
-        images = earlier.get("images")
-        self.entries = images if isinstance(images, dict) else {}
-        self.manifest = {"version": MANIFEST_VERSION, "runner": RUNNER_VERSION,
-                         "input_dir": str(self.in_dir), "output_dir": str(self.out_dir),
-                         "backend": self.ns.backend, "updated": time.time(),
-                         "images": self.entries}
+        self.header = {"version": MANIFEST_VERSION, "runner": RUNNER_VERSION,
+                       "input_dir": str(self.in_dir), "output_dir": str(self.out_dir),
+                       "backend": self.ns.backend}
+        update_manifest(self.manifest_path, {**self.header, "updated": time.time()})
 
     def item(self, index: int, count: int, image: Path, stem: str) -> None:
         """One image: skipped when the manifest says it is done and unchanged, else run as a
@@ -255,7 +207,8 @@ class Batch:
         ns = self.ns
         output = self.out_dir / f"{stem}.glb"
         trace = self.out_dir / f"{stem}.trace.jsonl"
-        entry = self.entries.get(image.name) or {}
+        # Read now, not once per batch: another batch may have finished this image meanwhile.
+        entry = manifest_entries(load_manifest(self.manifest_path)).get(image.name) or {}
         digest = file_sha256(image)
         ours = entry.get("output") == str(output)  # the manifest attributes it to us
         if (not ns.overwrite and entry.get("status") == "done" and output.exists() and ours
@@ -273,8 +226,9 @@ class Batch:
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
                   options=self.options,
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
+        began = time.time()
         outcome = self.run_job(job, index)
-        self.record(index, count, image, output, outcome, digest)
+        self.record(index, count, image, output, outcome, digest, began)
 
     def run_job(self, job: Job, index: int) -> Outcome:
         """Run one image's job (tagged with ``item``); a bug becomes an ``internal`` outcome
@@ -296,8 +250,9 @@ class Batch:
                            trace=None, seconds=time.time() - began, peak=None, error=err)
 
     def record(self, index: int, count: int, image: Path, output: Path, outcome: Outcome,
-               digest: str | None) -> None:
-        """Write one finished image into the manifest and report it as ``batch_item``."""
+               digest: str | None, began: float) -> None:
+        """Merge one finished image into the manifest and report it as ``batch_item``
+        (``began``: when the image's job started, seconds since the epoch)."""
         if outcome.error is not None and outcome.error.kind == "cancelled":
             status = "cancelled"
         else:
@@ -307,13 +262,12 @@ class Batch:
                                          ("kind", "message", "hint", "exit_code")}
         if not outcome.ok:
             explain({**outcome.final, "message": f"{image.name}: {outcome.final.get('message')}"})
-        self.entries[image.name] = {"image": str(image), "output": str(output),
-                                    "trace": outcome.trace, "status": status,
-                                    "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
-                                    "error": error, "sha256": digest,
-                                    "options": self.fingerprint, "finished": time.time()}
-        self.manifest["updated"] = time.time()
-        write_manifest(self.manifest_path, self.manifest)
+        entry = {"image": str(image), "output": str(output), "trace": outcome.trace,
+                 "status": status, "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
+                 "error": error, "sha256": digest, "options": self.fingerprint,
+                 "finished": time.time()}
+        update_manifest(self.manifest_path, {**self.header, "updated": time.time()},
+                        image.name, entry, since=began)
         self.emitter.event("batch_item", index=index, count=count, image=str(image),
                            status=status,
                            output=str(output) if outcome.ok else None, trace=outcome.trace,

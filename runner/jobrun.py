@@ -21,6 +21,7 @@ from typing import Callable
 from . import backends
 from .cancel import Cancel, cancel_error
 from .child import Child
+from .claims import claim_all, release_all
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .jobtrace import JobTrace, log, summarize_trace
@@ -110,6 +111,7 @@ class JobRun:
         self.partial: Path | None = None
         self.job_dir: Path | None = None
         self.children: list[Child] = []
+        self.claims: list = []
         self._order = threading.RLock()  # re-entrant: emit's broken-pipe callback may publish
 
     def publish(self, obj: dict) -> None:
@@ -172,6 +174,9 @@ class JobRun:
         info = probe_image(Path(job.image).absolute())  # absolute, as in hello
         self.output = check_output(job.output, job.overwrite)
         trace_path = job.resolved_trace()
+        # Held until the job's last line: no other runner writes this GLB or trace meanwhile.
+        self.claims = claim_all([self.output, trace_path])
+        check_output(self.output, job.overwrite)  # again: it may have appeared before the claim
         if not replace and failed_runs_trace(trace_path, self.output):
             log(f"replacing {trace_path}: the trace of an earlier run of {self.output.name} "
                 "that produced no GLB")
@@ -330,3 +335,5 @@ class JobRun:
             if self._on_cancel in self.cancel.listeners:
                 self.cancel.listeners.remove(self._on_cancel)
             self.guard.close()
+        release_all(self.claims)
+        self.claims = []

@@ -27,25 +27,44 @@ def default_trace_path(output: Path) -> Path:
     return output.with_name(output.stem + ".trace.jsonl")
 
 
+PROBE_BYTES = 4096
+"""Bytes the writability probe writes and syncs: one block of a typical file system, so a disk
+with no free block fails the probe (an empty file needs only an inode)."""
+
+
+def unwritable(exc: OSError, folder: Path, what: str) -> RunnerError:
+    """The ``RunnerError`` for ``exc`` raised while writing the ``what`` (``output``,
+    ``trace``) into ``folder``: ``disk_full`` for ENOSPC/EDQUOT, else ``output_unwritable``."""
+    if exc.errno in _NO_SPACE:
+        return RunnerError("disk_full", f"No space left in {folder} for the {what}.")
+    return RunnerError("output_unwritable", f"Cannot write the {what} into {folder} "
+                       f"({exc.strerror or exc}).")
+
+
 def _writable_folder(folder: Path, what: str) -> None:
-    """Create ``folder`` (and its parents) if missing, then create and delete a file in it —
-    the only honest writability test (``os.access`` says yes to root on a read-only mount).
-    ``what`` (``output``, ``trace``) names the file in the messages. Raises ``RunnerError``
-    (``output_unwritable`` or ``disk_full``)."""
+    """Create ``folder`` (and its parents) if missing, then write ``PROBE_BYTES`` to a new file
+    in it, sync and delete it — the only honest writability test (``os.access`` says yes to
+    root on a read-only mount, and an empty file fits on a full disk). ``what`` (``output``,
+    ``trace``) names the file in the messages. Raises ``RunnerError`` (``output_unwritable``
+    or ``disk_full``)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RunnerError("output_unwritable", f"Cannot create the folder {folder} for the "
                           f"{what} ({exc.strerror or exc}).") from None
+    name = None
     try:
         fd, name = tempfile.mkstemp(prefix=".runner-probe-", dir=folder)
+        try:
+            os.write(fd, b"\0" * PROBE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
-        if exc.errno in _NO_SPACE:
-            raise RunnerError("disk_full", f"No space left in {folder} for the {what}.") from None
-        raise RunnerError("output_unwritable", f"Cannot write the {what} into {folder} "
-                          f"({exc.strerror or exc}).") from None
-    os.close(fd)
-    os.unlink(name)
+        raise unwritable(exc, folder, what) from None
+    finally:
+        if name is not None:
+            discard(Path(name))
 
 
 def check_output(output: str | Path, overwrite: bool = False) -> Path:

@@ -176,6 +176,11 @@ def _classify(exc: BaseException, module) -> RunnerError:
     naming the root cause. The exception's ``hint`` (if any) is kept."""
     if isinstance(exc, RunnerError):
         return exc
+    if isinstance(exc, SystemExit):  # a backend (or code it imports) called sys.exit()
+        return RunnerError("backend_failed", f"The backend ended the worker with SystemExit("
+                           f"{exc.code!r}): code that calls sys.exit() or argparse's parse_args() "
+                           "while the job runs.", "See the log on stderr for where it was "
+                           "raised; that code must not exit a process it does not own.")
     text = _describe(exc)
     kind = _own_kind(exc, module)
     if kind is not None:
@@ -247,7 +252,7 @@ def run_job(job: dict, emit) -> int:
         emit({"event": "worker_done", "output": job["output"], "info": result or {}})
         return 0
     except BaseException as exc:  # everything becomes one error event, never a traceback on stdout
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        if isinstance(exc, KeyboardInterrupt):
             raise
         err = _classify(exc, module)
         # A traceback only for a bug or an unexpected backend failure (runner/PROTOCOL.md);

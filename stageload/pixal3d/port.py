@@ -119,6 +119,10 @@ def locate_port(port_dir: Optional[os.PathLike | str] = None) -> Path:
                         f"Pass --pixal3d-dir /path/to/Pixal3D-mac (or set {ENV_VAR}).")
     source, folder = candidates[0]
     folder = folder.expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise PortMissing(f"{folder} ({source}) is a file, not a folder.",
+                          "Give the Pixal3D-mac checkout's folder (the one that holds "
+                          "generate_mps.py and pixal3d/), not a file in it.")
     if not folder.is_dir():
         raise PortMissing(f"The Pixal3D-mac folder {folder} ({source}) does not exist.",
                         "Check the path; it must be the folder of a Pixal3D-mac checkout.")
@@ -177,6 +181,12 @@ def import_port(root: Path) -> tuple[ModuleType, ModuleType, ModuleType, ModuleT
     for name in names:
         try:
             modules.append(importlib.import_module(name))
+        except SystemExit as exc:  # e.g. a module-level parse_args() refusing our argv
+            raise PortMissing(f"Importing {name} from {root} exits the process (SystemExit "
+                              f"{exc.code!r}): the module runs code at import, such as "
+                              "argparse's parse_args() at module level.",
+                              f"Move that code under `if __name__ == \"__main__\":` in {root}, "
+                              "or use a checkout of a supported commit.", (name,)) from None
         except Exception as exc:
             raise PortMissing(f"Cannot import {name} from {root}: {type(exc).__name__}: {exc}",
                             "Run the port's own setup (its README) with this interpreter, or point the "

@@ -53,14 +53,16 @@ def parse_stdout(text: str) -> list[dict]:
 WORKER_HOOK = Path(__file__).resolve().parent / "worker_hook"
 
 
-def env(worker_hook: str | None = None) -> dict:
+def env(worker_hook: str | None = None, supervisor_hook: str | None = None) -> dict:
     """The runner's environment: this checkout first on ``PYTHONPATH``; with ``worker_hook``
-    (Python code), the worker runs that code at start-up (``worker_hook/sitecustomize.py``)."""
+    / ``supervisor_hook`` (Python code), the worker / the supervisor runs that code at start-up
+    (``worker_hook/sitecustomize.py``)."""
     e = dict(os.environ)
     e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
-    if worker_hook is not None:
+    hooks = {"RUNNER_TEST_WORKER_HOOK": worker_hook, "RUNNER_TEST_SUPERVISOR_HOOK": supervisor_hook}
+    if any(code is not None for code in hooks.values()):
         e["PYTHONPATH"] = str(WORKER_HOOK) + os.pathsep + e["PYTHONPATH"]
-        e["RUNNER_TEST_WORKER_HOOK"] = worker_hook
+        e.update({name: code for name, code in hooks.items() if code is not None})
     return e
 
 
@@ -77,10 +79,11 @@ def run_runner(args: list, *, timeout: float = 180, python: str = PY, cwd=None,
 class Live:
     """A runner started in the background; events arrive in ``queue`` as parsed dicts."""
 
-    def __init__(self, args: list, *, stdin=subprocess.PIPE, python: str = PY):
+    def __init__(self, args: list, *, stdin=subprocess.PIPE, python: str = PY,
+                 supervisor_hook: str | None = None):
         self.proc = subprocess.Popen([python, "-m", "runner", *map(str, args)], stdin=stdin,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env(), cwd=REPO)
+                                     env=env(supervisor_hook=supervisor_hook), cwd=REPO)
         self.events: list[dict] = []
         self.lines: list[str] = []
         self.queue: queue.Queue = queue.Queue()
