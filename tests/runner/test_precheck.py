@@ -32,7 +32,7 @@ def test_bad_pixal3d_folder_fails_right_after_hello_with_no_trace(rt, tmp_path, 
     env = {k: v for k, v in os.environ.items() if k != "PIXAL3D_DIR"}
     args = [EXAMPLE, "-o", out, "--backend", "pixal3d", "--wait-free", "1%"]
     words = {"nonexistent": "does not exist", "empty folder": "is not a Pixal3D-mac checkout",
-             "a file": "does not exist", "no folder": "No Pixal3D-mac folder given",
+             "a file": "is a file, not a folder", "no folder": "No Pixal3D-mac folder given",
              "bad $PIXAL3D_DIR": "$PIXAL3D_DIR"}[case]
     if case == "nonexistent":
         args += ["--pixal3d-dir", tmp_path / "nonexistent"]
