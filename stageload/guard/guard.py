@@ -29,6 +29,7 @@ from .busy import find_busy, own_lineage
 from .config import ConfigError, GuardConfig
 from .peers import Peers, looks_like_guard
 from .process_tree import ProcessTree, StopReport
+from .reservations import Admission, explained
 
 #: Exit codes of :meth:`Guard.run` (and of ``python -m stageload guard``) besides the command's own.
 EXIT_STOPPED = 3
@@ -81,6 +82,7 @@ class Guard:
         self._sink_failed = False
         self._admission: tuple[Verdict, dict] | None = None
         self._next_refresh = 0.0
+        self.admission = Admission()  # reservations of admitted needs, machine-wide
         self.peers = Peers()
         self.peers.register()  # from the start: other guards must not count this one as busy
         self.exit_code: int | None = None
@@ -118,9 +120,11 @@ class Guard:
                     self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr only")
 
     def close(self) -> None:
-        """Close the ``--log`` file (decisions already written stay written) and leave the
-        registry of guards (:mod:`stageload.guard.peers`)."""
+        """Close the ``--log`` file (decisions already written stay written), leave the
+        registry of guards (:mod:`stageload.guard.peers`) and drop this guard's memory
+        reservation (:mod:`stageload.guard.reservations`)."""
         self.peers.unregister()
+        self.admission.reservations.release()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -175,7 +179,7 @@ class Guard:
         while True:
             if self._cancelled:
                 return False
-            readings = self._read()
+            readings = self.admission.readings(config, self._read())
             busy = self._find_busy(ignore)
             now = time.monotonic()
             if busy:
@@ -196,6 +200,12 @@ class Guard:
                         busy_before = True
                         verdict = decide_admission(config, readings, busy_seen=busy,
                                                    quiet_seconds=quiet)
+            if verdict.ok:  # confirmed under the machine-wide reservation lock (reservations.py)
+                verdict = self.admission.admit(config, readings, lambda r: decide_admission(
+                    config, r, busy_seen=busy, quiet_seconds=quiet))
+                if not verdict.ok:
+                    self.peers.unlock()
+            verdict = explained(verdict, readings)
             if verdict.ok:
                 self._admission = (verdict, readings)
                 return True
@@ -239,6 +249,7 @@ class Guard:
             self.tree = ProcessTree(argv, **popen_kwargs)
         finally:
             self.peers.unlock()  # the command has been exec'd (or failed): others may look now
+        self.admission.reservations.started(self.tree.pid)  # it now grows into its need
         self.budget = Budget(self.config, readings.get("swap"))
         self.stop_report = None
         self.stopped_by = None

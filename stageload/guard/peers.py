@@ -82,10 +82,14 @@ def looks_like_guard(argv: list[str]) -> bool:
 
 
 def registry_dir() -> Path:
-    """``/tmp/stageload-guards-<uid>`` (``/tmp`` rather than ``$TMPDIR``, which differs per
+    """``$STAGELOAD_GUARD_DIR`` when set (guards that should see each other share it; a
+    separate one isolates a group of guards, e.g. a test's), else
+    ``/tmp/stageload-guards-<uid>`` (``/tmp`` rather than ``$TMPDIR``, which differs per
     terminal on macOS; falls back to the temp folder where ``/tmp`` is missing)."""
     import tempfile
 
+    if os.environ.get("STAGELOAD_GUARD_DIR"):
+        return Path(os.environ["STAGELOAD_GUARD_DIR"])
     base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
     return base / f"stageload-guards-{os.getuid()}"
 
