@@ -89,65 +89,43 @@ def generate(
     if not 1 <= texture_size <= MAX_TEXTURE_SIZE:
         raise ValueError(f"texture size must be 1 to {MAX_TEXTURE_SIZE} px (512 is the floor "
                          f"actually written), got {texture_size}; use --texture-size 1024 or 2048")
-    sink = emit or (lambda event: None)
-    seconds: dict[str, float] = {}
-    start = time.perf_counter()
-    clock = [start]
+    clock = _StageClock(emit)
 
-    def stage(index: int) -> None:
-        name = STAGES[index]
-        sink({"event": "stage", "t": time.time(), "stage": name, "index": index, "count": len(STAGES)})
-        sink({"event": "ready", "t": time.time(), "stage": name, "seconds": 0.0, "released_bytes": 0})
-
-    def progress(index: int, fraction: float) -> None:
-        sink({"event": "progress", "t": time.time(), "stage": STAGES[index], "fraction": float(fraction)})
-
-    def done(index: int) -> None:
-        now = time.perf_counter()
-        seconds[STAGES[index]] = now - clock[0]
-        clock[0] = now
-
-    stage(0)
+    clock.stage(0)
     rgba_image = image if image.mode == "RGBA" else image.convert("RGBA")
     rgba = np.asarray(rgba_image)
     matte = compute_matte(rgba_image, had_alpha=had_alpha)
-    progress(0, 1.0)
-    done(0)
+    clock.progress(0, 1.0)
 
-    stage(1)
+    clock.stage(1)
     grid = make_grid(matte.mask, max_cells)
-    progress(1, 0.1)
-    body = inflate_body(grid, depth_scale=depth_scale, on_progress=lambda f: progress(1, 0.1 + 0.9 * f))
-    done(1)
+    clock.progress(1, 0.1)
+    body = inflate_body(grid, depth_scale=depth_scale, on_progress=lambda f: clock.progress(1, 0.1 + 0.9 * f))
 
-    stage(2)
+    clock.stage(2)
     texture = make_texture(rgba, matte, texture_size)
     px, py = grid.corner_pixels(body.rows, body.cols)
     uv = texture.uv(px, py, back=~body.front)
-    progress(2, 1.0)
-    done(2)
+    clock.progress(2, 1.0)
 
-    stage(3)
-    v = body.vertices
-    ys = v[:, 1]
-    scale = height_m / (ys.max() - ys.min())
-    vertices = np.empty_like(v)
-    vertices[:, 0] = (v[:, 0] - (v[:, 0].max() + v[:, 0].min()) / 2) * scale
-    vertices[:, 1] = (ys - ys.min()) * scale
-    vertices[:, 2] = v[:, 2] * scale
+    clock.stage(3)
+    vertices = _in_metres(body.vertices, height_m)
     mesh = build_mesh(vertices, body.faces, uv, texture.image)
-    progress(3, 0.3)
+    clock.progress(3, 0.3)
     glb_bytes = write_glb(mesh, output)
-    progress(3, 1.0)
-    done(3)
-    seconds["total"] = time.perf_counter() - start
+    clock.progress(3, 1.0)
 
+    return _facts(vertices, body.faces, texture.image, matte, grid, glb_bytes, clock.finish())
+
+
+def _facts(vertices, faces, texture_image, matte, grid, glb_bytes: int, seconds: dict) -> dict:
+    """``generate``'s return value (documented there) from what its stages made."""
     extent = vertices.max(axis=0) - vertices.min(axis=0)
     return {
         "backend": NAME,
         "vertices": int(len(vertices)),
-        "faces": int(len(body.faces)),
-        "texture_size": int(texture.image.width),
+        "faces": int(len(faces)),
+        "texture_size": int(texture_image.width),
         "height_m": float(extent[1]),
         "width_m": float(extent[0]),
         "depth_m": float(extent[2]),
@@ -158,3 +136,55 @@ def generate(
         "glb_bytes": int(glb_bytes),
         "seconds": seconds,
     }
+
+
+class _StageClock:
+    """The stage events of one ``generate`` and the seconds each stage took.
+
+    ``stage(i)`` ends the running stage (if any) and announces :data:`STAGES` ``[i]`` with a
+    ``stage`` and a ``ready`` event (nothing to release here, so ``ready`` follows at once);
+    ``progress(i, fraction)`` sends a ``progress`` event; ``finish()`` ends the last stage and
+    returns ``{stage: seconds, ..., "total": seconds}``. ``emit`` may be None (no events).
+    """
+
+    def __init__(self, emit: "Callable[[dict], None] | None") -> None:
+        self._sink = emit or (lambda event: None)
+        self._start = self._mark = time.perf_counter()
+        self._current: str | None = None
+        self.seconds: dict[str, float] = {}
+
+    def _end(self) -> None:
+        now = time.perf_counter()
+        if self._current is not None:
+            self.seconds[self._current] = now - self._mark
+        self._mark = now
+
+    def stage(self, index: int) -> None:
+        self._end()
+        name = self._current = STAGES[index]
+        self._sink({"event": "stage", "t": time.time(), "stage": name, "index": index,
+                    "count": len(STAGES)})
+        self._sink({"event": "ready", "t": time.time(), "stage": name, "seconds": 0.0,
+                    "released_bytes": 0})
+
+    def progress(self, index: int, fraction: float) -> None:
+        self._sink({"event": "progress", "t": time.time(), "stage": STAGES[index],
+                    "fraction": float(fraction)})
+
+    def finish(self) -> dict[str, float]:
+        self._end()
+        self._current = None
+        self.seconds["total"] = time.perf_counter() - self._start
+        return self.seconds
+
+
+def _in_metres(v: np.ndarray, height_m: float) -> np.ndarray:
+    """Grid-unit vertices ``[N, 3]`` scaled to ``height_m`` metres tall, feet at y = 0, centred
+    on x (z keeps its own centre, the body's mid-plane at 0)."""
+    ys = v[:, 1]
+    scale = height_m / (ys.max() - ys.min())
+    vertices = np.empty_like(v)
+    vertices[:, 0] = (v[:, 0] - (v[:, 0].max() + v[:, 0].min()) / 2) * scale
+    vertices[:, 1] = (ys - ys.min()) * scale
+    vertices[:, 2] = v[:, 2] * scale
+    return vertices
