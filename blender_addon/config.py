@@ -167,8 +167,9 @@ class GuardSettings:
 
     ``wait_free_percent``: start only with this much of total memory available (0 = off);
     ``kill_free_percent``: stop the job under this (0 = off); ``swap_budget_gb``: stop when swap
-    grows by more than this many GB (1024**3 bytes, the guard's unit; 0 = off); ``start_timeout``: seconds to wait
-    for admission (0 = for ever); ``busy``: regular expression of other jobs to wait for;
+    grows by more than this many GiB (1024**3 bytes, the guard's unit; 0 = off);
+    ``start_timeout``: seconds to wait for admission (0 = for ever); ``busy``: regular
+    expression of other jobs to wait for;
     ``quiet_for``: seconds without ``busy`` before starting.
     """
     wait_free_percent: float = 0.0

@@ -165,11 +165,20 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     obj[PROP_PEAK] = float(peak) if peak is not None else -1.0
     obj[PROP_TRACE] = str(metadata.get("trace", ""))
     obj[PROP_IMAGE] = str(metadata.get("image", ""))
-    layer = bpy.context.view_layer
-    if layer is not None and obj.name in layer.objects:
-        for o in layer.objects:
-            if o.select_get():
-                o.select_set(False)
-        obj.select_set(True)
-        layer.objects.active = obj
+    _select_only(obj)
     return obj
+
+
+def _select_only(obj: bpy.types.Object) -> None:
+    """Make ``obj`` the only selected object and the active one in the current view layer."""
+    layer = bpy.context.view_layer
+    if layer is None:
+        return
+    layer.update()  # the view layer's object list still names the empties removed above
+    if obj.name not in layer.objects:
+        return
+    for o in layer.objects:
+        if o is not None and o.select_get():
+            o.select_set(False)
+    obj.select_set(True)
+    layer.objects.active = obj

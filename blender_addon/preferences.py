@@ -224,8 +224,9 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         name="Stop under free memory", min=0.0, max=90.0, default=10.0, subtype="PERCENTAGE",
         description="Stop the job when available memory stays under this (0: off)")
     swap_budget_gb: FloatProperty(
-        name="Swap budget (GB)", min=0.0, default=8.0,
-        description="Stop the job when swap grows by more than this many GB (0: off)")
+        name="Swap budget (GiB)", min=0.0, default=8.0,
+        description="Stop the job when swap grows by more than this many GiB (1024³ bytes; "
+                    "0: off)")
     start_timeout: FloatProperty(
         name="Admission timeout (s)", min=0.0, default=0.0,
         description="Give up waiting for memory after this many seconds (0: wait for ever)")

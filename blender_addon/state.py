@@ -359,7 +359,7 @@ class JobState:
         free = (f"{100.0 * avail / total:.0f} % free"
                 if isinstance(avail, (int, float)) and isinstance(total, (int, float)) and total
                 else "")
-        # stageload.guard words a wait as "available 31 % < 40 %" (or "… 7.2 GB < 9.5 GB"): the
+        # stageload.guard words a wait as "available 31 % < 40 %" (or "… 7.2 GiB < 9.5 GiB"): the
         # threshold is what follows "<".
         m = _NEEDS_RE.search(self.guard_reason)
         need_txt = f"needs {m.group(1).strip()}" if m else ""

@@ -335,6 +335,28 @@ def sc_uninstall(zip_path, work, image):
     verdict(**facts)
 
 
+def sc_headless_inside(zip_path, work, image):
+    """The installed extension's headless.py run inside Blender (what ``blender -b -P
+    …/headless.py -- IMAGE …`` does: bpy already imported) with no --python: the built-in
+    backend must run in Blender's own Python with the wheels Blender installed."""
+    import importlib.util
+
+    facts = install(zip_path, work)
+    script = work / "repo" / "image_to_mesh" / "headless.py"
+    spec = importlib.util.spec_from_file_location("image_to_mesh_headless", script)
+    headless = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(headless)
+    glb, blend = work / "out" / "h.glb", work / "out" / "h.blend"
+    glb.parent.mkdir()
+    facts["code"] = headless.main([image, "--glb", str(glb), "--blend", str(blend),
+                                   "--texture-size", "512"])
+    facts["glb_bytes"] = glb.stat().st_size if glb.exists() else 0
+    facts["blend_bytes"] = blend.stat().st_size if blend.exists() else 0
+    facts["meshes"] = [o.name for o in bpy.data.objects if o.type == "MESH"]
+    facts["children_alive"] = descendant_pids()
+    verdict(**facts)
+
+
 def sc_output_dir(zip_path, work, image):
     """Output folder preferences that are relative, ``//`` in an unsaved file, or inside the
     add-on are refused before anything spawns; ``//`` in a saved file becomes an absolute folder

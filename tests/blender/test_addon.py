@@ -236,6 +236,17 @@ def test_results_survive_uninstalling_the_extension(built_zip, tmp_path, shared_
     assert v["children_alive"] == []
 
 
+def test_headless_inside_blender_needs_nothing_installed(built_zip, tmp_path, shared_images):
+    """``blender -b -P <extension>/headless.py -- IMAGE --glb … --blend …`` without --python,
+    in the venv holding only bpy: the runner runs in Blender's own Python with the wheels."""
+    img = image(shared_images, "typical_humanoid_goblin")
+    v = scenario("headless_inside", built_zip, tmp_path, img, python=bpy5_python(), timeout=300)
+    assert v["code"] == 0, v["_stdout"][-3000:]
+    assert v["glb_bytes"] > 10_000 and v["blend_bytes"] > 10_000
+    assert v["meshes"] == ["typical_humanoid_goblin"]
+    assert v["children_alive"] == []
+
+
 def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images, bpy_python):
     v = scenario("cancel", built_zip, tmp_path, image(shared_images, "typical_humanoid_goblin"),
                  python=bpy_python)
