@@ -41,7 +41,7 @@ def test_six_guards_with_a_need_only_one_fits_run_one_after_another(registry, tm
     need = _one_fits()
     spans_file = tmp_path / "spans"
     # Each command records when it began and when it is about to end.
-    command = [sys.executable, "-c", "import sys, time; began = time.time(); time.sleep(0.5); "
+    command = [sys.executable, "-c", "import sys, time; began = time.time(); time.sleep(1.5); "
                "open(sys.argv[1], 'a').write(f'{began} {time.time()}\\n')", str(spans_file)]
     procs = [subprocess.Popen([sys.executable, "-m", "stageload", "guard", "--need", f"{need}B",
                                "--kill-free", "0", "--poll", "0.1", "--start-timeout", "120",
@@ -54,8 +54,9 @@ def test_six_guards_with_a_need_only_one_fits_run_one_after_another(registry, tm
     assert len(spans) == RUNS
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end, f"two commands ran at once: {spans}"
-    waited = [err for err in errs if "reserved by 1 admitted job(s)" in err]
-    assert len(waited) >= RUNS - 1, errs[0]
+    # Under load a guard may start only after the others have finished and never wait; the
+    # commands' 1.5 s keep most of them waiting on a reservation.
+    assert any("reserved by 1 admitted job(s)" in err for err in errs), errs
     assert not list(registry.joinpath("reservations").glob("*.json"))  # all released
 
 
