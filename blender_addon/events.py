@@ -20,6 +20,7 @@ import math
 
 MAX_LINE = 1 << 20  # bytes
 MAX_NUMBER = 2**63 - 1
+MAX_NAME = 64  # characters of a sub-step's name or its parent's (the longest real one is 10)
 
 
 class EventError(ValueError):
@@ -81,6 +82,11 @@ def _str(x) -> bool:
     return isinstance(x, str)
 
 
+def _name(x) -> bool:
+    """A short printable name (a stage or sub-step): at most :data:`MAX_NAME` characters."""
+    return isinstance(x, str) and 0 < len(x) <= MAX_NAME and x.isprintable()
+
+
 def _opt(check):
     return lambda x: x is None or check(x)
 
@@ -107,13 +113,14 @@ FIELDS: dict[str, dict] = {
     "hello": {"backend": _str, "output": _opt(_str), "trace": _opt(_str), "pid": _opt(_int),
               "stages": _str_list, "image": _opt(_str)},
     "guard": {"state": _str, "reason": _opt(_str), "readings": _dict},
-    "stage": {"stage": _str, "index": _int, "count": _int},
+    "stage": {"stage": _str, "index": _int, "count": _int, "parent": _name},
     "progress": {"stage": _opt(_str), "fraction": _fraction},
     "load": {"model": _str, "bytes": _opt(size)},
     "reload": {"model": _str, "bytes": _opt(size)},
     "release": {"model": _str, "bytes": _opt(size)},
     "memory": {k: _opt(size) for k in ("footprint", "peak", "stage_peak", "swap", "available",
-                                       "total")} | {"stage": _opt(_str)},
+                                       "total")} | {"stage": _opt(_str),
+                                                    "substep": _opt(_name)},
     "result": {"output": _str, "trace": _opt(_str), "seconds": _opt(number), "peak": _peak,
                "summary": _dict},
     "error": {"kind": _str, "message": _str, "hint": _opt(_str), "exit_code": _opt(_int)},

@@ -96,6 +96,12 @@ class VIEW3D_PT_image_to_mesh(bpy.types.Panel):
                 r.enabled = status != "pending"
                 r.label(text=name, icon=ROW_ICONS.get(status, "DOT"))
                 r.label(text=secs)
+                for sub, sub_status, sub_secs in view.substep_rows.get(name, ()):
+                    r = box.row()
+                    r.enabled = sub_status != "pending"
+                    r.separator(factor=2.0)  # indented: a step inside the stage above
+                    r.label(text=sub, icon=ROW_ICONS.get(sub_status, "DOT"))
+                    r.label(text=sub_secs)
             box.progress(factor=view.progress, type="BAR", text=view.progress_text)
             for text, icon in ((view.memory_text, "MEMORY"), (view.swap_text, "DISK_DRIVE"),
                                (view.guard_text, "LOCKED"), (view.elapsed_text, "TIME")):

@@ -86,6 +86,8 @@ class PanelView:
     error_text: str
     hint_text: str
     note_text: str = ""  # the runner's warnings, and a newer protocol version
+    #: stage name → its sub-steps as (name, status, seconds text), e.g. export's remesh, bake
+    substep_rows: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -104,6 +106,8 @@ class JobState:
     pid: int | None = None
     stages: list[StageRow] = field(default_factory=list)
     stage: str | None = None
+    substeps: dict = field(default_factory=dict)  # stage name -> [StageRow] of its sub-steps
+    substep: str | None = None  # the running sub-step of ``stage`` (memory.substep), or None
     stage_fraction: float = 0.0
     footprint: int | None = None
     peak: int | None = None
@@ -127,6 +131,7 @@ class JobState:
     history: list = field(default_factory=list)  # every status taken, in order
 
     MAX_WARNINGS = 20
+    MAX_SUBSTEPS = 32  # per stage; the pixal3d export has 8 (runner/PROTOCOL.md)
 
     def __setattr__(self, name, value):
         # Record every status transition where it happens, so a test (or a log) sees each one,
@@ -198,6 +203,7 @@ class JobState:
         if not isinstance(ev, dict):
             self._warn(f"runner event {ev!r:.60} is not a JSON object; ignored")
             return
+        raw = ev
         ev, notes = _events.clean(ev)
         for note in notes:
             self._warn(note)
@@ -205,6 +211,8 @@ class JobState:
         kind = ev.get("event")
         t = ev.get("t")
         t = float(t) if t is not None else time.time()
+        if kind == "stage" and "parent" in raw and "parent" not in ev:
+            return  # a sub-step whose parent is unreadable must not pass for a new stage
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:
             self.unknown_events += 1
@@ -262,12 +270,24 @@ class JobState:
         return row
 
     def _close_running_stage(self, t: float, done: bool = True) -> None:
-        for row in self.stages:
+        self._close_rows(self._all_rows(), t, done)
+
+    def _all_rows(self) -> list[StageRow]:
+        """The stage rows, then every stage's sub-step rows."""
+        return self.stages + [r for rows in self.substeps.values() for r in rows]
+
+    @staticmethod
+    def _close_rows(rows: list[StageRow], t: float, done: bool = True) -> None:
+        """End the running row(s) of ``rows`` at ``t`` (seconds): done, or back to pending."""
+        for row in rows:
             if row.status == ACTIVE:
                 row.seconds = max(0.0, t - row.started) if row.started is not None else None
                 row.status = COMPLETE if done else PENDING
 
     def _on_stage(self, ev: dict, t: float) -> None:
+        if ev.get("parent") is not None:
+            self._on_substep(ev, t)
+            return
         name = str(ev.get("stage"))
         index = ev.get("index")
         self._close_running_stage(t)
@@ -278,8 +298,25 @@ class JobState:
                 earlier.status = COMPLETE
         row.status, row.started = ACTIVE, t
         self.stage, self.stage_fraction, self.stage_peak = name, 0.0, None
+        self.substep = None
         if self.status not in FINISHED:
             self.status = RUNNING
+
+    def _on_substep(self, ev: dict, t: float) -> None:
+        """A ``stage`` event with ``parent``: a step inside that stage (runner/PROTOCOL.md). It
+        leaves the current stage, its window and ``stage_peak`` alone; the step before it in the
+        same parent is over."""
+        rows = self.substeps.setdefault(ev["parent"], [])
+        name = str(ev.get("stage"))
+        self._close_rows(rows, t)
+        row = next((r for r in rows if r.name == name), None)
+        if row is None:
+            if len(rows) >= self.MAX_SUBSTEPS:
+                return
+            row = StageRow(name)
+            rows.append(row)
+        row.status, row.started = ACTIVE, t
+        self.substep = name if ev["parent"] == self.stage else self.substep
 
     def _on_warning(self, ev: dict, t: float) -> None:
         """The runner's advice (e.g. 1536_cascade on a Mac): shown with the job, kept in
@@ -309,6 +346,8 @@ class JobState:
         for key in ("footprint", "peak", "stage_peak", "swap", "available", "total"):
             if key in ev:
                 setattr(self, key, ev[key])
+        if "substep" in ev:
+            self.substep = ev["substep"]
         if self.swap_start is None and self.swap is not None:
             self.swap_start = self.swap
 
@@ -322,10 +361,10 @@ class JobState:
         if peak is not None:
             self.peak = max(self.peak or 0, peak)
         self._close_running_stage(t)
-        for row in self.stages:
+        for row in self._all_rows():
             if row.status == PENDING:
                 row.status = COMPLETE
-        self.stage_fraction = 1.0
+        self.stage_fraction, self.substep = 1.0, None
         if self.status != CANCELLED:
             self.status = IMPORTING
             self.ended = t
@@ -373,19 +412,17 @@ class JobState:
     def view(self, now: float | None = None) -> PanelView:
         """What the panel draws now (``now`` in seconds, default: the current time)."""
         now = time.time() if now is None else now
-        rows = []
-        for r in self.stages:
-            if r.status == ACTIVE and r.started is not None:
-                secs = human_seconds(max(0.0, now - r.started))
-            else:
-                secs = human_seconds(r.seconds) if r.seconds is not None else ""
-            rows.append((r.name, r.status, secs))
+        rows = [self._row_view(r, now) for r in self.stages]
+        sub_rows = {parent: [self._row_view(r, now) for r in subs]
+                    for parent, subs in self.substeps.items()}
         n = len(self.stages)
         idx = next((i for i, r in enumerate(self.stages) if r.name == self.stage), None)
         if self.status in (IMPORTING, DONE):
             ptext = "done" if self.status == DONE else "importing"
         elif self.stage is not None and idx is not None:
             ptext = f"{self.stage} ({idx + 1}/{n}) {self.stage_fraction * 100:.0f} %"
+            if self.substep and self.status not in FINISHED:
+                ptext += f" · {self.substep}"
         else:
             # Between spawn (or admission) and the first stage the worker is still starting.
             ptext = {WAITING: "waiting for memory", STARTING: "starting…",
@@ -428,4 +465,12 @@ class JobState:
         }[self.status]
         return PanelView(self.status, headline, rows, self.progress(), ptext, mem, swap,
                          self.guard_text(), elapsed, result, err, hint,
-                         " ".join([*self.runner_warnings, self.protocol_note]).strip())
+                         " ".join([*self.runner_warnings, self.protocol_note]).strip(),
+                         sub_rows)
+
+    @staticmethod
+    def _row_view(r: StageRow, now: float) -> tuple[str, str, str]:
+        """A stage or sub-step row as (name, status, seconds text) at ``now`` (seconds)."""
+        if r.status == ACTIVE and r.started is not None:
+            return r.name, r.status, human_seconds(max(0.0, now - r.started))
+        return r.name, r.status, human_seconds(r.seconds) if r.seconds is not None else ""

@@ -585,6 +585,10 @@ class RecordingLayout:
         self.log.append(("operator", idname) if _op_registered(name) and cat == "image_to_mesh"
                         else ("BAD_OPERATOR", idname))
 
+    def separator(self, factor=1.0, **k):
+        ok = "separator" in bpy.types.UILayout.bl_rna.functions.keys() and factor >= 0
+        self.log.append(("separator", factor) if ok else ("BAD_SEPARATOR", factor))
+
     def progress(self, factor=0.0, type="BAR", text=""):
         self.log.append(("progress", round(factor, 4), text) if 0 <= factor <= 1
                         else ("BAD_PROGRESS", factor))
@@ -610,6 +614,11 @@ def sc_draw(zip_path, work, fixture):
         ctl.state.apply(ev)
     ctl.state.stage_fraction = 0.5  # mid-stage
     draw_panel("running")
+    t = events[-2]["t"]
+    for i, sub in enumerate(("fill_holes", "bake")):  # runner/PROTOCOL.md: sub-steps of export
+        ctl.state.apply({"v": 1, "event": "stage", "t": t + i, "stage": sub, "index": i,
+                         "count": 2, "parent": "export"})
+    draw_panel("substeps")
     ctl.state.apply(events[-1])
     ctl.state.mark_done()
     ctl.batch_summary = "Batch: 3 of 4 done, 1 failed: broken.png (not_an_image: …)"

@@ -400,6 +400,12 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     assert "Running: export" in labels("running")
     assert (f"footprint {human_bytes(last_mem['footprint'])} · peak {human_bytes(last_mem['peak'])}"
             f" · export peak {human_bytes(last_mem['stage_peak'])}") in labels("running")
+    # export's sub-steps, indented under its row, the last one running
+    sub = draws["substeps"]
+    at = sub.index(["label", "export"])
+    assert sub[at + 2:at + 7] == [["separator", 2.0], ["label", "fill_holes"], ["label", "1.0 s"],
+                                  ["separator", 2.0], ["label", "bake"]]  # bake: still running
+    assert not [e for e in draws["running"] if e[0] == "separator"]
     assert ["progress", 1.0, "done"] in draws["done"]
     assert any("in 4.4 s, peak 360.5 MiB" in l for l in labels("done")), labels("done")
     assert "Batch: 3 of 4 done, 1 failed: broken.png" in labels("done")

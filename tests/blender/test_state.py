@@ -151,3 +151,94 @@ def test_the_bar_says_starting_until_the_first_stage():
     st.apply({"v": 1, "event": "stage", "t": 0.6, "stage": "matte", "index": 0, "count": 2})
     assert st.view(now=0.7).progress_text == "matte (1/2) 0 %"
     assert st.history == ["starting", "running"]
+
+
+def _export_run():
+    """A pixal3d run with export in a process of its own, event by event as runner/PROTOCOL.md
+    ("Export in a process of its own", `stage` `parent`, `memory.substep`) orders them: the
+    model stages in the worker, a second guard waiting/started pair, then `export` (another
+    pid) with its sub-steps. Sizes in bytes, times in seconds."""
+    from stageload.pixal3d.export_steps import SUBSTEPS
+    from stageload.pixal3d.plan import plan_for
+
+    names = list(plan_for("1024_cascade"))
+    evs = [{"v": 1, "event": "hello", "t": 0.0, "backend": "pixal3d", "image": "/a/g.png",
+            "output": "/a/g.glb", "trace": "/a/g.trace.jsonl", "pid": 10, "stages": names},
+           {"v": 1, "event": "guard", "t": 0.5, "state": "started", "reason": "",
+            "readings": {"available": 8 << 30, "total": 16 << 30, "swap": 0}}]
+    t = 1.0
+    for i, name in enumerate(names[:-1]):
+        evs += [{"v": 1, "event": "stage", "t": t, "stage": name, "index": i,
+                 "count": len(names), "pid": 11},
+                {"v": 1, "event": "ready", "t": t + 0.1, "stage": name},
+                {"v": 1, "event": "memory", "t": t + 0.2, "footprint": (i + 1) << 30,
+                 "peak": 6 << 30, "stage": name, "stage_peak": (i + 1) << 30, "swap": 0,
+                 "available": 8 << 30, "total": 16 << 30, "substep": None}]
+        t += 1.0
+    evs += [{"v": 1, "event": "guard", "t": t, "state": "waiting",
+             "reason": "available 31 % < 40 %",
+             "readings": {"available": 5 << 30, "total": 16 << 30, "swap": 0}},
+            {"v": 1, "event": "guard", "t": t + 0.5, "state": "started", "reason": "",
+             "readings": {"available": 9 << 30, "total": 16 << 30, "swap": 0}},
+            {"v": 1, "event": "stage", "t": t + 1, "stage": "export", "index": len(names) - 1,
+             "count": len(names), "pid": 12},
+            {"v": 1, "event": "ready", "t": t + 1.1, "stage": "export"}]
+    t += 2
+    for j, sub in enumerate(SUBSTEPS):
+        evs += [{"v": 1, "event": "stage", "t": t, "stage": sub, "index": j,
+                 "count": len(SUBSTEPS), "parent": "export"},
+                {"v": 1, "event": "memory", "t": t + 0.2, "footprint": 3 << 30,
+                 "peak": 6 << 30, "stage": "export", "stage_peak": (3 << 30) + j,
+                 "swap": 0, "available": 8 << 30, "total": 16 << 30, "substep": sub}]
+        t += 1.0
+    evs.append({"v": 1, "event": "result", "t": t, "output": "/a/g.glb",
+                "trace": "/a/g.trace.jsonl", "seconds": t, "peak": 6 << 30,
+                "summary": {"peak": 6 << 30}})
+    return names, list(SUBSTEPS), evs
+
+
+def test_export_sub_steps_are_listed_under_export_and_leave_the_stage_alone():
+    names, subs, events = _export_run()
+    st = JobState()
+    st.begin("/a/g.png", now=0.0)
+    statuses = []
+    for ev in events:
+        st.apply(ev)
+        view = st.view(now=ev["t"])
+        statuses.append(view.status)
+        assert [r[0] for r in view.stage_rows] == names  # a sub-step is never a stage row
+        if ev.get("parent") == "export":
+            assert st.stage == "export" and view.headline == "Running: export"
+            rows = view.substep_rows["export"]
+            assert [r[0] for r in rows] == subs[: subs.index(ev["stage"]) + 1]
+            assert [r[1] for r in rows] == ["done"] * (len(rows) - 1) + ["running"]
+            # the export stage's peak is kept across its sub-steps (memory since the last)
+            assert st.stage_peak is None or st.stage_peak >= 3 << 30
+        if ev["event"] == "memory" and ev["stage"] == "export":
+            assert st.stage_peak == ev["stage_peak"]
+            assert view.progress_text.endswith(f"· {ev['substep']}")
+            assert [r[1] for r in view.stage_rows] == ["done"] * (len(names) - 1) + ["running"]
+        if ev["event"] == "guard" and ev["t"] > 1.0:  # export's own admission
+            # the model stages stay as they were: not a restart
+            assert [r[1] for r in view.stage_rows[:-2]] == ["done"] * (len(names) - 2)
+            assert view.stage_rows[-1][1] == "pending" and st.peak == 6 << 30
+            assert st.swap_start == 0 and view.progress > 0.5
+    assert statuses[-1] == IMPORTING
+    assert [r[1] for r in st.view(now=99).substep_rows["export"]] == ["done"] * len(subs)
+    assert st.history.count("starting") == 1
+
+
+def test_a_sub_step_with_a_bad_parent_is_dropped_not_taken_for_a_stage():
+    names, _subs, events = _export_run()
+    st = JobState()
+    st.begin("/a/g.png", now=0.0)
+    export_at = next(i for i, e in enumerate(events) if e.get("parent") == "export")
+    for ev in events[:export_at]:
+        st.apply(ev)
+    for bad in (7, "x" * 65, "ex\nport", ""):
+        st.apply({**events[export_at], "parent": bad})
+        assert st.stage == "export" and st.view(now=99).substep_rows == {}
+    st.apply({"v": 1, "event": "memory", "t": 99.0, "substep": float("nan")})
+    assert st.substep is None
+    assert any("stage.parent" in w for w in st.warnings)
+    assert any("memory.substep" in w for w in st.warnings)
