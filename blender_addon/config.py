@@ -195,11 +195,62 @@ class GuardSettings:
 
 
 @dataclass
+class ExportSettings:
+    """The Pixal3D backend's export levers (runner/backends/__init__.py's pixal3d options,
+    docs/pixal3d.md "Export"), as the panel's Export sub-panel sets them.
+
+    ``process``: ``own`` (export in a fresh process, the runner's default) or ``in-process``;
+    ``profile``: ``port`` (default) or ``fit``; ``decimation_target``: faces, 0 = the port's own
+    (1,000,000 at the port revision docs/pixal3d.md names), else 1 to 100,000,000;
+    ``remesh``: ``on`` (the port's default) or ``off``; ``remesh_resolution``: ``grid`` (default)
+    or ``512``; ``allow_dense_grid_sample``: export even on the port's dense fallback.
+    Raises :class:`ConfigError` (what to change) for any other value. An option at the runner's
+    default is not passed, so the runner's own default stays in charge."""
+    process: str = "own"
+    profile: str = "port"
+    decimation_target: int = 0
+    remesh: str = "on"
+    remesh_resolution: str = "grid"
+    allow_dense_grid_sample: bool = False
+
+    CHOICES = {"process": ("own", "in-process"), "profile": ("port", "fit"),
+               "remesh": ("on", "off"), "remesh_resolution": ("grid", "512")}
+    FLAGS = {"process": "--export-process", "profile": "--export-profile",
+             "remesh": "--remesh", "remesh_resolution": "--remesh-resolution"}
+
+    def __post_init__(self):
+        for name, choices in self.CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"Export setting {name} = {getattr(self, name)!r} is not one of "
+                                  f"{', '.join(choices)}; choose one in the Export panel.")
+        target = self.decimation_target
+        if (isinstance(target, bool) or not isinstance(target, int)
+                or not (target == 0 or 1 <= target <= 100_000_000)):
+            raise ConfigError(f"Decimation target {target!r} must be a whole number of faces "
+                              "from 1 to 100,000,000, or 0 for the port's own (1,000,000).")
+        if not isinstance(self.allow_dense_grid_sample, bool):
+            raise ConfigError("Allow dense grid sample must be on or off.")
+
+    def argv(self) -> list[str]:
+        """The runner options for the settings that differ from the runner's defaults."""
+        out: list[str] = []
+        for name, flag in self.FLAGS.items():
+            if getattr(self, name) != self.CHOICES[name][0]:
+                out += [flag, getattr(self, name)]
+        if self.decimation_target:
+            out += ["--decimation-target", str(self.decimation_target)]
+        if self.allow_dense_grid_sample:
+            out.append("--allow-dense-grid-sample")
+        return out
+
+
+@dataclass
 class JobSpec:
     """One image → GLB job: what the panel or the headless script asks the runner to do.
 
-    ``texture_size`` is in pixels (a side of the square base-colour texture); ``pixal3d_dir`` and
-    ``pipeline_type`` matter only for the ``pixal3d`` backend.
+    ``texture_size`` is in pixels (a side of the square base-colour texture); ``pixal3d_dir``,
+    ``pipeline_type`` and ``export`` (:class:`ExportSettings`) matter only for the ``pixal3d``
+    backend.
     """
     image: Path
     output: Path
@@ -210,6 +261,7 @@ class JobSpec:
     pipeline_type: str = "1024_cascade"
     pixal3d_dir: str = ""
     overwrite: bool = False
+    export: ExportSettings = field(default_factory=ExportSettings)
     guard: GuardSettings = field(default_factory=GuardSettings)
 
     def argv(self, python: str) -> list[str]:
@@ -232,7 +284,7 @@ class JobSpec:
         out = ["--backend", self.backend, "--seed", str(int(self.seed)),
                "--texture-size", str(int(self.texture_size)), "--cancel-on-stdin-eof"]
         if self.backend == "pixal3d":
-            out += ["--pipeline-type", self.pipeline_type]
+            out += ["--pipeline-type", self.pipeline_type, *self.export.argv()]
             if self.pixal3d_dir.strip():
                 out += ["--pixal3d-dir", absolute_folder(self.pixal3d_dir)]
         if self.overwrite:

@@ -15,6 +15,17 @@ from .preferences import get_prefs, guard_settings, interpreter_for, output_dir
 from .process import SpawnError, run_quick, runner_env
 
 
+def export_settings(s):
+    """The scene settings ``s`` (:class:`ImageToMeshSettings`) as
+    :class:`config.ExportSettings`; raises :class:`config.ConfigError` for a value the runner
+    would refuse."""
+    return config.ExportSettings(process=s.export_process, profile=s.export_profile,
+                                 decimation_target=int(s.decimation_target),
+                                 remesh="on" if s.remesh else "off",
+                                 remesh_resolution=s.remesh_resolution,
+                                 allow_dense_grid_sample=bool(s.allow_dense_grid_sample))
+
+
 def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
     """A :class:`Launch` from the preferences and the scene's panel settings.
 
@@ -27,6 +38,7 @@ def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
     out = output_dir(prefs)
     spec_kwargs = dict(backend=s.backend, seed=s.seed, texture_size=int(s.texture_size),
                        pipeline_type=s.pipeline_type, pixal3d_dir=prefs.pixal3d_dir,
+                       export=export_settings(s),
                        guard=guard_settings(prefs))
     return Launch(python=interpreter.python, extra_path=interpreter.extra_path,
                   runtime=runtime, output_dir=out,

@@ -6,7 +6,8 @@ recorded event stream), the batch's from :class:`batch.BatchRun`.
 from __future__ import annotations
 
 import bpy
-from bpy.props import EnumProperty, IntProperty, PointerProperty, StringProperty
+from bpy.props import (BoolProperty, EnumProperty, IntProperty, PointerProperty,
+                       StringProperty)
 
 from .controller import CONTROLLER
 from .preferences import wrap_label as _wrap
@@ -34,6 +35,23 @@ PIPELINE_ITEMS = [  # stageload.pixal3d's plans
     ("1024_cascade", "1024_cascade", "Pixal3D pipeline type 1024_cascade (recommended)"),
     ("1536_cascade", "1536_cascade (not recommended on Mac)", NOT_ON_MAC),
 ]
+# The pixal3d backend's export levers (runner/backends/__init__.py, docs/pixal3d.md "Export");
+# the first item of each is the runner's default, which the add-on does not pass.
+EXPORT_PROCESS_ITEMS = [
+    ("own", "Own process", "Export in a fresh process once the model process has exited and "
+     "given all its memory back (the runner's default)"),
+    ("in-process", "In the model process", "Export in the model process, as the port does"),
+]
+EXPORT_PROFILE_ITEMS = [
+    ("port", "Port", "The port's own export values"),
+    ("fit", "Fit", "The low-memory export a peer validated on a 36 GB Mac: remesh at "
+     "min(512, grid), free temporaries between steps"),
+]
+REMESH_RESOLUTION_ITEMS = [
+    ("grid", "Grid", "Remesh at the pipeline's grid resolution (the port's way)"),
+    ("512", "512", "Remesh at min(512, grid): 4x fewer faces into cleanup; refused with the "
+     "reason where the port cannot do it"),
+]
 ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT"}
 
 
@@ -45,17 +63,34 @@ class ImageToMeshSettings(bpy.types.PropertyGroup):
     seed: IntProperty(name="Seed", default=0, min=0, description="Random seed of the run")
     texture_size: EnumProperty(name="Texture", items=TEXTURE_ITEMS, default="1024")
     pipeline_type: EnumProperty(name="Pipeline", items=PIPELINE_ITEMS, default="1024_cascade")
+    export_process: EnumProperty(name="Export in", items=EXPORT_PROCESS_ITEMS, default="own")
+    export_profile: EnumProperty(name="Profile", items=EXPORT_PROFILE_ITEMS, default="port")
+    decimation_target: IntProperty(
+        name="Decimation target", default=0, min=0, max=100_000_000,
+        description="Faces the port simplifies the mesh to; 0 = the port's own (1,000,000)")
+    remesh: BoolProperty(name="Remesh", default=True,
+                         description="The port's dual-contouring remesh (the port's default: on)")
+    remesh_resolution: EnumProperty(name="Remesh resolution", items=REMESH_RESOLUTION_ITEMS,
+                                    default="grid")
+    allow_dense_grid_sample: BoolProperty(
+        name="Allow dense grid sample", default=False,
+        description="Export even when the port would build the dense grid-sample volume "
+        "(25.8 GB at 1024) because flex_gemm is missing")
     batch_folder: StringProperty(name="Folder", subtype="DIR_PATH", default="",
                                  description="Folder of images for a batch run")
 
 
-class VIEW3D_PT_image_to_mesh(bpy.types.Panel):
-    """Image → textured mesh, with the runner's stages and memory"""
-    bl_label = "Image to Mesh"
-    bl_idname = "VIEW3D_PT_image_to_mesh"
+class _Sidebar:
+    """Where the add-on's panels live: View3D › Sidebar › "Image to Mesh"."""
     bl_space_type = "VIEW_3D"
     bl_region_type = "UI"
     bl_category = "Image to Mesh"
+
+
+class VIEW3D_PT_image_to_mesh(_Sidebar, bpy.types.Panel):
+    """Image → textured mesh, with the runner's stages and memory"""
+    bl_label = "Image to Mesh"
+    bl_idname = "VIEW3D_PT_image_to_mesh"
 
     def draw(self, context):
         layout = self.layout
@@ -134,7 +169,29 @@ class VIEW3D_PT_image_to_mesh(bpy.types.Panel):
         row.operator(IMAGE_TO_MESH_OT_batch.bl_idname, icon="PLAY")
 
 
-CLASSES = (ImageToMeshSettings, VIEW3D_PT_image_to_mesh)
+class VIEW3D_PT_image_to_mesh_export(_Sidebar, bpy.types.Panel):
+    """The Pixal3D export's memory levers (runner options, docs/pixal3d.md "Export")"""
+    bl_label = "Export"
+    bl_idname = "VIEW3D_PT_image_to_mesh_export"
+    bl_parent_id = VIEW3D_PT_image_to_mesh.bl_idname
+    bl_options = {"DEFAULT_CLOSED"}
+
+    @classmethod
+    def poll(cls, context):
+        return context.scene.image_to_mesh.backend == "pixal3d"
+
+    def draw(self, context):
+        s = context.scene.image_to_mesh
+        col = self.layout.column()
+        for name in ("export_process", "export_profile", "decimation_target", "remesh"):
+            col.prop(s, name)
+        sub = col.column()
+        sub.enabled = s.remesh
+        sub.prop(s, "remesh_resolution")
+        col.prop(s, "allow_dense_grid_sample")
+
+
+CLASSES = (ImageToMeshSettings, VIEW3D_PT_image_to_mesh, VIEW3D_PT_image_to_mesh_export)
 
 
 def register_props() -> None:

@@ -628,9 +628,20 @@ def sc_draw(zip_path, work, fixture):
     s = bpy.context.scene.image_to_mesh
     s.backend, s.pipeline_type = "pixal3d", "1536_cascade"
     draw_panel("pixal3d_1536")
+    export_cls = bpy.types.VIEW3D_PT_image_to_mesh_export
+    export_log = []
+    export_cls.draw(type("P", (), {"layout": RecordingLayout(export_log)})(), bpy.context)
+    draws["export"] = export_log
+    export_poll = {"pixal3d": export_cls.poll(bpy.context)}
+    s.export_profile, s.decimation_target, s.remesh = "fit", 250000, False
+    s.remesh_resolution, s.allow_dense_grid_sample = "512", True
+    export_argv = mod("config").JobSpec(
+        image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl", backend="pixal3d",
+        export=mod("operators").export_settings(s)).argv("/py")
     pipeline_items = {i.identifier: i.name for i in
                       s.bl_rna.properties["pipeline_type"].enum_items}
     s.backend = "builtin"
+    export_poll["builtin"] = export_cls.poll(bpy.context)
     addon_prefs().python = "/no/such/python"
     draw_panel("bad_python")
     plog = []
@@ -641,7 +652,9 @@ def sc_draw(zip_path, work, fixture):
     type(prefs).draw(proxy, bpy.context)
     draws["preferences"] = plog
     verdict(draws=draws, expected_progress=round(ctl.state.progress(), 4),
-            pipeline_items=pipeline_items)
+            pipeline_items=pipeline_items, export_poll=export_poll, export_argv=export_argv,
+            export_parent=export_cls.bl_parent_id,
+            export_closed="DEFAULT_CLOSED" in export_cls.bl_options)
 
 
 def sc_importer(zip_path, work):

@@ -417,6 +417,19 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     assert any(x.startswith("1536_cascade is not recommended on a")
                for x in labels("pixal3d_1536"))
     assert not any("not recommended" in x for x in labels("idle"))
+    # the Export sub-panel: a closed child of the panel, for Pixal3D only; its settings reach
+    # the runner's command line (one left at its default, --export-process, is not passed)
+    assert v["export_parent"] == "VIEW3D_PT_image_to_mesh" and v["export_closed"]
+    assert v["export_poll"] == {"pixal3d": True, "builtin": False}
+    assert [e[1] for e in draws["export"] if e[0] == "prop"] == [
+        "export_process", "export_profile", "decimation_target", "remesh", "remesh_resolution",
+        "allow_dense_grid_sample"]
+    argv = v["export_argv"]
+    for flag, value in (("--export-profile", "fit"), ("--decimation-target", "250000"),
+                        ("--remesh", "off"),
+                        ("--remesh-resolution", "512")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--allow-dense-grid-sample" in argv and "--export-process" not in argv
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
         "python", "pixal3d_dir", "output_dir", "wait_free_percent", "kill_free_percent",

@@ -318,3 +318,38 @@ def test_a_relative_pixal3d_folder_reaches_the_runner_as_an_absolute_path(tmp_pa
                           pixal3d_dir=" ports/Pixal3D-mac ")
     argv = spec.argv("/py")
     assert argv[argv.index("--pixal3d-dir") + 1] == str(tmp_path / "ports" / "Pixal3D-mac")
+
+
+def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp_path):
+    """The Export sub-panel's levers on the runner's own command line (runner.cli.build_parser);
+    at the runner's defaults none is passed; a value the runner would refuse is refused here."""
+    from runner.cli import build_parser
+
+    def spec(**export):
+        return config.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                              trace=tmp_path / "a.trace.jsonl", backend="pixal3d",
+                              export=config.ExportSettings(**export))
+
+    flags = ("--export-process", "--export-profile", "--decimation-target", "--remesh",
+             "--remesh-resolution", "--allow-dense-grid-sample")
+    plain = spec().argv("/py")
+    assert not [a for a in plain if a in flags]
+    ns = build_parser().parse_args(plain[3:])
+    default = (ns.export_process, ns.export_profile, ns.decimation_target, ns.remesh,
+               ns.remesh_resolution, ns.allow_dense_grid_sample)
+    argv = spec(process="in-process", profile="fit", decimation_target=250_000, remesh="off",
+                remesh_resolution="512", allow_dense_grid_sample=True).argv("/py")
+    ns = build_parser().parse_args(argv[3:])
+    got = (ns.export_process, ns.export_profile, ns.decimation_target, ns.remesh,
+           ns.remesh_resolution, ns.allow_dense_grid_sample)
+    assert got == ("in-process", "fit", "250000", "off", "512", True), got
+    assert default != got
+    builtin = config.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                             trace=tmp_path / "a.trace.jsonl",
+                             export=config.ExportSettings(profile="fit")).argv("/py")
+    assert "--export-profile" not in builtin  # the builtin backend has no export levers
+    for bad in ({"profile": "tiny"}, {"remesh_resolution": "256"}, {"decimation_target": -1},
+                {"decimation_target": 10**9}, {"decimation_target": 1.5},
+                {"allow_dense_grid_sample": "yes"}):
+        with pytest.raises(config.ConfigError):
+            config.ExportSettings(**bad)
