@@ -52,7 +52,9 @@ def test_remesh_at_512_lowers_the_peak_and_keeps_the_face_count(asset, tmp_path)
     fit = _export(asset, tmp_path, "--limit", "512")
     # At scale 0.004 the modelled cleanup on the remeshed mesh is ~260 MB at the grid and a
     # quarter of it at 512 (4x fewer remeshed faces); the rest of the process is the same.
-    assert grid["peak"] - fit["peak"] > 100e6, (grid, fit)
+    # Measured difference: ~330 MB on an idle machine, 100 MB once during the full suite on 2
+    # busy cores (both peaks rose); 50 MB still fails when the lever changes nothing.
+    assert grid["peak"] - fit["peak"] > 50e6, (grid, fit)
     assert abs(fit["faces"] - grid["faces"]) / grid["faces"] <= PEER_FACE_TOLERANCE, (grid, fit)
 
 
