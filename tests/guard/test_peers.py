@@ -13,21 +13,35 @@ import pytest
 from guard_helpers import guard_cmd
 from stageload.guard.peers import Peers
 
-JOB = ("import sys, time; out = sys.argv[2]; open(out + '.start', 'w').write(repr(time.time())); "
+JOB = ("import os, sys, time; out = sys.argv[2]; open(out + '.pid', 'w').write(str(os.getpid())); "
+       "open(out + '.start', 'w').write(repr(time.time())); "
        "time.sleep(1.5); open(out + '.end', 'w').write(repr(time.time()))")
 
 
+def _long_python(tmp_path):
+    """This interpreter reached through a symlink in a folder about 200 characters deep, as in a
+    clone whose path is longer than usual (the busy line then elides the middle of the command)."""
+    folder = tmp_path.joinpath(*["a-folder-deeper-than-usual"] * 8)
+    folder.mkdir(parents=True)
+    link = folder / "python3"
+    link.symlink_to(os.path.realpath(sys.executable))
+    return str(link)
+
+
 @pytest.mark.parametrize("wrapper", [[], ["timeout", "60"]], ids=["plain", "under-timeout"])
-def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag, wrapper):
+@pytest.mark.parametrize("interpreter", ["this", "long-path"])
+def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag, wrapper, interpreter):
     """Also when each guard runs under a wrapper (``timeout 60 python -m stageload guard …``),
-    whose command line holds the pattern too."""
+    whose command line holds the pattern too; and whatever the length of the interpreter's path
+    (the busy line is then shortened: the test checks the pid it names, not its wording)."""
+    python = sys.executable if interpreter == "this" else _long_python(tmp_path)
     pattern = f"{tag}-job"
     quiet = 1.0
     logs = [tmp_path / f"{name}.jsonl" for name in "ab"]
     guards = [subprocess.Popen(
         wrapper + guard_cmd("--busy", pattern, "--quiet-for", str(quiet), "--poll", "0.1", "--grace", "1",
                   "--start-timeout", "20", "--log", str(log),
-                  command=[sys.executable, "-c", JOB, pattern, str(tmp_path / name)]),
+                  command=[python, "-c", JOB, pattern, str(tmp_path / name)]),
         env=env, stderr=subprocess.PIPE, text=True) for name, log in zip("ab", logs)]
     try:
         errs = [g.communicate(timeout=40)[1] for g in guards]
@@ -43,11 +57,14 @@ def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag, wr
     # never at the same time, and the second waited --quiet-for after the first one ended
     assert second_start >= first_end + quiet, runs
     # the second one waited because of the first one's *command*, never a guard's own line
-    second_log = logs[0] if (tmp_path / "a.start").read_text() == repr(second_start) else logs[1]
-    decisions = [json.loads(line) for line in second_log.read_text().splitlines()]
+    second = "a" if (tmp_path / "a.start").read_text() == repr(second_start) else "b"
+    first = "b" if second == "a" else "a"
+    decisions = [json.loads(line) for line in logs["ab".index(second)].read_text().splitlines()]
     busy = [b for d in decisions if d["state"] == "waiting" for b in d["readings"].get("busy", [])]
     assert busy and all(" -m stageload guard " not in b for b in busy), busy  # nor their wrappers
-    assert any(" -c " in b for b in busy), busy
+    # every busy line names the first job's process (``pid N: …``), never a guard or a wrapper
+    first_pid = (tmp_path / f"{first}.pid").read_text()
+    assert {b.split(":", 1)[0] for b in busy} == {f"pid {first_pid}"}, busy
     assert decisions[-1]["state"] == "exited" and decisions[-1]["exit_code"] == 0
 
 
