@@ -39,7 +39,7 @@ from .jobtrace import log
 from .manifest import (MANIFEST, MANIFEST_VERSION, load_manifest, manifest_entries,
                        update_manifest)
 from .protocol import make
-from .results import Job, Outcome
+from .job import Job, Outcome
 
 def find_images(folder: Path) -> list[Path]:
     """Image files directly in ``folder`` (suffixes in ``IMAGE_SUFFIXES``, hidden files

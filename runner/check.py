@@ -46,11 +46,11 @@ def probe(options: dict, python: str | None = None) -> dict:
     """Run the worker's ``--probe`` in a subprocess and return its ``probe`` event. Raises
     ``RunnerError('worker_crashed')`` when it gives none."""
     from .child import child_env
-    from .jobrun import worker_argv
+    from .jobrun import probe_argv
 
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(worker_argv(python or sys.executable, write_fd, options, probe=True),
+        proc = subprocess.Popen(probe_argv(python or sys.executable, write_fd, options),
                                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=sys.stderr.fileno(), env=child_env(),
                                 start_new_session=True)

@@ -14,8 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .jobtrace import log
 from .protocol import make, relay
@@ -50,11 +51,29 @@ def stderr_fd() -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class Supervision:
+    """What a child process of a job is run with — the job's, shared by its children:
+
+    ``guard`` (``stageload.guard.Guard``: starts the child, judges its samples by the budget,
+    stops it; its ``config.poll`` and ``config.grace`` are seconds), ``cancel``
+    (``runner.cancel.Cancel``: true once the job is cancelled, ``wait(seconds)``, ``reason``),
+    ``trace`` (writes one dict to the job's trace only), ``publish`` (traces and prints one
+    protocol object) and ``tracker`` (``runner.memory.MemoryTracker``: turns events and samples
+    into ``memory`` events).
+    """
+
+    guard: Any
+    cancel: Any
+    trace: Callable[[dict], None]
+    publish: Callable[[dict], None]
+    tracker: Any
+
+
 class Child:
     """One child process of a job.
 
-    ``run`` is the job (``runner.jobrun.JobRun``); a child uses its ``guard``,
-    ``guard_config``, ``cancel``, ``trace``, ``tracker`` and ``publish``. ``name`` labels the
+    ``sup`` (:class:`Supervision`) is what the job lends it. ``name`` labels the
     child in the trace (its private events are traced as ``<name>_<event>``) and in messages;
     ``private`` names the events it sends for the supervisor alone (kept in ``events``, by
     name, the last of each), every other event is relayed to the protocol stream.
@@ -65,8 +84,9 @@ class Child:
     child (None otherwise).
     """
 
-    def __init__(self, run, name: str = "worker", private: frozenset = WORKER_ONLY):
-        self.run = run
+    def __init__(self, sup: Supervision, name: str = "worker",
+                 private: frozenset = WORKER_ONLY):
+        self.sup = sup
         self.name = name
         self.private = private
         self.proc: subprocess.Popen | None = None
@@ -87,7 +107,7 @@ class Child:
         read_fd, write_fd = os.pipe()
         err_fd = stderr_fd()
         try:
-            self.proc = self.run.guard.start(
+            self.proc = self.sup.guard.start(
                 argv(write_fd), pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                 stdout=err_fd if err_fd is not None else subprocess.DEVNULL,
                 env=child_env(), close_fds=True)
@@ -124,12 +144,12 @@ class Child:
         if name in self.private:
             self.events[name] = ev
             traced = name if name.startswith(self.name) else f"{self.name}_{name}"
-            self.run.trace({**ev, "event": traced})
+            self.sup.trace({**ev, "event": traced})
             return
         if name == "stage" and ev.get("parent") is None:
             ev = {**ev, "pid": self.proc.pid}  # which process ran the stage (export: its own)
-        self.run.tracker.on_event(ev)
-        self.run.publish(relay(ev))
+        self.sup.tracker.on_event(ev)
+        self.sup.publish(relay(ev))
 
     # -- sample --------------------------------------------------------------------------------
     def sample(self) -> None:
@@ -149,22 +169,22 @@ class Child:
             self._sample_failed = True
 
     def _account(self, sample: dict) -> None:
-        run = self.run
-        run.trace(sample)
+        sup = self.sup
+        sup.trace(sample)
         if not sample.get("footprint"):
             return  # the child has exited (a zombie has no resident memory): no report
-        memory = run.tracker.on_sample(sample)
+        memory = sup.tracker.on_sample(sample)
         if memory is not None:
-            run.publish(make("memory", **memory))
+            sup.publish(make("memory", **memory))
         # The budget is judged every --poll seconds (as `python -m stageload guard` does),
         # on the latest sample, so --kill-samples keeps its documented meaning.
         now = time.monotonic()
         if now < self._next_check:
             return
-        self._next_check = now + run.guard_config.poll
+        self._next_check = now + sup.guard.config.poll
         with self._guard_lock:
-            if self.stopped is None and not run.cancel:
-                decision = run.guard.check(sample)
+            if self.stopped is None and not sup.cancel:
+                decision = sup.guard.check(sample)
                 if decision is not None:
                     self.stopped = decision.get("reason", "over budget")
 
@@ -175,24 +195,24 @@ class Child:
         it. Before the relay is joined: a leftover holding the events pipe open would keep
         the relay waiting."""
         with self._guard_lock:
-            self.run.guard.stop_leftovers()
+            self.sup.guard.stop_leftovers()
 
     # -- wait ----------------------------------------------------------------------------------
     def wait(self) -> int:
         """Wait until the child exits, the job is cancelled (the child's tree is stopped) or
         the guard's budget stopped it; then stop sampling and collect the last events.
         Returns the exit status (also in ``code``)."""
-        run, proc = self.run, self.proc
-        while proc.poll() is None and not run.cancel and self.stopped is None:
-            run.cancel.wait(0.05)
-        if run.cancel and proc.poll() is None:
+        guard, cancel, proc = self.sup.guard, self.sup.cancel, self.proc
+        while proc.poll() is None and not cancel and self.stopped is None:
+            cancel.wait(0.05)
+        if cancel and proc.poll() is None:
             with self._guard_lock:
-                run.guard.stop(f"cancelled: {run.cancel.reason}")
+                guard.stop(f"cancelled: {cancel.reason}")
         try:
-            self.code = proc.wait(timeout=max(5.0, run.guard_config.grace + 5.0))
+            self.code = proc.wait(timeout=max(5.0, guard.config.grace + 5.0))
         except Exception:
             with self._guard_lock:
-                run.guard.stop(f"the {self.name} did not exit")
+                guard.stop(f"the {self.name} did not exit")
             self.code = proc.wait()
         self.stop_leftovers()
         self._sampler.stop(final=False)
@@ -200,6 +220,6 @@ class Child:
             log(f"the memory sampler stopped early: {self._sampler.error!r}")
         self._reader.join(timeout=3.0)
         # trace only: when this process was gone (the export process starts after the worker's)
-        self.run.trace({"event": f"{self.name}_exit", "t": time.time(), "pid": proc.pid,
+        self.sup.trace({"event": f"{self.name}_exit", "t": time.time(), "pid": proc.pid,
                         "code": self.code})
         return self.code

@@ -20,28 +20,33 @@ from typing import Callable
 
 from . import backends
 from .cancel import Cancel, cancel_error
-from .child import Child
+from .child import Child, Supervision
 from .claims import claim_all, release_all
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
+from .job import Job, Outcome, WorkerJob
 from .jobtrace import JobTrace, log, summarize_trace
 from .memory import MemoryTracker
 from .outputs import (check_output, check_trace, commit, discard, discard_dir, failed_runs_trace,
                       job_dir, sweep_stale_job_dirs, sweep_stale_partials, temp_path,
                       trace_conflict)
 from .protocol import make, relay
-from .results import Job, Outcome
 
 
-def worker_argv(python: str, events_fd: int, payload: dict, *, probe: bool = False) -> list[str]:
+def worker_argv(python: str, events_fd: int, job: WorkerJob) -> list[str]:
     """Command line of the worker (``python -m runner.worker``): ``--events-fd`` and the job
-    (or, with ``probe``, ``--probe`` and the backend options) as JSON."""
+    (a ``runner.job.WorkerJob``) as JSON."""
+    return [python, "-m", "runner.worker", "--events-fd", str(events_fd),
+            "--job", job.to_json()]
+
+
+def probe_argv(python: str, events_fd: int, options: dict) -> list[str]:
+    """Command line of the worker's probe (``runner.check``): ``--probe`` and the backend
+    options (``dest`` → value) as JSON."""
     import json
 
-    argv = [python, "-m", "runner.worker", "--events-fd", str(events_fd)]
-    if probe:
-        return argv + ["--probe", "--backend-options", json.dumps(payload)]
-    return argv + ["--job", json.dumps(payload)]
+    return [python, "-m", "runner.worker", "--events-fd", str(events_fd), "--probe",
+            "--backend-options", json.dumps(options)]
 
 
 def export_need(config) -> int | None:
@@ -215,11 +220,12 @@ class JobRun:
         """Start the worker on a fresh partial file, relay its events and sample it until it
         ends. Returns the finished ``Child``. When the backend exports in a process of its own
         (``Backend.splits_export``), the partial GLB lies in a private job folder next to the
-        output and the worker gets ``handover``: the file it writes the decoded asset to."""
+        output and the worker runs in ``model`` mode: it writes the decoded asset to the
+        hand-over file in that folder."""
         for stale in sweep_stale_partials(self.output) + sweep_stale_job_dirs(self.output.parent):
             log(f"removed {stale.name}, left by a runner that was killed")
         self.partial = temp_path(self.output)
-        extra = {}
+        mode, handover = "whole", None
         if self.backend.splits_export(self.job.options):
             try:
                 self.job_dir = job_dir(self.output)
@@ -227,30 +233,25 @@ class JobRun:
                 raise RunnerError("output_unwritable", f"Cannot create a temporary folder next "
                                   f"to {self.output} ({exc.strerror or exc}).") from None
             self.partial = self.job_dir / f"{self.output.stem}.glb"
-            extra = {"handover": str(self.job_dir / "asset.npz")}
-        payload = {**self._payload(), **extra}
-        worker = Child(self, "worker")
-        try:
-            worker.spawn(lambda fd: worker_argv(self.python, fd, payload))
-        except OSError as exc:
-            raise RunnerError("no_torch", f"Could not start the worker with {self.python} "
-                              f"({exc.strerror or exc}).", "Check the interpreter path.") from None
-        self.run_child(worker)
-        return worker
+            mode, handover = "model", str(self.job_dir / "asset.npz")
+        return self.launch("worker", self.worker_job(mode, handover), "the worker",
+                           hint="Check the interpreter path.")
 
-    def _payload(self) -> dict:
-        """The worker's job (``runner.worker.run_job``), writing to ``self.partial``."""
+    def worker_job(self, mode: str = "whole", handover: str | None = None) -> WorkerJob:
+        """The worker's job (``runner.job.WorkerJob``) in ``mode``, writing to
+        ``self.partial``."""
         job, backend = self.job, self.backend
-        return {"backend": backend.name, "image": str(Path(job.image).absolute()),
-                "output": str(self.partial), "seed": job.seed,
-                "texture_size": job.texture_size, "height_m": job.height_m,
-                "options": {o.dest: job.options[o.dest] for o in backend.options
-                            if job.options.get(o.dest) is not None}}
+        return WorkerJob(
+            backend=backend.name, image=str(Path(job.image).absolute()),
+            output=str(self.partial), seed=job.seed, texture_size=job.texture_size,
+            height_m=job.height_m, mode=mode, handover=handover,
+            options={o.dest: job.options[o.dest] for o in backend.options
+                     if job.options.get(o.dest) is not None})
 
     def spawn_export(self, handover: str) -> Child:
         """The export process, after the model process has exited: the guard re-checks
-        admission (``export_need``), then ``runner.worker`` in export mode continues from the
-        ``handover`` file into the partial GLB, relayed and sampled like the worker (one
+        admission (``export_need``), then ``runner.worker`` in ``export`` mode continues from
+        the ``handover`` file into the partial GLB, relayed and sampled like the worker (one
         ``export`` stage, carrying this process's pid). Returns the finished ``Child``."""
         if self.cancel:
             raise cancel_error(self.cancel, "before the export process started")
@@ -258,13 +259,25 @@ class JobRun:
 
         self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
         self._wait_for_admission(" the export")
-        payload = {**self._payload(), "stage": "export", "handover": handover}
-        child = Child(self, "export")
+        return self.launch("export", self.worker_job("export", handover), "the export process")
+
+    def supervision(self) -> Supervision:
+        """What this job lends each of its children: guard, cancel, trace, publish, tracker
+        (after :meth:`admit`, which creates the guard)."""
+        return Supervision(guard=self.guard, cancel=self.cancel, trace=self.trace,
+                           publish=self.publish, tracker=self.tracker)
+
+    def launch(self, name: str, job: WorkerJob, what: str, hint: str | None = None) -> Child:
+        """Start ``runner.worker`` with ``job`` as the child ``name`` under the guard, then
+        relay and sample it until it ends (:meth:`run_child`); returns the finished
+        ``Child``. ``what`` (e.g. "the worker") and ``hint`` word the ``no_torch`` error
+        raised when the interpreter cannot be started."""
+        child = Child(self.supervision(), name)
         try:
-            child.spawn(lambda fd: worker_argv(self.python, fd, payload))
+            child.spawn(lambda fd: worker_argv(self.python, fd, job))
         except OSError as exc:
-            raise RunnerError("no_torch", f"Could not start the export process with "
-                              f"{self.python} ({exc.strerror or exc}).") from None
+            raise RunnerError("no_torch", f"Could not start {what} with {self.python} "
+                              f"({exc.strerror or exc}).", hint) from None
         self.run_child(child)
         return child
 

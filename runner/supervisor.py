@@ -18,7 +18,7 @@ from . import __version__
 from .cancel import Cancel
 from .jobrun import JobRun
 from .jobtrace import log
-from .results import Job, Outcome
+from .job import Job, Outcome
 
 RUNNER_VERSION = __version__
 """The ``runner`` field of ``hello`` (``runner.__version__``)."""

@@ -1,5 +1,6 @@
-"""The worker: the process that runs a backend (and imports torch when the backend needs it). Started by the supervisor as
-``python -m runner.worker --events-fd N --job JSON`` in its own process group; never by hand.
+"""The worker: the process that runs a backend (and imports torch when the backend needs it).
+Started by the supervisor as ``python -m runner.worker --events-fd N --job JSON`` (a
+``runner.job.WorkerJob``) in its own process group; never by hand.
 
 Channels: events go as JSON lines to file descriptor ``N`` (a pipe the supervisor reads); file
 descriptor 1 is pointed at stderr first thing, so a stray ``print`` in a backend or a native
@@ -30,6 +31,7 @@ import time
 import traceback
 
 from .errors import KINDS, RunnerError
+from .job import WorkerJob
 from .stdfds import reopen_closed_std_fds
 
 _PR_SET_PDEATHSIG = 1
@@ -104,8 +106,9 @@ def _devices(torch) -> dict:
     cuda = {"available": False}
     try:
         if torch.cuda.is_available():
-            cuda = {"available": True, "count": torch.cuda.device_count(),
-                    "names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+            count = torch.cuda.device_count()
+            cuda = {"available": True, "count": count,
+                    "names": [torch.cuda.get_device_name(i) for i in range(count)]}
     except Exception as exc:
         cuda = {"available": False, "error": str(exc)}
     mps = {"available": False}
@@ -215,18 +218,17 @@ def _load_backend(backend):
             "or choose an interpreter that has it.", python=sys.executable) from None
 
 
-def run_job(job: dict, emit) -> int:
-    """Run one job dict (``backend``, ``image``, ``output`` = partial GLB path, ``seed``,
-    ``texture_size``, ``height_m`` — each None for the backend's default — and ``options``)
-    sending events to ``emit``; returns the exit status. With ``handover`` (a path) the model
-    process writes the decoded asset there instead of exporting; with ``"stage": "export"``
+def run_job(job: WorkerJob, emit) -> int:
+    """Run one ``runner.job.WorkerJob`` sending events to ``emit``; returns the exit status.
+    ``whole``: the backend's ``generate`` writes the GLB to ``job.output``; ``model``: it is
+    given ``handover`` and writes the decoded asset there instead of exporting; ``export``:
     this is the export process, which calls the backend's ``export(handover, output)``."""
     from . import backends
     from .inputs import load_image
 
     module = None
     try:
-        backend = backends.get(job["backend"])
+        backend = backends.get(job.backend)
         # torch only for a backend that uses it: the built-in backend runs in an interpreter
         # without torch (Blender's own Python with the extension's wheels, docs/blender.md).
         torch = _import_torch() if backend.needs_torch else None
@@ -235,21 +237,18 @@ def run_job(job: dict, emit) -> int:
         if not backend.installed():
             raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                               "installed.", backend.install_hint or None)
-        exporting = job.get("stage") == "export"
-        image, info = (None, None) if exporting else load_image(job["image"])
+        exporting = job.mode == "export"
+        image, info = (None, None) if exporting else load_image(job.image)
         module = _load_backend(backend)
-        kwargs = dict(job.get("options") or {})
-        for key, cast in (("seed", int), ("texture_size", int), ("height_m", float)):
-            if job.get(key) is not None:  # unset: the backend's own default
-                kwargs[key] = cast(job[key])
+        kwargs = job.backend_kwargs()
         if exporting:  # the export process: from the hand-over file
-            result = module.export(job["handover"], job["output"], emit=emit, **kwargs)
+            result = module.export(job.handover, job.output, emit=emit, **kwargs)
         else:
-            if job.get("handover"):
-                kwargs["handover"] = job["handover"]
-            result = module.generate(image, job["output"], had_alpha=info.had_alpha, emit=emit,
+            if job.mode == "model":
+                kwargs["handover"] = job.handover
+            result = module.generate(image, job.output, had_alpha=info.had_alpha, emit=emit,
                                      **kwargs)
-        emit({"event": "worker_done", "output": job["output"], "info": result or {}})
+        emit({"event": "worker_done", "output": job.output, "info": result or {}})
         return 0
     except BaseException as exc:  # everything becomes one error event, never a traceback on stdout
         if isinstance(exc, KeyboardInterrupt):
@@ -301,7 +300,7 @@ def main(argv=None) -> int:
     reopen_closed_std_fds()  # before dup2(2, 1) below, which fails on a closed stderr
     parser = argparse.ArgumentParser(prog="python -m runner.worker")
     parser.add_argument("--events-fd", type=int, required=True)
-    parser.add_argument("--job", help="the job as JSON (see run_job)")
+    parser.add_argument("--job", help="the job as JSON (runner.job.WorkerJob)")
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--backend-options", default="{}")
     args = parser.parse_args(argv)
@@ -312,7 +311,13 @@ def main(argv=None) -> int:
     _watch_parent()
     if args.probe:
         return probe(json.loads(args.backend_options), emit)
-    return run_job(json.loads(args.job), emit)
+    try:
+        job = WorkerJob.from_json(args.job or "")
+    except (TypeError, ValueError) as exc:  # a supervisor of another version, or a bug
+        err = RunnerError("internal", f"The worker was given a job it cannot read: {exc}.")
+        emit({"event": "error", **err.fields()})
+        return err.exit_code
+    return run_job(job, emit)
 
 
 if __name__ == "__main__":

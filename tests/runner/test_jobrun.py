@@ -8,7 +8,7 @@ import sys
 from runner.cancel import Cancel
 from runner.child import Child
 from runner.jobrun import JobRun
-from runner.results import Job
+from runner.job import Job
 from stageload.guard import GuardConfig
 
 # A child that writes one relayed event and one private event to its events pipe.
@@ -28,7 +28,7 @@ def test_a_job_runs_two_children_in_turn_under_its_guard(tmp_path):
         run.admit()
         pids = []
         for name in ("worker", "export"):
-            child = Child(run, name, private=frozenset({"done"}))
+            child = Child(run.supervision(), name, private=frozenset({"done"}))
             child.spawn(lambda fd, name=name: [sys.executable, "-c", _CHILD, str(fd), name])
             assert run.run_child(child) == 0
             assert child.stopped is None and child.events["done"]["pid"] == child.proc.pid

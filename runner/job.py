@@ -1,0 +1,141 @@
+"""The records a job is described by: ``Job`` (what to do, as the person asked), ``WorkerJob``
+(what one worker process is given, serialised to JSON on its command line) and ``Outcome``
+(how the job ended)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import backends
+from .errors import RunnerError
+from .outputs import default_trace_path
+
+
+@dataclass
+class Job:
+    """One image → GLB job. Paths as given (made absolute during validation); ``trace`` None
+    means ``OUT.trace.jsonl`` next to the output; ``options`` are the backend's own options
+    (``dest`` → value); ``seed`` (int), ``texture_size`` (px), ``height_m`` (metres) — each
+    None for the backend's own default."""
+
+    image: Path
+    output: Path
+    backend: str = backends.DEFAULT
+    trace: Path | None = None
+    seed: int | None = None
+    texture_size: int | None = None
+    height_m: float | None = None
+    overwrite: bool = False
+    options: dict = field(default_factory=dict)
+    replace_trace: bool | None = None
+    """Replace an existing trace of an earlier run (None: the same as ``overwrite``)."""
+
+    def resolved_trace(self) -> Path:
+        """The trace path this job will write (absolute)."""
+        out = Path(self.output).expanduser().absolute()
+        return Path(self.trace).expanduser().absolute() if self.trace else default_trace_path(out)
+
+
+WORKER_MODES = ("whole", "model", "export")
+"""What a worker process does: ``whole`` (generate and export the GLB), ``model`` (generate,
+then write the decoded asset to the hand-over file for an export process), ``export`` (the
+export process: from the hand-over file to the GLB)."""
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """The job one worker process (``python -m runner.worker --job JSON``) runs.
+
+    ``backend`` (registry name), ``image`` (absolute path of the input), ``output`` (the
+    partial GLB path the process writes), ``seed`` / ``texture_size`` (px, int) / ``height_m``
+    (metres, float) — each None for the backend's default — ``options`` (the backend's own
+    options, ``dest`` → JSON value), ``mode`` (one of ``WORKER_MODES``) and ``handover`` (the
+    hand-over file's path: required for ``model`` and ``export``, absent for ``whole``).
+    Raises ``ValueError`` naming the field for anything else: the record crosses a process
+    boundary and is checked where it is made and where it enters the worker.
+    """
+
+    backend: str
+    image: str
+    output: str
+    seed: int | None = None
+    texture_size: int | None = None
+    height_m: float | None = None
+    options: dict = field(default_factory=dict)
+    mode: str = "whole"
+    handover: str | None = None
+
+    def __post_init__(self):
+        for name in ("backend", "image", "output"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"worker job: {name} must be a non-empty string")
+        for name in ("seed", "texture_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"worker job: {name} must be an integer or null")
+        height = self.height_m
+        if height is not None and (isinstance(height, bool)
+                                   or not isinstance(height, (int, float))):
+            raise ValueError("worker job: height_m must be a number or null")
+        if not isinstance(self.options, dict) or not all(isinstance(k, str)
+                                                         for k in self.options):
+            raise ValueError("worker job: options must be an object with string keys")
+        if self.mode not in WORKER_MODES:
+            raise ValueError(f"worker job: mode {self.mode!r} is not one of "
+                             f"{', '.join(WORKER_MODES)}")
+        if (self.mode == "whole") != (self.handover is None):
+            raise ValueError(f"worker job: mode {self.mode!r} "
+                             + ("takes no handover" if self.mode == "whole"
+                                else "needs a handover path"))
+        if self.handover is not None and (not isinstance(self.handover, str)
+                                          or not self.handover):
+            raise ValueError("worker job: handover must be a non-empty string")
+
+    def backend_kwargs(self) -> dict:
+        """The keyword arguments for the backend's ``generate`` / ``export``: ``options`` plus
+        ``seed``, ``texture_size`` (int) and ``height_m`` (float) where given."""
+        kwargs = dict(self.options)
+        for key, cast in (("seed", int), ("texture_size", int), ("height_m", float)):
+            if getattr(self, key) is not None:  # unset: the backend's own default
+                kwargs[key] = cast(getattr(self, key))
+        return kwargs
+
+    def to_json(self) -> str:
+        """The record as one JSON object (the worker's ``--job``)."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerJob:
+        """Parse :meth:`to_json`'s output. Raises ``ValueError`` for text that is not a JSON
+        object of this record's fields (an unknown or missing field is named)."""
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"worker job: not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ValueError("worker job: not a JSON object")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(obj) - known)
+        if unknown:
+            raise ValueError(f"worker job: unknown field(s) {', '.join(unknown)}")
+        missing = [name for name in ("backend", "image", "output") if name not in obj]
+        if missing:
+            raise ValueError(f"worker job: missing field(s) {', '.join(missing)}")
+        return cls(**obj)
+
+
+@dataclass
+class Outcome:
+    """How a job ended. ``final`` is the ``result`` or ``error`` event (already in the trace,
+    not yet on stdout); ``peak`` is the peak footprint in bytes (None if never sampled);
+    ``seconds`` wall time of the job."""
+
+    ok: bool
+    final: dict
+    exit_code: int
+    output: str | None
+    trace: str | None
+    seconds: float
+    peak: int | None
+    error: RunnerError | None = None
