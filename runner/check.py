@@ -8,7 +8,8 @@ Prints one JSON object (also a protocol line: ``"v": 1, "event": "check"``) with
 
 Exit status: 0 when every requested backend (``--backend``, default ``builtin``) can run;
 ``no_torch`` (30) when torch cannot be imported; otherwise the kind the failing backend's check
-names (``pixal3d_missing`` 32, ``pixal3d_version`` 33 — the codes a run exits with for the same
+names (``pixal3d_missing`` 32, ``pixal3d_version`` 33, ``bad_weights`` 35,
+``weights_missing`` 36 — the codes a run exits with for the same
 reason), or ``backend_unavailable`` (31) when it names none; ``usage`` (2) for a bad command
 line or a backend option value a run would refuse too (``--keep-resident abc``). Every answer is
 one line on stdout: the ``check`` event, or an ``error`` event (no ``hello``: that belongs to
@@ -35,6 +36,7 @@ exit status (runner/PROTOCOL.md):
   31       a requested backend cannot run here (the check event says why)
   32, 33   the Pixal3D folder is missing or incomplete / of an unknown version
   34       this Python lacks Pillow, NumPy or psutil
+  35, 36   a Pixal3D weight file is damaged / missing (the check lists every missing file)
   42       the probe subprocess gave no answer
 """
 

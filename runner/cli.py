@@ -146,8 +146,9 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   3, 4     the guard stopped the job / never admitted it (--start-timeout)
   10-17    the input image: missing, empty, not an image, truncated, too large or small …
   20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
-  30-34    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
-           missing Pillow/NumPy/psutil (`python -m runner check` says what)
+  30-36    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
+           missing Pillow/NumPy/psutil, Pixal3D weights damaged or missing
+           (`python -m runner check` says what)
   40-47    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
            mesh (Pixal3D), out of memory

@@ -71,6 +71,15 @@ KINDS: dict[str, Kind] = {
     "missing_dependency": Kind(34, "Install the project's dependencies into that interpreter "
                                    "(pip install -e . or the Makefile's setup).",
                                "the interpreter lacks a package the runner needs (Pillow, psutil…)"),
+    "bad_weights": Kind(35, "The weight file named in the message is damaged or belongs to "
+                            "another model version: delete it, download the Pixal3D weights "
+                            "again, then run again.",
+                        "a weight file is damaged (truncated, a bad header, empty, a folder or "
+                        "unreadable) or does not fit its model"),
+    "weights_missing": Kind(36, "Download the Pixal3D weights (run Pixal3D-mac once with internet "
+                                "access, or `huggingface-cli download TencentARC/Pixal3D`), then "
+                                "run again.",
+                            "a weight file the run needs is not in the weights cache"),
     "backend_failed": Kind(40, "See the log on stderr and the trace; try another image or "
                                "backend.", "the backend raised an unexpected error"),
     "worker_killed": Kind(41, "The job was killed from outside (often the system running out of "

@@ -32,7 +32,8 @@ from standin import PORT_DIR as STANDIN  # the stand-in port folder (standin/, a
 def write_weights(work: Path, scale: float) -> dict:
     """Write (or reuse) the stand-in weights at ``scale`` under ``work/scale_<scale>``.
 
-    Returns ``{"root": Path, "env": {HF_HOME, TORCH_HOME}, "files": [safetensors paths],
+    Returns ``{"root": Path, "env": {HF_HOME, TORCH_HOME}, "model_dir": Path (the
+    Pixal3D repository's snapshot folder), "files": [safetensors paths],
     "model_bytes": {plan model name: bytes as written}, "plan": {stage: [models]},
     "written_bytes": {stand-in key: bytes}}``. A folder whose ``weights.json`` records the
     same scale is reused (the files are deterministic: seed 0). Raises ``ValueError`` for a
@@ -45,16 +46,19 @@ def write_weights(work: Path, scale: float) -> dict:
     info = None
     if record.is_file():
         info = json.loads(record.read_text())
-        if info.get("scale") != scale or not all(Path(f).is_file() for f in info["files"]):
+        if info.get("scale") != scale or "model_dir" not in info \
+                or not all(Path(f).is_file() for f in info["files"]):
             info = None
     if info is None:
         written = sizes.make_weights.make_weights(root, scale=scale)
         files = sorted(str(p) for p in root.rglob("*.safetensors"))
-        info = {"scale": scale, "env": written.env, "files": files, "written_bytes": written.bytes}
+        info = {"scale": scale, "env": written.env, "files": files, "written_bytes": written.bytes,
+                "model_dir": str(written.model_dir)}
         record.write_text(json.dumps(info, indent=1))
     model_bytes = {name: int(info["written_bytes"][sizes.STANDIN_KEY.get(name, name)])
                    for name in sizes.REAL_WEIGHT_BYTES}
-    return {"root": root, "env": info["env"], "files": [Path(f) for f in info["files"]],
+    return {"root": root, "env": info["env"], "model_dir": Path(info["model_dir"]),
+            "files": [Path(f) for f in info["files"]],
             "model_bytes": model_bytes, "written_bytes": info["written_bytes"],
             "plan": {stage: list(models) for stage, models in sizes.REAL_PLAN.items()}}
 
@@ -150,7 +154,7 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
     # loaded (bench.pixal3d.sizes does), as for the real port
     import pixal3d.models as models
 
-    ckpt = Path(weights["root"]) / "hf" / "hub" / "models--TencentARC--Pixal3D" / "ckpts" / name
+    ckpt = Path(weights["model_dir"]) / "ckpts" / name
     config = json.loads(ckpt.with_suffix(".json").read_text())
     path = ckpt.with_suffix(".safetensors")
     cls = getattr(models, config["name"])

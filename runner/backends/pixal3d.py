@@ -16,8 +16,10 @@ NAME = "Pixal3D (staged)"
 TEXTURE_SIZES = (512, 1024, 2048, 4096)
 #: the adapter's exception classes (stageload.pixal3d.errors) → runner error kinds; the worker
 #: looks each class of an exception's MRO up here.
-ERRORS = {"PortMissing": "pixal3d_missing", "PortVersionError": "pixal3d_version", "KnobRefused": "usage",
-          "EmptyMeshError": "empty_mesh", "ExportRefused": "export_refused", "PortError": "pixal3d_missing"}
+ERRORS = {"PortMissing": "pixal3d_missing", "PortVersionError": "pixal3d_version",
+          "KnobRefused": "usage", "EmptyMeshError": "empty_mesh", "ExportRefused": "export_refused",
+          "BadWeights": "bad_weights", "WeightsMissing": "weights_missing",
+          "PortError": "pixal3d_missing"}
 
 
 def _bytes(value) -> int:
@@ -142,13 +144,17 @@ def _kind(error_name: Optional[str]) -> Optional[str]:
     return None if error_name is None else ERRORS.get(error_name, "pixal3d_missing")
 
 
-def precheck(pixal3d_dir: Optional[str] = None, **_options) -> None:
+def precheck(pixal3d_dir: Optional[str] = None, pipeline_type: Optional[str] = None,
+             **_options) -> None:
     """The supervisor's light check, before the guard and the trace: a port folder is found
     (``--pixal3d-dir``, else ``$PIXAL3D_DIR``, else the interpreter's own), holds
     ``generate_mps.py`` and ``pixal3d/``, and its sources have what the adapter relies on —
     ``stageload.pixal3d.port.static_report`` (file system and ``ast`` only: no torch, no port
-    import, no weights). Raises ``RunnerError`` (``pixal3d_missing``, exit 32, or
-    ``pixal3d_version``, exit 33, naming every drifted item) with the check's message and hint."""
+    import, no weights) —, then every weight file the plan reads is there and whole
+    (``stageload.pixal3d.weights.require_weights``: file system and safetensors headers only).
+    Raises ``RunnerError`` (``pixal3d_missing``, exit 32, or ``pixal3d_version``, exit 33,
+    naming every drifted item; ``weights_missing`` 36 naming the first missing file and how to
+    download the weights; ``bad_weights`` 35 naming the file and the tensor when known)."""
     from stageload.pixal3d.port import static_report
 
     from ..errors import RunnerError
@@ -156,14 +162,45 @@ def precheck(pixal3d_dir: Optional[str] = None, **_options) -> None:
     if not report["ok"]:
         raise RunnerError(_kind(report["error"]), report["reason"], report["hint"],
                           missing=list(report["missing"]))
+    problem = weights_problem(report["root"], pipeline_type)
+    if problem is not None:
+        raise RunnerError(problem["kind"], problem["reason"], problem["hint"], **problem["details"])
 
 
-def check(pixal3d_dir: Optional[str] = None, **_options) -> dict:
-    """Can a port folder be used? Imports it and checks every name the adapter relies on (no
-    weights are read; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
+def weights_problem(root: str, pipeline_type: Optional[str] = None) -> Optional[dict]:
+    """None when every weight file the plan reads is usable; else ``{"kind", "reason",
+    "hint", "details"}`` for the first at fault (``details``: ``missing`` — every missing
+    file's expected path —, or ``file`` and ``tensors``)."""
+    from stageload.pixal3d.errors import BadWeights, WeightsMissing
+    from stageload.pixal3d.weights import require_weights
+    try:
+        require_weights(root, pipeline_type or "1024_cascade")
+    except WeightsMissing as err:
+        return {"kind": "weights_missing", "reason": err.message, "hint": err.hint,
+                "details": {"missing": list(err.missing)}}
+    except BadWeights as err:
+        return {"kind": "bad_weights", "reason": err.message, "hint": err.hint,
+                "details": err.details}
+    except ValueError:  # an unknown pipeline type: the run's own validation says so
+        return None
+    return None
+
+
+def check(pixal3d_dir: Optional[str] = None, **options) -> dict:
+    """Can a port folder be used? Imports it and checks every name the adapter relies on, then
+    that every weight file the plan reads is there and whole (:func:`weights_problem`: no
+    weights are loaded; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
     (``kind``: the runner error kind a run would fail with, e.g. ``pixal3d_missing``; None when ok)."""
     from stageload.pixal3d import check_port
     report = check_port(pixal3d_dir or None)
+    if report["ok"]:
+        problem = weights_problem(report["root"], options.get("pipeline_type"))
+        if problem is not None:
+            details = problem["details"]
+            return {"ok": False, "reason": problem["reason"], "hint": problem["hint"],
+                    "root": report["root"], "version": report["version"],
+                    "missing": details.get("missing") or [details.get("file")],
+                    "kind": problem["kind"], "static": report["static"]}
     return {"ok": report["ok"], "reason": report["reason"], "hint": report["hint"], "root": report["root"],
             "version": report["version"], "missing": report["missing"], "kind": _kind(report["error"]),
             "static": report["static"]}

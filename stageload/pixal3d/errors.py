@@ -8,6 +8,9 @@ kinds (the runner does, in ``runner/backends/pixal3d.py`` ``ERRORS``); stageload
   (``missing`` names every drifted item: a name, a signature, a call order).
 - :class:`KnobRefused` — a port option or environment switch this mode cannot honour
   (``missing``: the option/variable names), raised before anything loads.
+- :class:`WeightsMissing` — a weight file the plan reads is not where the port looks for it.
+- :class:`BadWeights` — a weight file is damaged or does not fit its model (``file``: its
+  path; ``missing``: the tensors at fault, when known).
 - :class:`EmptyMeshError` — the port's decoder produced an empty mesh (the port stops with exit
   status 2 and its watchdog message; ``hint`` is that message's advice).
 """
@@ -47,3 +50,23 @@ class EmptyMeshError(StageloadError, RuntimeError):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class WeightsMissing(PortError):
+    """A weight file the run's plan reads is not where the port looks for it (``missing``:
+    every missing file's expected path, the first one first)."""
+
+
+class BadWeights(PortError):
+    """A weight file that cannot be used as it is: damaged (truncated, a bad header, empty, a
+    folder or an unreadable file in its place) or not fitting its model. ``file``: its path;
+    ``missing``: the tensor names at fault, when known."""
+
+    def __init__(self, message: str, hint: str, missing: tuple = (), file: str = ""):
+        super().__init__(message, hint, missing)
+        self.file = file
+
+    @property
+    def details(self) -> dict:
+        """``{"file": str, "tensors": [names]}`` (the runner puts it in the error event)."""
+        return {"file": self.file, "tensors": list(self.missing)}

@@ -14,11 +14,15 @@ or from a shell: ``python standin/port/make_weights.py DIR --scale 1e-3``
 
 Layout written under ``root`` (``scale`` multiplies every size; bytes are float32 weights):
 
-- ``hf/hub/models--TencentARC--Pixal3D/pipeline.json`` and ``ckpts/<name>.json|.safetensors``
-  for the eight pipeline models (``{"name": class, "args": kwargs}`` + weights).
+Hugging Face repositories are laid out as the real cache is: ``models--ORG--NAME/refs/main``
+naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
+
+- ``hf/hub/models--TencentARC--Pixal3D``'s snapshot: ``pipeline.json`` and
+  ``ckpts/<name>.json|.safetensors`` for the eight pipeline models (``{"name": class, "args":
+  kwargs}`` + weights).
 - ``hf/hub/models--camenduru--dinov3-vitl16-pretrain-lvd1689m/`` (DINOv3 backbone),
   ``models--ZhengPeng7--BiRefNet/`` (background remover), ``models--Ruicheng--moge-2-vitl/``
-  (camera estimator): ``config.json`` + ``model.safetensors``.
+  (camera estimator): ``config.json`` + ``model.safetensors`` in each snapshot.
 - ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub).
 
 Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, shape decoder 0.9 GB, DINOv3
@@ -92,6 +96,17 @@ class WeightsInfo:
     bytes: dict = field(default_factory=dict)
 
 
+def _snapshot(hub: Path, repo_id: str) -> Path:
+    """Make ``models--ORG--NAME/refs/main`` and its snapshot folder in ``hub``; returns the latter."""
+    import standin_hf
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(standin_hf.REVISION)
+    folder = repo / "snapshots" / standin_hf.REVISION
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _state_bytes(state: dict) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
@@ -115,7 +130,7 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
         raise ValueError(f"scale must be in (0, 1], got {scale}")
     root = Path(root)
     hub = root / "hf" / "hub"
-    model_dir = hub / "models--TencentARC--Pixal3D"
+    model_dir = _snapshot(hub, "TencentARC/Pixal3D")
     (model_dir / "ckpts").mkdir(parents=True, exist_ok=True)
     sizes = {}
     with torch.random.fork_rng(devices=[]):
@@ -159,8 +174,7 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
             "Ruicheng/moge-2-vitl": ("moge", MoGeModel, dict(hidden_size=8)),
         }
         for repo_id, (key, cls, config) in hub_models.items():
-            folder = hub / ("models--" + repo_id.replace("/", "--"))
-            folder.mkdir(parents=True, exist_ok=True)
+            folder = _snapshot(hub, repo_id)
             model = _sized(lambda n: cls(standin_hf.Config(**config, ballast_numel=n)), int(REAL_BYTES[key] * scale))
             state = model.state_dict()
             with open(folder / "config.json", "w") as f:

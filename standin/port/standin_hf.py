@@ -5,10 +5,11 @@ The real Pixal3D-mac imports ``DINOv3ViTModel`` and ``AutoModelForImageSegmentat
 such as ``camenduru/dinov3-vitl16-pretrain-lvd1689m`` through the local Hugging Face cache.
 This module keeps the same names and the same way of resolving: a repository id maps to
 ``$HF_HUB_CACHE`` (default ``$HF_HOME/hub``, default ``~/.cache/huggingface/hub``) /
-``models--ORG--NAME/``. Simplification: files lie directly in that folder (the real cache has
-``snapshots/<revision>/``). Each model folder holds ``config.json`` and ``model.safetensors``
-written by ``make_weights.py``; a missing file raises ``FileNotFoundError`` naming the path,
-as the real library does when it is offline and the cache is empty.
+``models--ORG--NAME/snapshots/<revision>/``, the revision named by ``refs/main`` — the real
+cache's layout (huggingface_hub's "Manage the cache" guide), without its ``blobs/`` symlinks.
+Each model folder holds ``config.json`` and ``model.safetensors`` written by
+``make_weights.py``; a missing file raises ``FileNotFoundError`` naming the path, as the real
+library does when it is offline and the cache is empty.
 """
 from __future__ import annotations
 
@@ -31,9 +32,24 @@ def hub_cache_dir() -> Path:
     return Path(home) / "hub"
 
 
-def repo_dir(repo_id: str) -> Path:
-    """Folder of ``repo_id`` (``ORG/NAME``) inside :func:`hub_cache_dir`."""
+#: the revision folder the stand-in writes (``refs/main`` names it)
+REVISION = "standin0000000000000000000000000000000000"
+
+
+def repo_root(repo_id: str) -> Path:
+    """Cache folder of ``repo_id`` (``ORG/NAME``): ``models--ORG--NAME`` in :func:`hub_cache_dir`."""
     return hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+
+
+def repo_dir(repo_id: str) -> Path:
+    """Snapshot folder of ``repo_id``: ``snapshots/<refs/main>`` of :func:`repo_root` (the
+    stand-in's revision when ``refs/main`` is absent)."""
+    root = repo_root(repo_id)
+    try:
+        revision = (root / "refs" / "main").read_text().strip()
+    except OSError:
+        revision = REVISION
+    return root / "snapshots" / revision
 
 
 def hf_hub_download(repo_id: str, filename: str) -> str:

@@ -145,7 +145,8 @@ def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights,
     advice, the runner calls it empty_mesh (exit 46), and no GLB is written."""
     weights = tmp_path / "hf"
     shutil.copytree(standin_weights.env["HF_HOME"], weights)
-    ckpt = weights / "hub" / "models--TencentARC--Pixal3D" / "ckpts" / "shape_slat_decoder.safetensors"
+    snapshot = standin_weights.model_dir.relative_to(standin_weights.env["HF_HOME"])
+    ckpt = weights / snapshot / "ckpts" / "shape_slat_decoder.safetensors"
     state = safetensors.torch.load_file(str(ckpt))
     state["subdiv.bias"] = torch.full_like(state["subdiv.bias"], -100.0)
     safetensors.torch.save_file(state, str(ckpt))

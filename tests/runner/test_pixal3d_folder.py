@@ -17,8 +17,12 @@ _EXIT_AT_IMPORT = "import argparse\nargparse.ArgumentParser().parse_args(['--not
 
 
 @pytest.fixture
-def exiting_port(tmp_path):
-    """A copy of the stand-in port whose generate_mps.py calls parse_args() at import."""
+def exiting_port(tmp_path, monkeypatch):
+    """A copy of the stand-in port whose generate_mps.py calls parse_args() at import (its
+    weights in the cache: the run's precheck finds them, and the worker imports the port)."""
+    from standin import make_weights
+    for key, value in make_weights(tmp_path / "weights", scale=1e-4).env.items():
+        monkeypatch.setenv(key, value)
     port = tmp_path / "Pixal3D-mac"
     shutil.copytree(PORT_DIR, port, ignore=shutil.ignore_patterns("__pycache__"))
     script = port / "generate_mps.py"

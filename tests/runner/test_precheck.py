@@ -64,12 +64,14 @@ def test_bad_pixal3d_folder_fails_right_after_hello_with_no_trace(rt, tmp_path, 
 
 
 def test_precheck_reads_only_the_file_system(tmp_path):
-    """A port folder whose sources have what the adapter relies on passes (the static check:
-    ast, no import); a bad one raises RunnerError; torch is never imported by the supervisor's
-    side (a fresh interpreter, so no earlier import hides it)."""
+    """A port folder whose sources have what the adapter relies on, with its weights in the
+    cache, passes (the static check: ast, no import; the weights: file system and safetensors
+    headers); a bad one raises RunnerError; torch is never imported by the supervisor's side (a
+    fresh interpreter, so no earlier import hides it)."""
     import shutil
 
-    from standin import PORT_DIR
+    from standin import PORT_DIR, make_weights
+    weights = make_weights(tmp_path / "weights", scale=1e-4)
     good = tmp_path / "port"
     shutil.copytree(PORT_DIR, good, ignore=shutil.ignore_patterns("__pycache__"))
     code = (
@@ -85,7 +87,7 @@ def test_precheck_reads_only_the_file_system(tmp_path):
         "backends.get('builtin').run_precheck({})\n"
         "out['torch'] = 'torch' in sys.modules\n"
         "print(json.dumps(out))\n")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]), **weights.env)
     env.pop("PIXAL3D_DIR", None)
     proc = subprocess.run([sys.executable, "-c", code, str(good), str(tmp_path / "half")],
                           capture_output=True, text=True, timeout=60, env=env)
