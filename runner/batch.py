@@ -90,7 +90,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("input_dir", metavar="DIR", help="folder of images")
     parser.add_argument("-o", "--output-dir", required=True, metavar="OUTDIR",
                         help="folder for the GLBs, traces and manifest.json")
-    add_job_arguments(parser)
+    add_job_arguments(parser, "batch")
     return parser
 
 

@@ -24,8 +24,9 @@ import subprocess
 import sys
 
 from . import backends
-from .cli import ArgumentParser, add_backend_arguments, backend_options, usage_failure
+from .cli import ArgumentParser, backend_options, usage_failure
 from .errors import KINDS, RunnerError
+from .options import add_arguments as add_table_arguments
 from .protocol import Emitter, make
 
 CHECK_EPILOG = """\
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                             epilog=CHECK_EPILOG)
     parser.add_argument("--backend", choices=backends.names(), action="append",
                         help="backend(s) whose readiness sets the exit status (default: builtin)")
-    add_backend_arguments(parser)
+    add_table_arguments(parser, "check")
     try:
         ns = parser.parse_args(argv)
         check_backend_options(ns)

@@ -5,7 +5,6 @@ events, the backend options, and the process-wide setup (cancel sources, stdout 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from . import backends
 from .cancel import Cancel
 from .errors import RunnerError, explain
+from .options import add_arguments as add_table_arguments
 from .protocol import Emitter, early_failure, make
 
 DEFAULT_GRACE = 1.0
@@ -28,48 +28,13 @@ class ArgumentParser(argparse.ArgumentParser):
         raise RunnerError("usage", f"{self.prog}: {message}")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number ≥ 1 (e.g. ``--texture-size``); the backend's own range is
-    checked later by ``Backend.validate``. Raises ``argparse.ArgumentTypeError``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive size in pixels")
-    return value
-
-
-def positive_metres(text: str) -> float:
-    """argparse type: a finite length in metres > 0 (``--height``); ``inf``, ``nan``, 0 and
-    negatives are refused (a non-finite height would write non-finite vertices). The
-    backend's range is checked later. Raises ``argparse.ArgumentTypeError``."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of metres") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite, positive number of metres")
-    return value
-
-
-def add_job_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by a single run and ``batch``: backend, seed, texture size, height,
-    overwrite, the backends' own options and the guard's options (``stageload.guard``)."""
+def add_job_arguments(parser: argparse.ArgumentParser, command: str = "run") -> None:
+    """Options shared by a single run and ``batch``: the options table's (``runner/options.py``:
+    backend, seed, texture size, height, the backends' own options), overwrite, the stdin
+    cancel and the guard's options (``stageload.guard``)."""
     from stageload.guard import add_guard_arguments
 
-    parser.add_argument("--backend", default=backends.DEFAULT, choices=backends.names(),
-                        help="which image-to-mesh method runs (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="random seed (default: the backend's: builtin 0, pixal3d 42)")
-    parser.add_argument("--texture-size", type=positive_int, default=None, metavar="PX",
-                        help="base-colour texture side in pixels (default: the backend's: "
-                             "builtin 1024, 1-4096, sizes under 512 are raised to 512; pixal3d 2048, one of 512, 1024, "
-                             "2048, 4096)")
-    parser.add_argument("--height", type=positive_metres, default=None, metavar="M",
-                        dest="height_m",
-                        help="height of the mesh in metres, 0.01-100 (builtin only; default "
-                             "1 m)")
+    add_table_arguments(parser, command)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing output file, and an existing trace of an "
                              "earlier run (default: refuse)")
@@ -77,25 +42,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cancel the job when stdin (a pipe the caller keeps open) reaches "
                              "end-of-file; the Blender add-on uses this. Without it stdin is "
                              "never read")
-    # Kept so older command lines still parse; stdin is not watched unless asked for.
-    parser.add_argument("--ignore-stdin", action="store_true", help=argparse.SUPPRESS)
-    add_backend_arguments(parser)
     add_guard_arguments(parser)
     parser.set_defaults(guard_grace=DEFAULT_GRACE)
-
-
-def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every backend's own options (``backends.all_options()``), default None = not given, so
-    an option of another backend can be told apart and refused (``validate_job``)."""
-    group = parser.add_argument_group("backend options")
-    for opt in backends.all_options():
-        default = f" (default: {opt.default})" if opt.default not in (None, "") else ""
-        if opt.switch:
-            group.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
-                               const=True, help=opt.help)
-            continue
-        group.add_argument(opt.flag, dest=opt.dest, default=None, choices=opt.choices,
-                           metavar=opt.metavar, help=opt.help + default)
 
 
 def backend_options(ns: argparse.Namespace) -> dict:
@@ -171,7 +119,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("-o", "--output", required=True, help="the GLB to write (…/name.glb)")
     parser.add_argument("--trace", default=None,
                         help="JSONL trace path (default: OUT.trace.jsonl next to the output)")
-    add_job_arguments(parser)
+    add_job_arguments(parser, "run")
     return parser
 
 

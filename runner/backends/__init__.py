@@ -26,27 +26,14 @@ from typing import Callable
 
 from stageload import units
 
+from .. import options as options_table
 
-@dataclass(frozen=True)
-class Option:
-    """A backend-specific command-line option: ``flag`` (e.g. ``--pixal3d-dir``), ``dest``
-    (keyword passed to ``generate``/``check``), ``help``, ``choices``, ``default`` (applied
-    only when the option's backend is chosen), ``parse`` (optional callable text → value that
-    raises ``ValueError`` with a message for a person; the supervisor calls it before anything
-    starts), ``affects_output`` (False for options that change how, not what, is computed —
-    batch resume ignores those), ``metavar`` (the value's name in ``--help``, e.g. ``SIZE``;
-    default: argparse's, the upper-case dest). ``help`` must not give the default: the
-    command line appends ``(default: …)`` itself."""
-
-    flag: str
-    dest: str
-    help: str
-    choices: tuple[str, ...] | None = None
-    default: object = None
-    parse: Callable[[str], object] | None = None
-    affects_output: bool = True
-    metavar: str | None = None
-    switch: bool = False
+Option = options_table.Option
+"""A backend's own option: an entry of the options table (``runner/options.py``) — ``flag``,
+``dest`` (keyword passed to ``generate``/``check``), ``help``, ``choices``, ``default`` (applied
+only when the option's backend is chosen), ``parse`` (text → value, ``ValueError`` with a
+message for a person; the supervisor calls it before anything starts), ``affects_output``
+(False for options that change how, not what, is computed — batch resume ignores those)."""
 
 
 @dataclass(frozen=True)
@@ -201,16 +188,10 @@ def parse_size(value) -> int:
     return units.parse_size(value)
 
 
-def parse_faces(text: str) -> int:
-    """``--decimation-target``: a whole number of faces, 1 to 100,000,000. Raises
-    ``ValueError`` with a message for a person."""
-    try:
-        value = int(str(text).replace(",", "").replace("_", ""))
-    except ValueError:
-        raise ValueError(f"--decimation-target {text!r} is not a whole number of faces") from None
-    if not 1 <= value <= 100_000_000:
-        raise ValueError(f"--decimation-target {value} must be from 1 to 100,000,000 faces")
-    return value
+def parse_faces(text) -> int:
+    """``--decimation-target``: a whole number of faces, 1 to ``choices.MAX_DECIMATION_TARGET``
+    (the options table's range). Raises ``ValueError`` with a message for a person."""
+    return options_table.get("decimation_target").convert(text)
 
 
 def _pixal3d_stages() -> tuple:
@@ -232,7 +213,7 @@ BACKENDS: dict[str, Backend] = {
         texture_floor=512,  # runner.backends.builtin.texture.MIN_TEXTURE_SIZE (a test checks)
         # metres: a 1 cm figurine to a 100 m giant; beyond that float32 GLB coordinates and
         # Blender's default clip range make little sense for a character.
-        height_range=(0.01, 100.0),
+        height_range=(options_table.get("height").low, options_table.get("height").high),
     ),
     "pixal3d": Backend(
         name="pixal3d",
@@ -241,37 +222,8 @@ BACKENDS: dict[str, Backend] = {
         # SPEC §2.5's plan; the same for both pipeline types: stageload.pixal3d.plan.STAGES
         # (torch-free), the one source.
         stages=_pixal3d_stages(),
-        options=(
-            Option("--pixal3d-dir", "pixal3d_dir", "folder of the Pixal3D-mac checkout "
-                   "(default: $PIXAL3D_DIR)", metavar="DIR"),
-            Option("--pipeline-type", "pipeline_type", "Pixal3D pipeline type",
-                   ("1024_cascade", "1536_cascade"), "1024_cascade"),
-            Option("--load", "load", "staged: load each model when its stage needs it; eager: "
-                   "the port's own loading (for comparison)", ("staged", "eager"), "staged",
-                   affects_output=False),
-            Option("--keep-resident", "keep_resident", "bytes (or a size like 1G) a model "
-                   "needed again later may stay loaded across stages that do not use it",
-                   default="0", parse=parse_size, affects_output=False, metavar="SIZE"),
-            # the port's export levers (stageload.pixal3d.export); unset = the port's own
-            Option("--export-process", "export_process", "own: export in a fresh process "
-                   "once the model process has exited (its memory back); in-process: in the "
-                   "model process, as the port does", ("own", "in-process"), "own",
-                   affects_output=False),
-            Option("--export-profile", "export_profile", "fit: the low-memory export a peer "
-                   "validated on a 36 GB Mac (remesh at min(512, grid), free temporaries "
-                   "between steps); port: the port's own values", ("port", "fit"), "port"),
-            Option("--decimation-target", "decimation_target", "faces the port simplifies "
-                   "the mesh to (the port's default: 1,000,000)", parse=parse_faces,
-                   metavar="FACES"),
-            Option("--remesh", "remesh", "the port's dual-contouring remesh (the port's "
-                   "default: on)", ("on", "off")),
-            Option("--remesh-resolution", "remesh_resolution", "grid: remesh at the "
-                   "pipeline's grid (the port's way); 512: at min(512, grid), 4x fewer faces "
-                   "into cleanup (refused where the port cannot do it)", ("grid", "512")),
-            Option("--allow-dense-grid-sample", "allow_dense_grid_sample", "export even when "
-                   "the port would build the dense grid-sample volume (25.8 GB at 1024) "
-                   "because flex_gemm is missing", switch=True, affects_output=False),
-        ),
+        # the options table's pixal3d entries (runner/options.py), the export levers among them
+        options=options_table.backend_options("pixal3d"),
         # runner.backends.pixal3d.TEXTURE_SIZES (checked by a test); no --height (unit box).
         texture_sizes=(512, 1024, 2048, 4096),
         texture_choices=True,

@@ -24,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from .choices import SHARED_OPTIONS
 
 #: ``check`` exit statuses by the ``PortError`` subclass it reports (None: usable).
 CHECK_EXIT = {None: 0, "PortMissing": 1, "PortVersionError": 3}
@@ -39,6 +40,42 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _shared_type(entry: dict):
+    """argparse ``type`` of a ``choices.SHARED_OPTIONS`` entry's value: a whole number in its
+    range (``int``), bytes or a size (``size``); None for choices and switches."""
+    if entry["kind"] == "size":
+        return _size
+    if entry["kind"] != "int":
+        return None
+    low, high, unit = entry.get("low"), entry.get("high"), entry.get("unit", "")
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value:,} must be from {low:,} to {high:,} {unit}")
+        return value
+
+    return whole
+
+
+def _add_shared(group, entry: dict) -> None:
+    """One ``choices.SHARED_OPTIONS`` entry as an option of ``run`` (``--`` + its name)."""
+    flag, help_text = "--" + entry["name"].replace("_", "-"), entry["help"]
+    if entry["kind"] == "switch":
+        group.add_argument(flag, dest=entry["name"], action="store_true", help=help_text)
+        return
+    if entry.get("default") is not None:
+        help_text += f" (default: {entry['default']})"
+    for advice in entry.get("advice", {}).values():
+        help_text += f". {advice}"
+    group.add_argument(flag, dest=entry["name"], default=entry.get("default"),
+                       choices=entry.get("choices"), type=_shared_type(entry),
+                       metavar=entry.get("metavar"), help=help_text.replace("%", "%%"))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stageload.pixal3d", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,14 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--pixal3d-dir", default=None, help="Pixal3D-mac folder (default $PIXAL3D_DIR)")
     run.add_argument("--model-path", default=None, help="the port's --model-path (default its MODEL_PATH)")
     run.add_argument("--device", default=None, help="mps, cuda or cpu (default mps when available)")
-    run.add_argument("--load", choices=("staged", "eager"), default="staged")
-    run.add_argument("--pipeline-type", choices=("1024_cascade", "1536_cascade"), default="1024_cascade")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--texture-size", type=int, default=2048, choices=(512, 1024, 2048, 4096))
     run.add_argument("--fov", type=float, default=None, help="manual field of view in radians (skips MoGe-2)")
     run.add_argument("--steps", type=int, default=None, help="sampler steps for every stage (port default)")
-    run.add_argument("--keep-resident", type=_size, default=0,
-                     help="bytes a model needed later may stay loaded across a gap (e.g. 1G; default 0)")
     run.add_argument("--fingerprint", default=None, help="folder for latent hashes and copies")
     run.add_argument("--trace", default=None, help="JSONL trace file to write (must not exist)")
     run.add_argument("--no-direct-load", action="store_true",
@@ -64,14 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port-arg", action="append", default=[], metavar="OPTION",
                      help="an option for the port's own parser, e.g. --port-arg=--low-vram (repeat; "
                           "refused before loading when this mode cannot honour it: docs/pixal3d.md)")
-    lever = run.add_argument_group("export levers (stageload.pixal3d.export; unset = the port's own)")
-    lever.add_argument("--export-profile", choices=("fit",), default=None,
-                       help="fit: remesh at min(512, grid), free temporaries between sub-steps")
-    lever.add_argument("--decimation-target", type=int, default=None, help="faces to simplify to")
-    lever.add_argument("--remesh", choices=("on", "off"), default=None)
-    lever.add_argument("--remesh-resolution", choices=("grid", "512"), default=None)
-    lever.add_argument("--allow-dense-grid-sample", action="store_true",
-                       help="export even when the port would build the dense grid-sample volume")
+    shared = run.add_argument_group("options shared with the runner's pixal3d backend "
+                                    "(choices.SHARED_OPTIONS; export levers: unset = the port's own)")
+    for entry in SHARED_OPTIONS:
+        _add_shared(shared, entry)
     check = sub.add_parser("check", help="validate a port folder without loading weights")
     check.add_argument("--pixal3d-dir", default=None)
     check.add_argument("--static", action="store_true",
@@ -153,7 +182,8 @@ def _export_settings(ns):
     from .export import ExportOptions
     return ExportOptions(decimation_target=ns.decimation_target,
                          remesh=None if ns.remesh is None else ns.remesh == "on",
-                         remesh_resolution=ns.remesh_resolution, profile=ns.export_profile,
+                         remesh_resolution=ns.remesh_resolution,
+                         profile=None if ns.export_profile == "port" else ns.export_profile,
                          allow_dense_grid_sample=ns.allow_dense_grid_sample).resolve()
 
 

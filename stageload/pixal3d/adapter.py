@@ -62,6 +62,7 @@ from .direct import (METHOD_PORT, LoadNote, RuntimeNote, build_with_cpu_retry, l
                      prepare_meta_runtime, with_bare_fallback)
 from .export import ExportSettings, port_argv, run_export, save_asset
 from . import knobs
+from .choices import PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
 from .errors import EmptyMeshError, KnobRefused, PortVersionError
 from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
@@ -71,12 +72,7 @@ from .portargs import given_options, port_namespace
 log = logging.getLogger(__name__)
 
 #: Pipeline types the port itself advises against, with its advice (warning event at start).
-PIPELINE_WARNINGS = {
-    "1536_cascade": "1536_cascade is not recommended on a Mac: Pixal3D-mac's own notes say \"DO NOT use "
-                    "--pipeline-type 1536_cascade (catastrophic shatter: 147k connected components on M5 "
-                    "Max)\". Use 1024_cascade unless you are checking that advice.",
-}
-PIPELINE_WARNING_SOURCE = "Pixal3D-mac INVESTIGATION_FACTS.md §3 (commit e5fbf2d5)"
+PIPELINE_WARNINGS, PIPELINE_WARNING_SOURCE = PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
 
 SAMPLER_STAGE_KEY = {"structure": "sparse_structure", "shape_512": "shape_512",
                      "shape_1024": "shape_1024", "texture": "texture"}

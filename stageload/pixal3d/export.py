@@ -32,13 +32,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..units import format_size
+from .choices import MAX_DECIMATION_TARGET, PROFILES, REMESH_RESOLUTIONS
 from .errors import PortError
 
-PROFILES = {"fit": {"remesh_resolution": 512, "free_between_steps": True}}
 PEER_FACES = (989_941, 937_343)
 PEER_FACE_TOLERANCE = 1 - PEER_FACES[1] / PEER_FACES[0]
-REMESH_RESOLUTIONS = ("grid", 512)
-MAX_DECIMATION_TARGET = 100_000_000
 
 
 class ExportRefused(PortError):

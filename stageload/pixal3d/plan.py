@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
+from .choices import PIPELINE_TYPES
+
 STAGES = ("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024", "texture",
           "decode", "export")
 
@@ -34,7 +36,8 @@ PLAN_1024 = {
     "export": (),
 }
 
-PLANS = {"1024_cascade": PLAN_1024, "1536_cascade": PLAN_1024}
+#: One plan per pipeline type (``choices.PIPELINE_TYPES``); the cascades share one.
+PLANS = {pipeline_type: PLAN_1024 for pipeline_type in PIPELINE_TYPES}
 
 #: Which ``get_proj_cond_shape`` pass begins which stage: extractor attribute → stage.
 SHAPE_PASS_STAGE = {

@@ -39,12 +39,12 @@ def test_addon_command_line_asks_for_the_stdin_cancel(tmp_path):
     assert ns.cancel_on_stdin_eof is True
 
 
-def test_ignore_stdin_still_parses(rt, shared_images, tmp_path):
-    """--ignore-stdin (the old opt-out) is accepted as a no-op; a run with stdin closed at once
-    and without the opt-in is not cancelled."""
+def test_stdin_closed_at_once_without_the_opt_in_is_not_cancelled(rt, shared_images, tmp_path):
+    """A run with stdin closed at once and without --cancel-on-stdin-eof is not cancelled (the
+    hidden --ignore-stdin no-op, kept for older command lines, is gone: issue 19)."""
     out = tmp_path / "a.glb"
-    proc = subprocess.run([rt.PY, "-m", "runner", str(shared_images[0]), "-o", str(out),
-                           "--ignore-stdin"], input="", capture_output=True, text=True,
+    proc = subprocess.run([rt.PY, "-m", "runner", str(shared_images[0]), "-o", str(out)],
+                          input="", capture_output=True, text=True,
                           env=rt.env(), cwd=rt.REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert rt.parse(proc.stdout)[-1]["event"] == "result" and out.exists()

@@ -1,0 +1,577 @@
+"""Every job option a person can set, in one table (:data:`TABLE`), and the views made from it.
+
+Standard library only (no relative imports): the Blender add-on loads this file by path
+(``blender_addon/runtime_facts.py``), as it does the protocol version, without importing the
+``runner`` or ``stageload`` packages into Blender's process. The figures stageload owns (the
+pipeline types, the 1536_cascade advice, the export profiles, the decimation limit: the
+Pixal3D options shared with ``python -m stageload.pixal3d run``) are written once, in
+``stageload/pixal3d/choices.py``, which this file loads by path too (stageload never imports the
+runner; the direction is runner → stageload).
+
+Views of the table:
+
+- the runner's command line: :func:`add_arguments` (``python -m runner``, ``batch``, ``check``;
+  each option names the commands that take it, :data:`COMMANDS`);
+- the backend registry's options (``runner/backends``): :func:`backend_options`;
+- the add-on: the panel's and the preferences' properties (:func:`property_spec`), the job
+  description and its validation (``blender_addon/config.py``, :func:`addon_value`), its
+  command line (:func:`job_argv`), and ``headless.py``'s arguments
+  (:func:`add_addon_arguments`);
+- ``python -m stageload.pixal3d run``: the same ``choices.SHARED_OPTIONS`` entries.
+
+Adding an option is one :class:`Option` entry here (plus what it does): it then appears in the
+runner's ``--help`` (and is refused for a backend it does not belong to), in the panel (when it
+has a :class:`Panel`), in ``headless.py --help`` and on the add-on's command line.
+tests/runner/test_options_table.py walks the table and checks each view both ways.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+KINDS = ("choice", "int", "float", "text", "path", "size", "switch")
+"""An option's value: one of ``choices``; a whole number; a finite number; text; a folder (made
+absolute before it reaches the runner); bytes (``1000000000`` or ``1G``,
+``stageload.units.parse_size``); a switch (given or not)."""
+COMMANDS = ("run", "batch", "check", "export")
+"""The commands an option can belong to: a single run (``python -m runner IMAGE``), ``batch``,
+``check``, and the export command (none yet; reserved so an export option can say so)."""
+JOB = ("run", "batch")
+JOB_AND_CHECK = ("run", "batch", "check")
+"""A backend's own options are taken by ``check`` too (it checks the backend with them)."""
+GROUPS = ("job", "backend", "guard")
+"""``job``: a field of every job (backend, seed, texture size, height); ``backend``: a backend's
+own option (forwarded to it; refused with another backend); ``guard``: an option of
+``stageload.guard``'s own command line (``add_guard_arguments``), listed here for the add-on."""
+
+
+def _stageload_file(relative: str):
+    """``stageload/<relative>`` (a standard-library-only file) loaded by path under the private
+    name ``_image_to_mesh_<stem>`` (the name ``blender_addon/runtime_facts.py`` uses too), so
+    that this file never imports the ``stageload`` package. Raises ``ImportError``."""
+    name = f"_image_to_mesh_{Path(relative).stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parent.parent / "stageload" / relative
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+choices = _stageload_file("pixal3d/choices.py")
+_units = _stageload_file("units.py")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """How the add-on shows an option and turns its value into the runner's.
+
+    ``label``: the property's name; ``where``: ``scene`` (the panel's settings, saved with the
+    .blend) or ``preferences``; ``section``: ``main``, ``export`` (the Export sub-panel) or
+    ``guard`` (the preferences' memory guard box); ``default``: the add-on's default when it
+    is not the runner's; ``unset``: the add-on value meaning "not given" (not passed, e.g. 0
+    faces), ``off``: the runner's word for it when it must be said (``--kill-free off``);
+    ``items``: enum items ``(value, label, description)`` (description "" = the advice or the
+    option's help); ``switch``: ``(on, off)`` — a checkbox for a two-choice option;
+    ``format``: the runner's text for a value (``"{:g}%"``); ``always``: passed even at the
+    runner's default; ``requires``: passed only when that option is given too; ``subtype``:
+    Blender's property subtype (e.g. ``PERCENTAGE``)."""
+
+    label: str
+    where: str = "scene"
+    section: str = "main"
+    default: Any = None
+    unset: Any = None
+    off: str | None = None
+    items: tuple = ()
+    switch: tuple[str, str] | None = None
+    format: str = "{}"
+    always: bool = False
+    requires: str | None = None
+    subtype: str = ""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One job option. ``name``: its identifier (argparse dest unless ``dest_name`` says
+    otherwise, the add-on's property, the job description's field); ``help``: one line for
+    people, without the default (views append it); ``kind`` (:data:`KINDS`); ``default``: the
+    runner's when not given (None: not given — the backend's or the port's own); ``choices``;
+    ``low``/``high``: inclusive range; ``unit`` (``px``, ``m``, ``faces``, ``bytes``, ``s``, ``%``,
+    ``GiB``); ``backends``: the backends it applies to (empty: every one); ``commands``
+    (:data:`COMMANDS`); ``advice``: value → a warning for people; ``flag``: the runner's
+    (default ``--`` + name with dashes); ``metavar``; ``affects_output``: False when it changes
+    how, not what, is computed (batch resume ignores it); ``group`` (:data:`GROUPS`);
+    ``panel``: how the add-on shows it (None: not in the add-on)."""
+
+    name: str
+    help: str
+    kind: str = "text"
+    default: Any = None
+    choices: tuple = ()
+    low: Any = None
+    high: Any = None
+    unit: str = ""
+    backends: tuple[str, ...] = ()
+    commands: tuple[str, ...] = JOB
+    advice: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    flag: str = ""
+    dest_name: str = ""
+    metavar: str | None = None
+    affects_output: bool = True
+    group: str = "backend"
+    panel: Panel | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS or self.group not in GROUPS:
+            raise ValueError(f"option {self.name}: kind {self.kind!r} / group {self.group!r}")
+        if not set(self.commands) <= set(COMMANDS):
+            raise ValueError(f"option {self.name}: unknown commands {self.commands}")
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination (and the backend's keyword)."""
+        return self.dest_name or self.name
+
+    @property
+    def switch(self) -> bool:
+        """True for an option given without a value."""
+        return self.kind == "switch"
+
+    @property
+    def parse(self) -> Callable[[Any], Any] | None:
+        """``convert`` for the kinds that need checking (the backend registry calls it on a
+        value as given), None for free text and folders."""
+        return None if self.kind in ("text", "path", "switch") else self.convert
+
+    def applies_to(self, backend: str) -> bool:
+        """Whether a job with ``backend`` takes this option."""
+        return not self.backends or backend in self.backends
+
+    def convert(self, value):
+        """The runner's value of ``value`` (text as typed, or a value of the right type):
+        checked against the kind, the choices and the range. Raises ``ValueError`` with a
+        message for a person naming the flag and what to give."""
+        if self.kind == "switch":
+            return bool(value)
+        if self.kind == "choice":
+            text = str(value)
+            if text not in [str(c) for c in self.choices]:
+                raise ValueError(f"{self.flag} {value!r} is not one of "
+                                 f"{', '.join(map(str, self.choices))}")
+            return text
+        if self.kind == "size":
+            return _units.parse_size(value)
+        if self.kind in ("text", "path"):
+            return str(value)
+        number = self._number(value)
+        if (self.low is not None and number < self.low) or \
+                (self.high is not None and number > self.high):
+            raise ValueError(f"{self.flag} {number:,} {self.range_text()}")
+        return number
+
+    def _number(self, value):
+        what = "a whole number" if self.kind == "int" else "a finite number"
+        unit = f" of {self.unit}" if self.unit and self.unit not in ("%", "px", "m") else ""
+        if isinstance(value, bool):
+            raise ValueError(f"{self.flag} {value!r} is not {what}{unit}")
+        try:
+            if self.kind == "int":
+                if isinstance(value, float):
+                    raise ValueError
+                number = int(str(value).replace(",", "").replace("_", "").strip())
+            else:
+                number = float(value)
+        except ValueError:
+            raise ValueError(f"{self.flag} {value!r} is not {what}{unit}") from None
+        if self.kind == "float" and not math.isfinite(number):
+            raise ValueError(f"{self.flag} {value!r} is not {what}{unit}")
+        return number
+
+    def range_text(self) -> str:
+        """``must be from 0.01 to 100 m`` (or ``at least …``/``at most …``)."""
+        unit = f" {self.unit}" if self.unit else ""
+        if self.low is not None and self.high is not None:
+            return f"must be from {self.low:,} to {self.high:,}{unit}"
+        if self.low is not None:
+            return f"must be at least {self.low:,}{unit}"
+        return f"must be at most {self.high:,}{unit}"
+
+    def help_text(self) -> str:
+        """The help line with the default (when there is one) and any advice."""
+        text = self.help
+        if self.default not in (None, "", False):
+            text += f" (default: {self.default})"
+        for advice in self.advice.values():
+            text += f". {advice}"
+        return text.replace("%", "%%")  # argparse formats help with %
+
+
+def _shared(name: str, **overrides) -> Option:
+    """The Pixal3D option ``name`` of ``choices.SHARED_OPTIONS`` (shared with stageload's own
+    command line) as an :class:`Option` of the ``pixal3d`` backend, with ``overrides``."""
+    entry = dict(next(e for e in choices.SHARED_OPTIONS if e["name"] == name))
+    entry.setdefault("choices", ())
+    entry.update(backends=("pixal3d",), commands=JOB_AND_CHECK, **overrides)
+    if "choices" in entry:
+        entry["choices"] = tuple(entry["choices"])
+    return Option(**entry)
+
+
+def _items(*triples) -> tuple:
+    return tuple(triples)
+
+
+PIXAL3D = ("pixal3d",)
+
+TABLE: tuple[Option, ...] = (
+    Option("backend", "which image-to-mesh method runs", kind="choice", default="builtin",
+           choices=("builtin", "pixal3d"), group="job", commands=JOB,
+           panel=Panel("Backend", always=True, items=_items(
+               ("builtin", "Built-in (silhouette inflation)",
+                "Inflates the character's silhouette into a rounded, textured body: no "
+                "weights, CPU, seconds. Not Pixal3D"),
+               ("pixal3d", "Pixal3D (staged)",
+                "TencentARC's Pixal3D through Pixal3D-mac, loading one stage's models at a "
+                "time; needs the Pixal3D-mac folder in the preferences")))),
+    Option("seed", "random seed (default: the backend's: builtin 0, pixal3d 42)", kind="int",
+           low=0, group="job", panel=Panel("Seed", default=0, always=True)),
+    Option("texture_size", "base-colour texture side in pixels (default: the backend's: "
+           "builtin 1024, 1-4096, sizes under 512 are raised to 512; pixal3d 2048, one of 512, "
+           "1024, 2048, 4096)", kind="int", low=1, high=4096, unit="px", metavar="PX",
+           group="job", panel=Panel("Texture", default=1024, always=True, items=tuple(
+               (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
+               for s in (512, 1024, 2048)))),
+    Option("height", "height of the mesh in metres, 0.01-100 (builtin only; default 1 m)",
+           kind="float", low=0.01, high=100.0, unit="m", metavar="M", dest_name="height_m",
+           backends=("builtin",), group="job"),
+    Option("pixal3d_dir", "folder of the Pixal3D-mac checkout (default: $PIXAL3D_DIR)",
+           kind="path", metavar="DIR", backends=PIXAL3D, commands=JOB_AND_CHECK,
+           panel=Panel("Pixal3D-mac folder", where="preferences", default="", unset="")),
+    _shared("pipeline_type", panel=Panel("Pipeline", always=True, items=_items(
+        ("1024_cascade", "1024_cascade", "Pixal3D pipeline type 1024_cascade (recommended)"),
+        ("1536_cascade", "1536_cascade (not recommended on Mac)", "")))),
+    _shared("load", affects_output=False),
+    _shared("keep_resident", affects_output=False),
+    Option("export_process", "own: export in a fresh process once the model process has "
+           "exited (its memory back); in-process: in the model process, as the port does",
+           kind="choice", default="own", choices=("own", "in-process"), backends=PIXAL3D,
+           commands=JOB_AND_CHECK, affects_output=False,
+           panel=Panel("Export in", section="export", items=_items(
+               ("own", "Own process", "Export in a fresh process once the model process has "
+                "exited and given all its memory back (the runner's default)"),
+               ("in-process", "In the model process",
+                "Export in the model process, as the port does")))),
+    _shared("export_profile", panel=Panel("Profile", section="export", items=_items(
+        ("port", "Port", "The port's own export values"),
+        ("fit", "Fit", "The low-memory export a peer validated on a 36 GB Mac: remesh at "
+         "min(512, grid), free temporaries between steps")))),
+    _shared("decimation_target", panel=Panel(
+        "Decimation target", section="export", default=0, unset=0)),
+    _shared("remesh", panel=Panel("Remesh", section="export", switch=("on", "off"),
+                                  default=True)),
+    _shared("remesh_resolution", panel=Panel("Remesh resolution", section="export",
+                                             default="grid", items=_items(
+        ("grid", "Grid", "Remesh at the pipeline's grid resolution (the port's way)"),
+        ("512", "512", "Remesh at min(512, grid): 4x fewer faces into cleanup; refused with "
+         "the reason where the port cannot do it")))),
+    _shared("allow_dense_grid_sample", affects_output=False,
+            panel=Panel("Allow dense grid sample", section="export", default=False)),
+    # The guard's own options (stageload.guard.add_guard_arguments defines their command line
+    # and defaults); here how the add-on's preferences set them.
+    Option("wait_free_percent", "Start only when this much of total memory is available",
+           kind="float", low=0.0, high=95.0, unit="%", flag="--wait-free", group="guard",
+           panel=Panel("Wait for free memory", where="preferences", section="guard",
+                       default=0.0, unset=0.0, format="{:g}%", subtype="PERCENTAGE")),
+    Option("kill_free_percent", "Stop the job when available memory stays under this",
+           kind="float", low=0.0, high=90.0, unit="%", flag="--kill-free", group="guard",
+           default=10.0,
+           panel=Panel("Stop under free memory", where="preferences", section="guard",
+                       unset=0.0, off="off", format="{:g}%", always=True,
+                       subtype="PERCENTAGE")),
+    Option("swap_budget_gb", "Stop the job when swap grows by more than this many GiB "
+           "(1024³ bytes)", kind="float", low=0.0, unit="GiB", flag="--swap-budget",
+           group="guard", default=8.0,
+           panel=Panel("Swap budget (GiB)", where="preferences", section="guard", unset=0.0,
+                       off="off", format="{:g}G", always=True)),
+    Option("start_timeout", "Give up waiting for memory after this many seconds",
+           kind="float", low=0.0, unit="s", group="guard",
+           panel=Panel("Admission timeout (s)", where="preferences", section="guard",
+                       default=0.0, unset=0.0, format="{:g}")),
+    Option("busy", "Regular expression of other heavy jobs' command lines (e.g. ffmpeg|python "
+           "train); start only after none has run for the quiet time", kind="text",
+           group="guard", panel=Panel("Wait for jobs matching", where="preferences",
+                                      section="guard", default="", unset="")),
+    Option("quiet_for", "Seconds without a matching job before starting", kind="float",
+           low=0.0, unit="s", group="guard",
+           panel=Panel("Quiet time (s)", where="preferences", section="guard", default=0.0,
+                       format="{:g}", always=True, requires="busy")),
+)
+
+_BY_NAME = {opt.name: opt for opt in TABLE}
+
+
+def get(name: str) -> Option:
+    """The option called ``name``. Raises ``KeyError`` naming the known ones."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown option {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def table() -> tuple[Option, ...]:
+    """The table as it is now (a test may extend :data:`TABLE` before the views read it)."""
+    return TABLE
+
+
+def backend_options(backend: str) -> tuple[Option, ...]:
+    """The ``backend``'s own options (group ``backend``), in table order."""
+    return tuple(o for o in table() if o.group == "backend" and backend in o.backends)
+
+
+# ---------------------------------------------------------------- the runner's command line
+def _argparse_type(opt: Option):
+    """An argparse ``type`` that reports ``convert``'s message (not a bare 'invalid value')."""
+    import argparse
+
+    def convert(text):
+        try:
+            return opt.convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = opt.flag
+    return convert
+
+
+def add_arguments(parser, command: str = "run") -> None:
+    """The table's options that ``command`` takes (:data:`COMMANDS`) on ``parser`` (argparse):
+    job options at the top level, backends' own options in a "backend options" group (value
+    as given, default None = not given, so another backend's option can be told apart and
+    refused; defaults are applied by the backend registry). Guard options are left to
+    ``stageload.guard.add_guard_arguments``."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}")
+    group = None
+    for opt in table():
+        if command not in opt.commands or opt.group == "guard":
+            continue
+        if opt.group == "job":
+            kwargs = {"type": _argparse_type(opt)} if opt.kind not in ("choice", "text") else {}
+            parser.add_argument(opt.flag, dest=opt.dest, default=opt.default,
+                                choices=opt.choices or None, metavar=opt.metavar,
+                                help=opt.help_text(), **kwargs)
+            continue
+        if group is None:
+            group = parser.add_argument_group("backend options")
+        if opt.switch:
+            group.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
+                               const=True, help=opt.help_text())
+        else:
+            group.add_argument(opt.flag, dest=opt.dest, default=None,
+                               choices=[str(c) for c in opt.choices] or None,
+                               metavar=opt.metavar, help=opt.help_text())
+
+
+# ---------------------------------------------------------------- the add-on's views
+def addon_options(where: str | None = None, section: str | None = None) -> list[Option]:
+    """The options the add-on shows (those with a :class:`Panel`), optionally only those of
+    ``where`` (``scene`` / ``preferences``) and ``section``."""
+    return [o for o in table() if o.panel is not None
+            and (where is None or o.panel.where == where)
+            and (section is None or o.panel.section == section)]
+
+
+def addon_default(opt: Option):
+    """The add-on's default value of ``opt``."""
+    panel = opt.panel
+    if panel is not None and panel.default is not None:
+        return panel.default
+    if panel is not None and panel.switch is not None:
+        return opt.default == panel.switch[0]
+    return opt.default
+
+
+def addon_value(opt: Option, value):
+    """``value`` as the add-on holds it (a checkbox's bool, 0 for "not given", an enum's text
+    for a number), checked like the runner checks it: returns the value in the add-on's type.
+    Raises ``ValueError`` naming the setting and what to give."""
+    panel = opt.panel
+    label = panel.label if panel is not None else opt.name
+    if panel is not None and panel.switch is not None or opt.kind == "switch":
+        if not isinstance(value, bool):
+            raise ValueError(f"{label} must be on or off, not {value!r}")
+        return value
+    if panel is not None and panel.unset is not None and value == panel.unset \
+            and not isinstance(value, bool):
+        return value
+    if opt.kind in ("int", "float") and isinstance(value, str) and opt.kind == "int" \
+            and panel is not None and panel.items:
+        value = value.strip()  # an enum's identifier ("1024")
+    try:
+        converted = opt.convert(value)
+    except ValueError as exc:
+        text = str(exc).replace(opt.flag, label, 1)
+        extra = f", or {panel.unset} for the default" if panel and panel.unset not in (None, "") \
+            else ""
+        raise ValueError(f"{text}{extra}.") from None
+    if opt.kind == "int" and isinstance(value, float):
+        raise ValueError(f"{label} {value!r} is not a whole number.")
+    return converted
+
+
+def runner_words(opt: Option, value, backend: str) -> list[str]:
+    """The runner's command-line words for the add-on value ``value`` of ``opt`` in a
+    ``backend`` job ([] when it is not passed: another backend's option, "not given", or at
+    the runner's default)."""
+    panel = opt.panel
+    if not opt.applies_to(backend):
+        return []
+    if panel is not None and panel.switch is not None:
+        value = panel.switch[0] if value else panel.switch[1]
+    if opt.kind == "switch":
+        return [opt.flag] if value else []
+    if panel is not None and panel.unset is not None and value == panel.unset:
+        return [opt.flag, panel.off] if panel.off else []
+    if value is None or (not (panel and panel.always) and _same(value, opt.default)):
+        return []
+    if opt.kind == "path":
+        value = os.path.abspath(os.path.expanduser(str(value).strip()))
+    text = (panel.format if panel is not None else "{}").format(value)
+    return [opt.flag, text]
+
+
+def _same(value, default) -> bool:
+    return value == default or (default is not None and str(value) == str(default))
+
+
+def job_argv(values: Mapping[str, Any], backend: str) -> list[str]:
+    """The runner options for the add-on ``values`` (name → add-on value; missing names take
+    the add-on's default) of a ``backend`` job, in table order."""
+    out: list[str] = []
+    for opt in addon_options():
+        value = values.get(opt.name, addon_default(opt))
+        needs = opt.panel.requires
+        if needs is not None:
+            need = get(needs)
+            if not runner_words(need, values.get(needs, addon_default(need)), backend):
+                continue
+        out += runner_words(opt, value, backend)
+    return out
+
+
+def property_spec(opt: Option) -> tuple[str, dict]:
+    """The Blender property of ``opt`` as ``(bpy.props function name, keyword arguments)``:
+    ``EnumProperty`` with items, ``IntProperty``/``FloatProperty`` with min/max,
+    ``BoolProperty``, ``StringProperty`` (``DIR_PATH`` for a folder); name, default and
+    description from the table. Pure: the add-on calls ``getattr(bpy.props, name)(**kw)``."""
+    panel = opt.panel
+    kw: dict = {"name": panel.label, "description": _description(opt)}
+    default = addon_default(opt)
+    if panel.switch is not None or opt.kind == "switch":
+        return "BoolProperty", {**kw, "default": bool(default)}
+    if panel.items or opt.kind == "choice":
+        items = panel.items or tuple((c, str(c), "") for c in opt.choices)
+        kw["items"] = [(str(v), label, desc or opt.advice.get(str(v)) or opt.help)
+                       for v, label, desc in items]
+        return "EnumProperty", {**kw, "default": str(default)}
+    if opt.kind in ("int", "float"):
+        low = opt.low
+        if panel.unset is not None and (low is None or panel.unset < low):
+            low = panel.unset
+        if low is not None:
+            kw["min"] = low
+        if opt.high is not None:
+            kw["max"] = opt.high
+        if panel.subtype:
+            kw["subtype"] = panel.subtype
+        cast = int if opt.kind == "int" else float
+        return ("IntProperty" if opt.kind == "int" else "FloatProperty"), \
+            {**kw, "default": cast(default)}
+    if opt.kind == "path":
+        kw["subtype"] = "DIR_PATH"
+    return "StringProperty", {**kw, "default": str(default or "")}
+
+
+def _description(opt: Option) -> str:
+    """One line for the tooltip: the help, the unset meaning and the backends."""
+    text = opt.help[:1].upper() + opt.help[1:]
+    panel = opt.panel
+    if panel is not None and panel.unset is not None and panel.unset != "" and \
+            panel.off is None:
+        text += f" ({panel.unset}: not given)"
+    elif panel is not None and panel.off is not None:
+        text += f" ({panel.unset}: off)"
+    if opt.backends and opt.group != "job":
+        text += f". {' / '.join(opt.backends)} only"
+    return text
+
+
+def addon_argument_type(opt: Option):
+    """An argparse ``type`` for ``headless.py``: text → the add-on value (a checkbox option
+    takes its two words, e.g. ``on``/``off``). Raises ``argparse.ArgumentTypeError``."""
+    import argparse
+
+    def convert(text):
+        panel = opt.panel
+        try:
+            if panel is not None and panel.switch is not None:
+                if text not in panel.switch:
+                    raise ValueError(f"{text!r} is not one of {', '.join(panel.switch)}")
+                return text == panel.switch[0]
+            value = addon_value(opt, text if opt.kind not in ("int", "float")
+                                else opt._number(text))
+            return value
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = opt.flag
+    return convert
+
+
+def add_addon_arguments(parser) -> None:
+    """Every add-on option on ``parser`` (argparse) as ``--name-with-dashes``, with the
+    add-on's default and its value type (``headless.py``); the runner options follow from
+    :func:`job_argv`."""
+    for opt in addon_options():
+        flag = "--" + opt.name.replace("_", "-")
+        default = addon_default(opt)
+        help_text = opt.help
+        if default not in (None, ""):
+            shown = default
+            if opt.panel.switch is not None:
+                shown = opt.panel.switch[0] if default else opt.panel.switch[1]
+            help_text += f" (default: {shown})"
+        if opt.panel.unset not in (None, ""):
+            help_text += f"; {opt.panel.unset}: not given"
+        if opt.backends and opt.group != "job":
+            help_text += f"; {' / '.join(opt.backends)} only"
+        help_text = help_text.replace("%", "%%")
+        if opt.kind == "switch":
+            parser.add_argument(flag, dest=opt.name, action="store_true", help=help_text)
+            continue
+        choices = None
+        if opt.panel.switch is not None:
+            choices, metavar = None, "|".join(opt.panel.switch)
+        elif opt.kind == "choice":
+            choices = [str(v) for v in opt.choices]
+            metavar = "|".join(choices)
+        else:
+            metavar = opt.metavar
+        parser.add_argument(flag, dest=opt.name, default=default, metavar=metavar,
+                            choices=choices, type=addon_argument_type(opt), help=help_text)
