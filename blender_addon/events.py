@@ -127,6 +127,7 @@ FIELDS: dict[str, dict] = {
     "batch_item": {"index": _int, "count": _int, "image": _str, "status": _str,
                    "output": _opt(_str), "error": _opt(_dict)},
     "warning": {"message": _str, "source": _opt(_str)},
+    "input": {"notes": _str_list},
     "batch_done": {"done": _int, "failed": _int, "skipped": _int, "count": _opt(_int),
                    "manifest": _opt(_str)},
 }

@@ -205,6 +205,9 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
                           f"{payload.get('count') or '?'})", file=sys.stderr, flush=True)
                 elif payload.get("event") == "guard" and payload.get("state") == "waiting":
                     print(f"{PREFIX}: {st.guard_text()}", file=sys.stderr, flush=True)
+                elif payload.get("event") == "input":
+                    for note in st.input_notes:  # validated by st.apply
+                        print(f"{PREFIX}: note: {note}", file=sys.stderr, flush=True)
                 elif payload.get("event") == "warning" and payload.get("message"):
                     print(f"{PREFIX}: warning: {payload['message']}", file=sys.stderr,
                           flush=True)

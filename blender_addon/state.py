@@ -128,6 +128,7 @@ class JobState:
     warnings: list = field(default_factory=list)  # notes on invalid fields (at most MAX_WARNINGS)
     protocol_note: str = ""  # set when the runner speaks a newer protocol version
     runner_warnings: list = field(default_factory=list)  # the runner's warning events
+    input_notes: list = field(default_factory=list)  # what the runner did to the picture
     history: list = field(default_factory=list)  # every status taken, in order
 
     MAX_WARNINGS = 20
@@ -325,6 +326,11 @@ class JobState:
         if message and message not in self.runner_warnings and len(self.runner_warnings) < 5:
             self.runner_warnings.append(message)
 
+    def _on_input(self, ev: dict, t: float) -> None:
+        """The ``input`` event's notes ("EXIF orientation 6 applied" …): shown with the result
+        (at most 5, each cut to 120 characters)."""
+        self.input_notes = [str(n)[:120] for n in (ev.get("notes") or [])[:5]]
+
     def _on_ready(self, ev: dict, t: float) -> None:
         pass  # the stage's memory window begins; nothing for the panel to change
 
@@ -453,6 +459,8 @@ class JobState:
             result = f"{self.output}" + (f" in {human_seconds(secs)}" if secs else "")
             if self.peak is not None:
                 result += f", peak {human_bytes(self.peak)}"
+            if self.input_notes:
+                result += f" (input: {'; '.join(self.input_notes)})"
         err = hint = ""
         if self.error is not None:
             err = self.error.get("message") or self.error.get("kind", "")

@@ -264,7 +264,8 @@ class Batch:
             explain({**outcome.final, "message": f"{image.name}: {outcome.final.get('message')}"})
         entry = {"image": str(image), "output": str(output), "trace": outcome.trace,
                  "status": status, "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
-                 "error": error, "sha256": digest, "options": self.fingerprint,
+                 "error": error, "notes": list(outcome.notes), "sha256": digest,
+                 "options": self.fingerprint,
                  "finished": time.time()}
         update_manifest(self.manifest_path, {**self.header, "updated": time.time()},
                         image.name, entry, since=began)

@@ -129,7 +129,8 @@ class WorkerJob:
 class Outcome:
     """How a job ended. ``final`` is the ``result`` or ``error`` event (already in the trace,
     not yet on stdout); ``peak`` is the peak footprint in bytes (None if never sampled);
-    ``seconds`` wall time of the job."""
+    ``seconds`` wall time of the job; ``notes``: the input's notes (conversions applied to the
+    image, as in the ``input`` event; empty when the input was never read)."""
 
     ok: bool
     final: dict
@@ -139,3 +140,4 @@ class Outcome:
     seconds: float
     peak: int | None
     error: RunnerError | None = None
+    notes: list = field(default_factory=list)

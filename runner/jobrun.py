@@ -117,6 +117,7 @@ class JobRun:
         self.job_dir: Path | None = None
         self.children: list[Child] = []
         self.claims: list = []
+        self.notes: list[str] = []
         self._order = threading.RLock()  # re-entrant: emit's broken-pipe callback may publish
 
     def publish(self, obj: dict) -> None:
@@ -168,6 +169,9 @@ class JobRun:
             raise RunnerError("internal", f"Unexpected {type(exc).__name__} while checking "
                               f"the input: {exc}") from None
         self.publish(make("input", **info.as_dict()))
+        self.notes = list(info.notes)
+        for note in self.notes:  # people read stderr: what was done to their picture
+            log(f"note: {Path(job.image).name}: {note}")
         if self.cancel:
             raise cancel_error(self.cancel, "before the worker started")
 
@@ -331,7 +335,7 @@ class JobRun:
         return Outcome(ok=error is None, final=final,
                        exit_code=0 if error is None else error.exit_code,
                        output=str(self.output) if error is None else None, trace=trace_path,
-                       seconds=seconds, peak=peak, error=error)
+                       seconds=seconds, peak=peak, error=error, notes=list(self.notes))
 
     def close(self) -> None:
         """Remove an uncommitted partial GLB and release the guard (idempotent)."""

@@ -323,3 +323,19 @@ def test_signal_stops_the_runner_with_one_line(tmp_path, shared_images, sig, cod
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, alive
     assert not glb.exists()
+
+
+def test_headless_prints_the_input_notes(tmp_path):
+    """An EXIF-rotated JPEG: the runner's note reaches the headless script's stderr (issue 23
+    item 8)."""
+    from PIL import ImageDraw
+
+    stored = Image.new("RGB", (192, 128), (255, 255, 255))
+    ImageDraw.Draw(stored).ellipse([40, 24, 150, 104], fill=(40, 140, 60))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    src = tmp_path / "rotated.jpg"
+    stored.save(src, exif=exif.tobytes(), quality=95)
+    proc = run(src, "--glb", tmp_path / "r.glb", "--texture-size", 512)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "image-to-mesh: note: EXIF orientation 6 applied" in proc.stderr.splitlines(), proc.stderr

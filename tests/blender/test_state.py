@@ -242,3 +242,21 @@ def test_a_sub_step_with_a_bad_parent_is_dropped_not_taken_for_a_stage():
     assert st.substep is None
     assert any("stage.parent" in w for w in st.warnings)
     assert any("memory.substep" in w for w in st.warnings)
+
+
+def test_input_notes_are_shown_with_the_result_and_checked_at_the_boundary():
+    """The runner's ``input`` notes (what was done to the picture) appear in the result line
+    (issue 23 item 8); notes that are not a list of strings are dropped with a warning."""
+    events = load("builtin_goblin_512.ndjson")
+    st = JobState()
+    st.begin(events[0]["image"], now=events[0]["t"])
+    for ev in events:
+        if ev["event"] == "input":
+            ev = {**ev, "notes": ["EXIF orientation 6 applied", "converted from CMYK"]}
+        st.apply(ev)
+    text = st.view(now=events[-1]["t"]).result_text
+    assert text.endswith("(input: EXIF orientation 6 applied; converted from CMYK)"), text
+    bad = JobState()
+    bad.begin("x.png", now=0.0)
+    bad.apply({"v": 1, "event": "input", "t": 0.1, "notes": "EXIF orientation 6 applied"})
+    assert bad.input_notes == [] and any("input.notes" in w for w in bad.warnings)
