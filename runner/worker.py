@@ -259,8 +259,29 @@ def run_job(job: WorkerJob, emit) -> int:
         # the supervisor.
         if err.kind in ("backend_failed", "internal"):
             traceback.print_exc(file=sys.stderr)
+        if err.kind == "disk_full":
+            _quiet_full_disk_finalizers()
         emit({"event": "error", **err.fields()})
         return err.exit_code
+
+
+def _quiet_full_disk_finalizers() -> None:
+    """After a ``disk_full`` error: objects the failed write leaves behind (a ``ZipFile`` of
+    ``numpy.savez``, a buffered file) flush again when they are finalised, fail with the same
+    ENOSPC, and Python prints "Exception ignored in ZipFile.__del__ …" with a traceback
+    (``sys.unraisablehook``'s default). The error event already says the disk is full: such
+    ENOSPC/EDQUOT reports are dropped from now on; any other unraisable error is printed as
+    before."""
+    previous = sys.unraisablehook
+    full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, OSError) and exc.errno in full:
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def probe(options: dict, emit) -> int:
