@@ -12,6 +12,8 @@ event       fields
 ``load``    ``model``, ``stage`` (current stage or None), ``bytes``, ``seconds``,
             ``outside_stage`` (bool); ``reload`` has the same fields
 ``release`` ``model``, ``stage``, ``bytes``, ``seconds``
+``prefetch`` ``model``, ``stage``, ``for_stage``, ``bytes``, ``file_bytes``, ``seconds``,
+            ``state`` (done/stopped/skipped), ``reason``, ``method`` (``stageload.prefetch``)
 =========== ==================================================================================
 
 Sizes are bytes (int), durations seconds (float). A *sink* is any callable taking one event
@@ -33,6 +35,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "release": ("model", "stage", "bytes", "seconds"),
     "progress": ("stage", "fraction"),
     "warning": ("message",),
+    "prefetch": ("model", "stage", "for_stage", "bytes", "file_bytes", "seconds", "state",
+                 "reason", "method"),
 }
 
 

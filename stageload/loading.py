@@ -228,60 +228,36 @@ def init_on_meta(include_buffers: bool = True) -> Iterator[None]:
 
 
 def read_state(checkpoint: PathLike, device: Union[str, torch.device] = "cpu", *,
-               fresh_cpu_memory: bool = False) -> dict:
+               fresh_cpu_memory: bool = False, drop_behind: bool = True) -> dict:
     """The tensors of a safetensors file on ``device`` (name -> tensor).
 
-    CUDA/MPS: copied straight to the device (``load_file(device=)``). CPU: by default tensors
-    backed by the file's mapping (no copy). ``fresh_cpu_memory=True`` instead reads each tensor
-    with plain file reads into freshly allocated (64-byte aligned) memory: the process holds
-    the checkpoint's bytes once, the file's pages stay in the page cache. Why: a tensor in the
-    mapping sits at its file offset (4-byte aligned), and CPU matmul kernels take another path
-    for unaligned operands; measured here, a stand-in flow model on mapped weights gave outputs
-    2.4e-7 away from the same weights in fresh memory (the port's own loader's), so a staged
-    run was not bit-identical to an eager one on the CPU.
+    CUDA/MPS: copied straight to the device (``load_file(device=)``: safetensors maps the file
+    and copies each tensor from the mapping to the device, so the bytes go disk → page cache →
+    device memory, one copy; on Apple unified memory the MPS buffer is the only private copy;
+    not run here). CPU: by default tensors backed by the file's mapping (no copy).
+    ``fresh_cpu_memory=True`` instead reads each tensor once, in large chunks, straight into its
+    own freshly allocated (64-byte aligned) storage (``stageload.aligned_read.read_aligned``;
+    ``drop_behind`` as there): the process holds the checkpoint's bytes once. Why: a tensor in
+    the mapping sits at its file offset (4-byte aligned), and CPU matmul kernels take another
+    path for unaligned operands; measured here, a stand-in flow model on mapped weights gave
+    outputs 2.4e-7 away from the same weights in fresh memory (the port's own loader's), so a
+    staged run was not bit-identical to an eager one on the CPU.
 
-    Raises ``CheckpointError`` for a missing or unreadable file or an unknown dtype.
+    Raises ``CheckpointError`` for a missing or unreadable file, a header that fails
+    validation, or an unknown dtype.
     """
     path = _checked_path(checkpoint)
     device = torch.device(device)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+
+    from .aligned_read import read_aligned
     try:
         if device.type != "cpu" or not fresh_cpu_memory:
             return load_file(str(path), device=safetensors_device(device))
-        return _read_fresh(path)
+        return read_aligned(path, drop_behind=drop_behind)
     except (SafetensorError, OSError, ValueError, KeyError) as exc:
         raise CheckpointError(f"cannot read {path} as safetensors: {exc}") from exc
-
-
-#: safetensors dtype codes (the format's header, documented at huggingface.co/docs/safetensors)
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
-
-
-def _read_fresh(path: Path) -> dict:
-    """Read every tensor of a safetensors file into new CPU memory with ``readinto``.
-
-    Hand-written over the format's documented layout (8-byte little-endian header length, JSON
-    header with ``dtype``/``shape``/``data_offsets``, then the data) because ``safetensors``
-    offers only mapped tensors or whole-file copies, and a copy of a mapped tensor holds it
-    twice while it is made (2x for a single large tensor, measured: 2.0x of 200 MB)."""
-    import json
-    with open(path, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(size))
-        state = {}
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = info["data_offsets"]
-            raw = torch.empty(end - start, dtype=torch.uint8)
-            f.seek(8 + size + start)
-            if f.readinto(memoryview(raw.numpy())) != end - start:
-                raise ValueError(f"{name}: the file ends before its data")
-            state[name] = raw.view(_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return state
 
 
 def _named_tensors(module: nn.Module):

@@ -10,12 +10,23 @@ take seconds, and that memory belongs to the previous stage).
 One object serves many inputs: after the last stage, ``enter(first_stage)`` starts the next run
 (re-armed, not rebuilt); models released in between are loaded again on access (``reload``).
 
-Not thread-safe: use one ``StagedModels`` from one thread at a time.
+Prefetch: given ``files`` (name → the files its loader reads), once a stage is ready a
+background reader (``stageload.prefetch.Prefetcher``) asks the OS to read ahead into its file
+cache the files of the models the *next* stage lists and that are not loaded now; it is
+stopped at once by the next ``enter``, by ``close`` and by ``cancel_prefetch``. It holds no
+tensors and emits one ``prefetch`` event per model; a ``load``/``reload`` event says
+``prefetched: true`` when that model's files were read ahead completely before it.
+
+Not thread-safe: use one ``StagedModels`` from one thread at a time (the prefetch thread only
+reads files and emits events, under a lock shared with this object's own events).
 """
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from torch import nn
@@ -23,11 +34,13 @@ from torch import nn
 from .errors import (LoaderError, NotAModuleError, PlanError, ReleasedModuleError,
                      UnknownModelError, UnknownStageError)
 from .events import EventSink, emit
+from .prefetch import Prefetcher
 from .releasing import empty_allocator_cache, is_released, module_bytes, release
 from .rng import preserved_rng
 
 Loader = Callable[[], nn.Module]
 Plan = Union[Mapping[str, Iterable[str]], Iterable[tuple[str, Iterable[str]]]]
+Files = Mapping[str, Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]]
 
 
 class StagedModels(MutableMapping):
@@ -46,6 +59,13 @@ class StagedModels(MutableMapping):
         preserve_rng: save every random generator before each load and restore it after
             (``stageload.rng``), so building a model mid-run leaves the pipeline's noise
             unchanged. False only for control experiments.
+        files: name → the file (or files) its loader reads, for the prefetch (module
+            docstring); models not named are not prefetched. None: no prefetch.
+        prefetch: True (default) reads the next stage's files ahead when ``files`` is given;
+            False never does; a ``stageload.prefetch.Prefetcher`` is used as given (its own
+            floor, method and events; its events are redirected to this object's sink).
+        prefetch_floor: bytes of available memory the prefetch leaves (the guard's kill
+            threshold); None: 10 % of total memory.
 
     Mapping behaviour: ``in``, ``len()``, ``keys()`` and iterating names never load;
     ``models[name]`` loads if needed; ``values()`` and ``items()`` return only the models loaded
@@ -62,11 +82,14 @@ class StagedModels(MutableMapping):
 
     Raises (at construction): ``UnknownModelError`` when a stage or ``pinned`` names a model not
     in ``loaders``; ``PlanError`` when a loader is neither callable nor None (or is a built
-    module) or a stage appears twice.
+    module) or a stage appears twice; ``UnknownModelError`` or ``PlanError`` for ``files``
+    naming an unknown model or giving something that is not a path.
     """
 
     def __init__(self, loaders: Mapping[str, Optional[Loader]], stages: Plan, pinned: Iterable[str] = (),
-                 events: Optional[EventSink] = None, *, preserve_rng: bool = True):
+                 events: Optional[EventSink] = None, *, preserve_rng: bool = True,
+                 files: Optional[Files] = None, prefetch: Union[bool, Prefetcher] = True,
+                 prefetch_floor: Optional[int] = None):
         self._loaders: dict[str, Optional[Loader]] = {}
         for name, loader in dict(loaders).items():
             if isinstance(loader, nn.Module):
@@ -104,6 +127,22 @@ class StagedModels(MutableMapping):
         self.outside_stage: list[tuple[str, Optional[str]]] = []
         self.events = events
         self.preserve_rng = preserve_rng
+        self._emit_lock = threading.Lock()
+        self._files = _checked_files(files, self._loaders)
+        self._prefetcher: Optional[Prefetcher] = None
+        if isinstance(prefetch, Prefetcher):
+            self._prefetcher = prefetch
+        elif prefetch and self._files:
+            self._prefetcher = Prefetcher(floor=prefetch_floor)
+        if self._prefetcher is not None:
+            self._prefetcher.events = self._sink
+
+    def _sink(self, event: dict) -> None:
+        """Every event of this object (and of its prefetch thread) goes through here, one at a
+        time, to ``self.events``."""
+        with self._emit_lock:
+            if self.events is not None:
+                self.events(event)
 
     # ----------------------------------------------------------------- mapping protocol
     def _present(self, name: str) -> bool:
@@ -155,6 +194,7 @@ class StagedModels(MutableMapping):
     def _load(self, name: str, loader: Loader) -> nn.Module:
         kind = "reload" if name in self._released else "load"
         outside = self._is_outside(name)
+        prefetched = self._prefetcher is not None and self._prefetcher.take(name)
         start = time.perf_counter()
         with preserved_rng(self.preserve_rng):  # restored on error too: state unchanged
             try:
@@ -176,8 +216,8 @@ class StagedModels(MutableMapping):
         self._released.pop(name, None)
         if outside:
             self.outside_stage.append((name, self._stage))
-        emit(self.events, kind, model=name, stage=self._stage, bytes=module_bytes(module),
-             seconds=seconds, outside_stage=outside)
+        emit(self._sink, kind, model=name, stage=self._stage, bytes=module_bytes(module),
+             seconds=seconds, outside_stage=outside, prefetched=prefetched)
         return module
 
     def _is_outside(self, name: str) -> bool:
@@ -265,26 +305,60 @@ class StagedModels(MutableMapping):
         if stage not in self._plan:
             raise UnknownStageError(f"stage {stage!r} is not in the plan; stages: "
                                     f"{', '.join(map(repr, self._order)) or 'none'}")
+        self.cancel_prefetch("stage change")
         start = time.perf_counter()
         self._stage = stage
         self._index = self._order.index(stage)
-        emit(self.events, "stage", stage=stage, index=self._index, count=len(self._order))
+        emit(self._sink, "stage", stage=stage, index=self._index, count=len(self._order))
         keep = set(self._plan[stage]) | self._pinned
         released = 0
         for name in [name for name in self._loaded if name not in keep]:
             released += self._release(name, stage)
         empty_allocator_cache()
-        emit(self.events, "ready", stage=stage, seconds=time.perf_counter() - start,
+        emit(self._sink, "ready", stage=stage, seconds=time.perf_counter() - start,
              released_bytes=released)
+        self._start_prefetch()
         if preload:
             for name in self._plan[stage]:
                 if self._present(name):
                     self[name]
         return released
 
+    # ----------------------------------------------------------------- prefetch
+    @property
+    def files(self) -> dict[str, tuple[Path, ...]]:
+        """name → the files its loader reads, as given (a copy)."""
+        return dict(self._files)
+
+    @property
+    def prefetcher(self) -> Optional[Prefetcher]:
+        """The prefetch reader, or None when there is no prefetch."""
+        return self._prefetcher
+
+    def cancel_prefetch(self, reason: str = "cancel") -> None:
+        """Stop the prefetch in progress now (its event says ``stopped``/``skipped`` with
+        ``reason``) and wait for its thread to end. No-op when none runs."""
+        if self._prefetcher is not None:
+            self._prefetcher.stop(reason)
+
+    def _start_prefetch(self) -> None:
+        """After ``ready``: read ahead the files of the next stage's models not loaded now."""
+        if self._prefetcher is None or self._index is None or self._index + 1 >= len(self._order):
+            return
+        after = self._order[self._index + 1]
+        wanted = [name for name in self._plan[after]
+                  if name not in self._loaded and self._loaders.get(name) is not None]
+        for name in wanted:
+            if name not in self._files:
+                emit(self._sink, "prefetch", model=name, stage=self._stage, for_stage=after,
+                     bytes=0, file_bytes=0, seconds=0.0, state="skipped",
+                     reason="no files known for this model", method=self._prefetcher.method)
+        self._prefetcher.start(self._stage, after,
+                               [(name, self._files[name]) for name in wanted if name in self._files])
+
     def progress(self, fraction: float) -> None:
         """Emit a ``progress`` event (``fraction`` 0..1, clamped) for the current stage."""
-        emit(self.events, "progress", stage=self._stage, fraction=min(1.0, max(0.0, float(fraction))))
+        emit(self._sink, "progress", stage=self._stage, fraction=min(1.0, max(0.0, float(fraction))))
 
     def release(self, name: str) -> int:
         """Release one model now, keeping its name (it loads again on access); return the bytes.
@@ -303,7 +377,7 @@ class StagedModels(MutableMapping):
 
     def _release(self, name: str, stage: Optional[str]) -> int:
         module = self._loaded.pop(name)
-        freed = release(module, name=name, stage=stage, empty_cache=False, events=self.events)
+        freed = release(module, name=name, stage=stage, empty_cache=False, events=self._sink)
         self._released[name] = stage
         return freed
 
@@ -325,6 +399,7 @@ class StagedModels(MutableMapping):
         The release events carry the current stage; afterwards there is no current stage. The
         object stays usable: indexing reloads, ``enter`` starts a new run.
         """
+        self.cancel_prefetch("close")
         released = 0
         for name in list(self._loaded):
             released += self._release(name, self._stage)
@@ -342,3 +417,21 @@ class StagedModels(MutableMapping):
     def __repr__(self) -> str:
         return (f"StagedModels(stage={self._stage!r}, loaded={list(self._loaded)!r}, "
                 f"released={list(self._released)!r}, pinned={sorted(self._pinned)!r})")
+
+
+def _checked_files(files: Optional[Files], loaders: Mapping[str, object]) -> dict[str, tuple[Path, ...]]:
+    """``files`` as name → tuple of Paths. Raises ``UnknownModelError`` for a name without a
+    loader, ``PlanError`` for a value that is not a path or a list of paths."""
+    out: dict[str, tuple[Path, ...]] = {}
+    for name, value in dict(files or {}).items():
+        if name not in loaders:
+            raise UnknownModelError(f"files names model {name!r}, which has no loader; known "
+                                    f"models: {', '.join(map(repr, loaders)) or 'none'}")
+        items = [value] if isinstance(value, (str, os.PathLike)) else value
+        try:
+            paths = tuple(Path(item) for item in items)
+        except TypeError:
+            raise PlanError(f"files[{name!r}] must be a path or a list of paths, got "
+                            f"{type(value).__name__}") from None
+        out[name] = paths
+    return out
