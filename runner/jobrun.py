@@ -27,9 +27,9 @@ from .inputs import probe_image
 from .job import Job, Outcome, WorkerJob
 from .jobtrace import JobTrace, log, summarize_trace
 from .memory import MemoryTracker
-from .outputs import (check_output, check_trace, commit, discard, discard_dir, failed_runs_trace,
-                      job_dir, sweep_stale_job_dirs, sweep_stale_partials, temp_path,
-                      trace_conflict)
+from .outputs import (check_output, check_path_limits, check_trace, commit, discard, discard_dir,
+                      failed_runs_trace, job_dir, sweep_stale_job_dirs, sweep_stale_partials,
+                      temp_path, trace_conflict)
 from .protocol import make, relay
 
 
@@ -183,6 +183,7 @@ class JobRun:
         info = probe_image(Path(job.image).absolute())  # absolute, as in hello
         self.output = check_output(job.output, job.overwrite)
         trace_path = job.resolved_trace()
+        check_path_limits(trace_path, "trace")  # before its claim file is made beside it
         # Held until the job's last line: no other runner writes this GLB or trace meanwhile.
         self.claims = claim_all([self.output, trace_path])
         check_output(self.output, job.overwrite)  # again: it may have appeared before the claim

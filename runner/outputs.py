@@ -67,16 +67,74 @@ def _writable_folder(folder: Path, what: str) -> None:
             discard(Path(name))
 
 
+#: The longest names the runner makes from an output's stem, beside it (``.<stem>.partial-<pid>-
+#: <8 hex>.glb``; a pid has at most 7 digits on Linux, whose pid_max is at most 2**22) and
+#: below it (``.<stem>.job-<pid>-<8 hex>/<stem>.glb``, the export process's partial GLB).
+_PARTIAL_EXTRA = len("..partial--12345678.glb") + 7
+_JOB_EXTRA = len("..job--12345678/") + 7
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    """``(NAME_MAX, PATH_MAX)`` in bytes of the file system that will hold ``path`` (asked of
+    its nearest existing ancestor with ``os.pathconf``; 255 and 4096, Linux's, when unknown)."""
+    probe = path.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    limits = []
+    for name, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        try:
+            value = os.pathconf(probe, name)
+        except (OSError, ValueError):
+            value = -1
+        limits.append(value if value > 0 else default)
+    return limits[0], limits[1]
+
+
+def check_path_limits(path: Path, what: str = "output") -> None:
+    """Refuse, with ``output_invalid``, a path the system cannot create: a name longer than
+    the file system's NAME_MAX, a whole path of PATH_MAX bytes or more — counting the hidden
+    files the runner makes beside and below an output (partial GLB, job folder). Lengths in
+    bytes of the file-system encoding. Raises ``RunnerError('output_invalid')``."""
+    name_max, path_max = _limits(path)
+    hint = "Choose a shorter file name or a folder with a shorter path."
+    for part in path.parts[1:]:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise RunnerError("output_invalid", f"The {what} path has a name of {size} bytes "
+                              f"({part[:40]}…); names here may have at most {name_max}.", hint)
+    stem = len(os.fsencode(path.stem))
+    folder = len(os.fsencode(str(path.parent))) + 1
+    own = len(os.fsencode(path.name))
+    longest = folder + (max(own, stem + _PARTIAL_EXTRA, 2 * stem + _JOB_EXTRA + 4)
+                        if what == "output" else own)
+    if longest >= path_max:
+        need = "" if longest == folder + own else \
+            f", and the runner's hidden files for it need up to {longest}"
+        raise RunnerError("output_invalid", f"The {what} path is too long for the system: "
+                          f"{folder + own} bytes{need}, over the limit of {path_max - 1} bytes "
+                          "(PATH_MAX).", hint)
+    # the hidden partial GLB beside an output; the claim (``.NAME.claim``) beside a trace
+    hidden, extra = ("partial file", _PARTIAL_EXTRA - 4) if what == "output" else \
+        ("claim file", len("..claim"))
+    if own + extra > name_max:
+        raise RunnerError("output_invalid", f"The {what} name {path.name[:40]}… is too long: the "
+                          f"runner's hidden {hidden} beside it would have a name of "
+                          f"{own + extra} bytes, and names here may have at most {name_max} "
+                          f"(keep the {what}'s name to {name_max - extra} bytes or fewer).", hint)
+
+
 def check_output(output: str | Path, overwrite: bool = False) -> Path:
     """Validate the GLB path before any work; returns it absolute.
 
     Missing parent folders are created. Raises ``RunnerError``: ``output_invalid`` (not ending
-    in ``.glb``, or a folder), ``output_exists`` (exists and not ``overwrite``),
-    ``output_unwritable`` (folder cannot be created or written), ``disk_full``.
+    in ``.glb``, a folder, or too long for the system: :func:`check_path_limits`),
+    ``output_exists`` (exists and not ``overwrite``), ``output_unwritable`` (folder cannot be
+    created or written), ``disk_full``.
     """
     path = Path(output).expanduser().absolute()
     if path.suffix.lower() != ".glb":
         raise RunnerError("output_invalid", f"The output {path.name!r} does not end in .glb.")
+    check_path_limits(path)
     if path.is_dir():
         raise RunnerError("output_invalid", f"The output {path} is a folder.")
     if path.exists() and not overwrite:
@@ -205,6 +263,7 @@ def check_trace(trace: str | Path, replace: bool = False) -> Path:
     ``output_unwritable``, ``disk_full``.
     """
     path = Path(trace).expanduser().absolute()
+    check_path_limits(path, "trace")
     if path.is_dir():
         raise RunnerError("output_invalid", f"The trace path {path} is a folder.",
                           "Give --trace a file path, e.g. run.trace.jsonl.")
