@@ -1,0 +1,219 @@
+"""Load and validate the port's saved asset (``save_mesh_checkpoint`` ``.npz``).
+
+Members (the stand-in's ``_write_mesh_npz`` and the real port's writer):
+
+========== ============ =================================================================
+key        dtype        shape / meaning
+========== ============ =================================================================
+vertices   float        [V, 3], V ≥ 3, finite
+faces      integer      [F, 3], F ≥ 1, each index in [0, V)
+coords     integer      [N, 4] = batch, x, y, z; x, y, z in [0, resolution) (batch ignored)
+attrs      float        [N, 6] = base colour RGB, metallic, roughness, alpha, each in 0..1
+origin     float        [3], the grid's corner (voxel (0, 0, 0) spans origin..origin + size)
+voxel_size float        scalar (or [3] equal values), > 0
+resolution integer      scalar, 1..8192
+fdg_*      any          optional (accepted, never read)
+========== ============ =================================================================
+
+Everything the file says about its arrays is checked from the zip directory and each member's
+``.npy`` header before any array is read (``inspect_asset``), so a file that would not fit the
+budget — e.g. 30 GB — is refused without reading it. Values (finite vertices, face indices,
+coords on the grid, attrs in 0..1) are then checked in bounded slices as they are loaded.
+Every failure is ``BadAsset`` naming the key.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BadAsset
+
+REQUIRED = ("vertices", "faces", "coords", "attrs", "origin", "voxel_size", "resolution")
+CHANNELS = 6
+MAX_RESOLUTION = 8192
+ATTR_TOLERANCE = 1e-4  # float rounding of a 0..1 value written as float16/32
+CHECK_SLICE = 1 << 20  # rows per validation slice (bounded temporaries)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One array of the asset as its ``.npy`` header describes it."""
+
+    key: str
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass
+class Asset:
+    """A validated asset: ``vertices`` float32 [V, 3], ``faces`` int32 [F, 3], ``coords``
+    int32 [N, 3] (x, y, z), ``attrs`` float32 [N, 6], ``origin`` float64 [3], ``voxel_size``
+    float, ``resolution`` int. ``path``: where it was read."""
+
+    vertices: np.ndarray
+    faces: np.ndarray
+    coords: np.ndarray | None
+    attrs: np.ndarray | None
+    origin: np.ndarray
+    voxel_size: float
+    resolution: int
+    path: Path
+
+
+def _header(archive: zipfile.ZipFile, name: str) -> Member:
+    """The ``.npy`` header of member ``name`` (its first bytes only)."""
+    with archive.open(name) as f:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _fortran, dtype = read(f)
+    return Member(name[:-4], tuple(int(n) for n in shape), np.dtype(dtype))
+
+
+def inspect_asset(path: os.PathLike | str) -> dict[str, Member]:
+    """The members of the asset at ``path`` from its zip directory and ``.npy`` headers (no
+    array data read), with every required key present and of the right kind and shape.
+    Raises ``BadAsset``."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadAsset(None, f"{path} is not a file", "Check the path of the asset (.npz).")
+    if not zipfile.is_zipfile(path):
+        raise BadAsset(None, f"{path.name} is not an .npz file (not a zip archive)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {}
+            for name in archive.namelist():
+                if name.endswith(".npy"):
+                    members[name[:-4]] = _header(archive, name)
+    except BadAsset:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a damaged archive
+        raise BadAsset(None, f"{path.name} cannot be read as an .npz ({exc})") from None
+    for key in REQUIRED:
+        if key not in members:
+            raise BadAsset(key, "missing from the asset")
+    _check_members(members)
+    return members
+
+
+def _kind_ok(member: Member, kinds: str) -> bool:
+    return member.dtype.kind in kinds and member.dtype.fields is None
+
+
+def _check_members(m: dict[str, Member]) -> None:
+    """Kinds and shapes of the required members (headers only). Raises ``BadAsset``."""
+    rules = (("vertices", "f", 3, "float [V, 3]"), ("faces", "iu", 3, "integer [F, 3]"),
+             ("coords", "iu", 4, "integer [N, 4] (batch, x, y, z)"))
+    for key, kinds, width, want in rules:
+        member = m[key]
+        if not _kind_ok(member, kinds) or len(member.shape) != 2 or member.shape[1] != width:
+            raise BadAsset(key, f"is {member.dtype} {list(member.shape)}, must be {want}")
+    attrs = m["attrs"]
+    if not _kind_ok(attrs, "f") or len(attrs.shape) != 2:
+        raise BadAsset("attrs", f"is {attrs.dtype} {list(attrs.shape)}, must be float [N, 6]")
+    if attrs.shape[1] != CHANNELS:
+        raise BadAsset("attrs", f"has {attrs.shape[1]} channels, must have {CHANNELS} (base "
+                       "colour RGB, metallic, roughness, alpha)")
+    if attrs.shape[0] != m["coords"].shape[0]:
+        raise BadAsset("attrs", f"has {attrs.shape[0]:,} rows but coords has "
+                       f"{m['coords'].shape[0]:,}: one row of attributes per voxel")
+    if m["vertices"].shape[0] < 3 or m["faces"].shape[0] < 1:
+        raise BadAsset("faces" if m["vertices"].shape[0] >= 3 else "vertices",
+                       f"the mesh is empty ({m['vertices'].shape[0]:,} vertices, "
+                       f"{m['faces'].shape[0]:,} faces)",
+                       "The decoder produced no surface: generate the asset again.")
+    if not _kind_ok(m["origin"], "f") or m["origin"].shape not in ((3,), (1, 3)):
+        raise BadAsset("origin", f"is {m['origin'].dtype} {list(m['origin'].shape)}, must be "
+                       "float [3]")
+    if not _kind_ok(m["voxel_size"], "f") or m["voxel_size"].shape not in ((), (1,), (3,)):
+        raise BadAsset("voxel_size", f"is {m['voxel_size'].dtype} "
+                       f"{list(m['voxel_size'].shape)}, must be a float scalar")
+    if not _kind_ok(m["resolution"], "iu") or m["resolution"].shape not in ((), (1,)):
+        raise BadAsset("resolution", f"is {m['resolution'].dtype} "
+                       f"{list(m['resolution'].shape)}, must be an integer scalar")
+
+
+def _read(archive: zipfile.ZipFile, key: str) -> np.ndarray:
+    with archive.open(key + ".npy") as f:
+        return np.lib.format.read_array(f, allow_pickle=False)
+
+
+def _scalars(archive: zipfile.ZipFile) -> tuple[np.ndarray, float, int]:
+    origin = _read(archive, "origin").astype(np.float64).reshape(3)
+    if not np.all(np.isfinite(origin)):
+        raise BadAsset("origin", f"is not finite ({origin.tolist()})")
+    size = _read(archive, "voxel_size").astype(np.float64).reshape(-1)
+    if not np.all(np.isfinite(size)) or size.min() <= 0 or np.ptp(size) > 1e-6 * size.max():
+        raise BadAsset("voxel_size", f"must be one positive, finite size, not {size.tolist()}")
+    res = int(_read(archive, "resolution").reshape(-1)[0])
+    if not 1 <= res <= MAX_RESOLUTION:
+        raise BadAsset("resolution", f"is {res}, must be from 1 to {MAX_RESOLUTION}")
+    return origin, float(size[0]), res
+
+
+def _check_slices(key: str, array: np.ndarray, test, problem: str, tick=None) -> None:
+    """Apply ``test(slice) -> bad row mask`` over bounded slices; raise on the first bad row.
+    ``tick``: called before each slice (the caller's cancel check)."""
+    for start in range(0, len(array), CHECK_SLICE):
+        if tick is not None:
+            tick()
+        bad = test(array[start:start + CHECK_SLICE])
+        if bad.any():
+            row = start + int(np.argmax(bad))
+            raise BadAsset(key, f"{problem} (row {row:,}: {array[row].tolist()})")
+
+
+def _mesh(archive: zipfile.ZipFile) -> tuple[np.ndarray, np.ndarray]:
+    vertices = _read(archive, "vertices")
+    _check_slices("vertices", vertices, lambda s: ~np.isfinite(s).all(axis=1),
+                  "holds NaN or infinite coordinates")
+    vertices = vertices.astype(np.float32, copy=False)
+    faces = _read(archive, "faces")
+    count = len(vertices)
+    _check_slices("faces", faces, lambda s: ((s < 0) | (s >= count)).any(axis=1),
+                  f"indexes past the {count:,} vertices")
+    return vertices, faces.astype(np.int32, copy=False)
+
+
+def _voxels(archive: zipfile.ZipFile, res: int, tick=None) -> tuple[np.ndarray, np.ndarray]:
+    coords = _read(archive, "coords")
+    _check_slices("coords", coords, lambda s: ((s[:, 1:] < 0) | (s[:, 1:] >= res)).any(axis=1),
+                  f"lie outside the {res}³ grid", tick)
+    xyz = np.ascontiguousarray(coords[:, 1:], dtype=np.int32)
+    del coords
+    attrs = _read(archive, "attrs")
+    low, high = -ATTR_TOLERANCE, 1 + ATTR_TOLERANCE
+    _check_slices("attrs", attrs, lambda s: ~((s >= low) & (s <= high)).all(axis=1),
+                  "hold values outside 0..1 (or NaN)", tick)
+    return xyz, attrs.astype(np.float32, copy=False)
+
+
+def load_asset(path: os.PathLike | str, *, voxels: bool = True) -> Asset:
+    """Read and validate the asset at ``path`` (``inspect_asset`` first). ``voxels=False``
+    leaves ``coords``/``attrs`` None (read them later with ``load_voxels``: the mesh steps do
+    not need them in memory). Raises ``BadAsset``."""
+    path = Path(path)
+    inspect_asset(path)
+    with zipfile.ZipFile(path) as archive:
+        origin, size, res = _scalars(archive)
+        vertices, faces = _mesh(archive)
+        coords = attrs = None
+        if voxels:
+            coords, attrs = _voxels(archive, res)
+    return Asset(vertices, faces, coords, attrs, origin, size, res, path)
+
+
+def load_voxels(asset: Asset, tick=None) -> Asset:
+    """``asset`` with its ``coords`` and ``attrs`` read from its file and validated
+    (``tick`` called between slices)."""
+    with zipfile.ZipFile(asset.path) as archive:
+        asset.coords, asset.attrs = _voxels(archive, asset.resolution, tick)
+    return asset

@@ -1,0 +1,112 @@
+"""The memory budget (``--export-budget SIZE``) → piece sizes, and the check that an asset can
+be exported within it at all. Our own model (no library plans memory for this chain); its
+figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere assets of
+``standin/sphere_asset.py`` (notes/engine.md has the runs):
+
+- the mesh steps hold the input mesh (12 B a vertex, 12 B a face) plus cleanup's temporaries
+  (sorting, grouping: ``CLEANUP_BYTES_PER_FACE``), and fast-simplification's own structures
+  (``DECIMATE_BYTES_PER_FACE`` of input faces: 5.24 M faces → 1 M grew the process by 1.5 GB);
+- the voxels are read only for the bake: ``VOXEL_BYTES`` each (x, y, z, six float32 attributes,
+  the int64 sort key and its order);
+- the unwrap holds the decimated mesh and one batch of faces inside xatlas
+  (``UNWRAP_BYTES_PER_FACE``, measured 1.31 M faces in one atlas: 0.5 GB);
+- the bake holds the texture planes (``TEXTURE_BYTES_PER_TEXEL``: six uint8 channels, the
+  coverage mask, the face id) and one chunk of texels in flight (``BAKE_BYTES_PER_TEXEL``:
+  surface point, eight corner keys, look-ups and weights, the sampled attributes);
+- the seam fill's distance transform holds ``SEAM_BYTES_PER_TEXEL`` over the whole texture.
+
+Piece sizes: faces per unwrap batch and texels per bake chunk are a quarter (``HEADROOM``: the
+model's margin) of what is left of the budget after what the step must hold, divided by the
+per-piece cost, clamped to a useful range
+(``UNWRAP_BATCH``, ``BAKE_CHUNK``). When even the smallest pieces do not fit, or the file
+alone is larger than the budget, ``check`` raises ``BadAsset`` before anything is read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stageload.units import format_size
+
+from .errors import BadAsset
+
+GIB = 1 << 30
+DEFAULT_BUDGET = 3 * GIB
+MIN_BUDGET = 256 << 20
+PYTHON_BASE = 120 << 20           # the interpreter with numpy, scipy, trimesh, xatlas loaded
+MESH_BYTES_PER_FACE = 18          # float32 vertices (about F / 2 of them) + int32 faces
+CLEANUP_BYTES_PER_FACE = 60
+DECIMATE_BYTES_PER_FACE = 300
+VOXEL_BYTES = 52
+UNWRAP_BYTES_PER_FACE = 400
+TEXTURE_BYTES_PER_TEXEL = 12
+BAKE_BYTES_PER_TEXEL = 400
+SEAM_BYTES_PER_TEXEL = 24
+OUT_BYTES_PER_FACE = 120          # the decimated, unwrapped mesh with UVs and normals
+UNWRAP_BATCH = (20_000, 250_000)
+HEADROOM = 0.25                   # share of the room left that one piece may take
+BAKE_CHUNK = (1 << 16, 1 << 18)  # at most ~0.5 s a chunk here: the cancel's latency
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Piece sizes and the predicted peak (bytes) of each step for one asset and budget."""
+
+    budget: int
+    unwrap_batch_faces: int
+    bake_chunk_texels: int
+    peaks: dict
+
+    @property
+    def peak(self) -> int:
+        return max(self.peaks.values())
+
+
+def _clamp(value: float, bounds: tuple[int, int]) -> int:
+    return int(min(max(value, bounds[0]), bounds[1]))
+
+
+def check_file(file_bytes: int, budget: int | None = None) -> int:
+    """The budget in bytes (None: ``DEFAULT_BUDGET``), after refusing (``BadAsset``) a budget
+    below ``MIN_BUDGET`` or a file larger than it — from its size alone, before reading it."""
+    budget = DEFAULT_BUDGET if budget is None else int(budget)
+    if budget < MIN_BUDGET:
+        raise BadAsset(None, f"an export budget of {format_size(budget)} is below the "
+                       f"engine's minimum of {format_size(MIN_BUDGET)}",
+                       "Give --export-budget 2G or more.")
+    if file_bytes > budget:
+        raise BadAsset(None, f"the file is {format_size(file_bytes)}, larger than the export "
+                       f"budget of {format_size(budget)}; it was not read",
+                       "Raise --export-budget, or check that this is the asset you meant.")
+    return budget
+
+
+def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
+         budget: int | None = None) -> Plan:
+    """The plan for an asset of ``faces`` input faces and ``voxels`` voxels exported to
+    ``target`` faces and a ``texture``² texture within ``budget`` bytes (None: the default).
+    Raises ``BadAsset`` (``key`` None) when it cannot fit (``check_file`` first)."""
+    budget = check_file(file_bytes, budget)
+    out_faces = min(target, faces)
+    mesh = PYTHON_BASE + MESH_BYTES_PER_FACE * faces
+    texels = texture * texture
+    held_bake = PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + VOXEL_BYTES * voxels \
+        + TEXTURE_BYTES_PER_TEXEL * texels
+    room_unwrap = budget - PYTHON_BASE - OUT_BYTES_PER_FACE * out_faces
+    batch = _clamp(room_unwrap * HEADROOM / UNWRAP_BYTES_PER_FACE, UNWRAP_BATCH)
+    chunk = _clamp((budget - held_bake) * HEADROOM / BAKE_BYTES_PER_TEXEL, BAKE_CHUNK)
+    peaks = {
+        "load": mesh + VOXEL_BYTES * voxels,
+        "cleanup": mesh + CLEANUP_BYTES_PER_FACE * faces,
+        "decimate": mesh + DECIMATE_BYTES_PER_FACE * faces,
+        "uv_unwrap": PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + UNWRAP_BYTES_PER_FACE * batch,
+        "bake": held_bake + BAKE_BYTES_PER_TEXEL * chunk,
+        "seams": held_bake + SEAM_BYTES_PER_TEXEL * texels,
+    }
+    result = Plan(budget, batch, chunk, peaks)
+    if result.peak > budget:
+        step = max(peaks, key=peaks.get)
+        raise BadAsset(None, f"the asset ({faces:,} faces, {voxels:,} voxels) is too large for "
+                       f"an export budget of {format_size(budget)}: its {step} step needs about "
+                       f"{format_size(peaks[step])}", "Raise --export-budget (or lower "
+                       "--texture-size / --decimation-target).")
+    return result

@@ -1,0 +1,151 @@
+"""``export_asset``: the port's saved asset → textured GLB, step by step within a budget.
+
+Steps (``steps.SUBSTEPS``, each a ``stage`` event with ``parent`` "export"): ``load`` (the
+file's headers checked against the budget before any array is read, then the mesh — the
+voxels wait for the bake), ``cleanup``, ``decimate``, ``uv_unwrap``, ``bake`` (the voxels are
+read here), ``seams``, ``write``. The full input mesh is dropped once decimated. Remeshing (the
+port's dual contouring) is not done: the decimated input surface is exported.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import budget as budgeting
+from .asset import inspect_asset, load_asset, load_voxels
+from .errors import BadAsset
+from .steps import Steps
+
+DEFAULT_DECIMATION_TARGET = 1_000_000
+DEFAULT_TEXTURE_SIZE = 2048
+TEXTURE_SIZES = (512, 1024, 2048, 4096)
+MAX_DECIMATION_TARGET = 100_000_000
+
+
+@dataclass(frozen=True)
+class ExportLevers:
+    """What the export makes: ``decimation_target`` (faces, 1..100,000,000),
+    ``texture_size`` (px, one of ``TEXTURE_SIZES``), ``budget`` (bytes or None for
+    ``budget.DEFAULT_BUDGET``). ``check()`` raises ``ValueError`` naming a bad value."""
+
+    decimation_target: int = DEFAULT_DECIMATION_TARGET
+    texture_size: int = DEFAULT_TEXTURE_SIZE
+    budget: int | None = None
+
+    def check(self) -> ExportLevers:
+        t = self.decimation_target
+        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_DECIMATION_TARGET:
+            raise ValueError(f"decimation target {t!r} must be a whole number of faces from 1 "
+                             f"to {MAX_DECIMATION_TARGET:,}")
+        if self.texture_size not in TEXTURE_SIZES:
+            raise ValueError(f"texture size {self.texture_size!r} must be one of "
+                             f"{', '.join(map(str, TEXTURE_SIZES))}")
+        if self.budget is not None and (isinstance(self.budget, bool)
+                                        or not isinstance(self.budget, int)):
+            raise ValueError(f"export budget {self.budget!r} must be a number of bytes")
+        return self
+
+
+def _plan(path: Path, levers: ExportLevers):
+    if not path.is_file():
+        raise BadAsset(None, f"{path} is not a file", "Check the path of the asset (.npz).")
+    budgeting.check_file(path.stat().st_size, levers.budget)  # before a byte is read
+    members = inspect_asset(path)
+    return budgeting.plan(faces=members["faces"].shape[0], voxels=members["coords"].shape[0],
+                          target=levers.decimation_target, texture=levers.texture_size,
+                          file_bytes=path.stat().st_size, budget=levers.budget)
+
+
+def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: Path):
+    from .cleanup import clean
+    from .decimate import decimate
+    from .glb import vertex_normals
+    from .unwrap import unwrap
+
+    asset = load_asset(path, voxels=False)
+    faces_in = len(asset.faces)
+    steps.begin("cleanup")
+    vertices, faces = clean(asset.vertices, asset.faces, steps)
+    asset.vertices = asset.faces = None
+    steps.begin("decimate")
+    vertices, faces = decimate(vertices, faces, levers.decimation_target, workdir, steps)
+    steps.begin("uv_unwrap")
+    mesh = unwrap(vertices, faces, levers.texture_size, plan.unwrap_batch_faces, workdir, steps)
+    normals = vertex_normals(vertices, faces)[mesh.source]
+    return asset, mesh, normals, faces_in
+
+
+def _texture_steps(asset, mesh, levers: ExportLevers, plan, steps: Steps):
+    from .bake import bake
+    from .seams import fill
+    from .voxels import SparseVoxels
+
+    steps.begin("bake")
+    load_voxels(asset, steps.check)
+    steps.check()
+    voxels = SparseVoxels(asset.coords, asset.attrs, asset.origin, asset.voxel_size,
+                          asset.resolution)
+    count = len(asset.coords)
+    asset.coords = asset.attrs = None
+    steps.check()
+    baked = bake(mesh.vertices, mesh.faces, mesh.uv, voxels, levers.texture_size,
+                 plan.bake_chunk_texels, steps)
+    del voxels
+    steps.begin("seams")
+    fill(baked.channels, baked.baked)
+    return baked, count
+
+
+def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
+                 levers: ExportLevers = ExportLevers(), *,
+                 emit: Callable[[dict], None] | None = None, cancel=None,
+                 overwrite: bool = False) -> dict:
+    """Export the asset ``.npz`` at ``asset`` to the GLB ``output``.
+
+    ``levers``: ``ExportLevers``. ``emit``: event sink for the sub-steps' ``stage`` events
+    (``parent`` "export") and ``progress`` events. ``cancel``: None, a callable returning True,
+    or a ``threading.Event``: checked at every piece (a cancel is honoured within about a
+    second; the decimation's single library call runs in a child process that is killed).
+    ``overwrite``: replace an existing ``output`` (else ``FileExistsError``).
+
+    Returns ``{"output", "faces_in", "faces", "vertices", "texture_size", "alpha_mode",
+    "charts", "unwrap_batches", "utilization", "orphan_texels", "voxels", "budget",
+    "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak", "seconds", "step_seconds"}``
+    (bytes, seconds). Raises ``BadAsset`` (nothing read beyond the headers when the budget
+    refuses it), ``ExportCancelled``, ``ValueError`` (a bad lever), ``FileExistsError``; no
+    GLB is left at ``output`` unless it returns.
+    """
+    from .glb import write
+
+    start = time.perf_counter()
+    levers.check()
+    path, output = Path(asset), Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"{output} exists; give another output or overwrite=True")
+    steps = Steps(emit, cancel)
+    steps.begin("load")
+    plan = _plan(path, levers)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=output.parent) as work:
+        loaded, mesh, normals, faces_in = _mesh_steps(path, levers, plan, steps, Path(work))
+    baked, voxel_count = _texture_steps(loaded, mesh, levers, plan, steps)
+    steps.begin("write")
+    written = write(output, mesh.vertices, mesh.faces, mesh.uv, normals, baked.channels,
+                    baked.covered)
+    steps.end()
+    return {"output": str(output), "faces_in": faces_in, "faces": len(mesh.faces),
+            "vertices": len(mesh.vertices), "texture_size": levers.texture_size,
+            "alpha_mode": written["alpha_mode"], "glb_bytes": written["bytes"],
+            "charts": mesh.charts, "unwrap_batches": mesh.batches,
+            "utilization": round(mesh.utilization, 4), "orphan_texels": baked.orphans,
+            "voxels": voxel_count, "budget": plan.budget,
+            "unwrap_batch_faces": plan.unwrap_batch_faces,
+            "bake_chunk_texels": plan.bake_chunk_texels, "predicted_peak": plan.peak,
+            "seconds": round(time.perf_counter() - start, 3),
+            "step_seconds": {k: round(v, 3) for k, v in steps.seconds.items()}}
+
+
+__all__ = ["BadAsset", "ExportLevers", "export_asset"]

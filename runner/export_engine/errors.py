@@ -1,0 +1,35 @@
+"""The engine's two ways to stop: a bad asset, and a cancel.
+
+``BadAsset`` carries the runner's error kind ``bad_asset`` (``runner/errors.py``, exit 48):
+``key`` names the ``.npz`` member at fault (None for the file itself) and the message says
+what is wrong and what to do. ``ExportCancelled`` carries ``cancelled`` (exit 130). Both
+are raised before anything is written, or after the temporary GLB was removed.
+"""
+from __future__ import annotations
+
+
+class BadAsset(ValueError):
+    """The asset cannot be exported: ``key`` (the member, or None), ``problem`` (what is wrong),
+    ``hint`` (what to do). ``kind`` is the runner's error kind."""
+
+    kind = "bad_asset"
+
+    def __init__(self, key: str | None, problem: str, hint: str = ""):
+        where = f"{key!r}: " if key else ""
+        super().__init__(f"Bad asset: {where}{problem}")
+        self.key = key
+        self.problem = problem
+        self.hint = hint or ("Export the asset again with the port's save_mesh_checkpoint "
+                             "(Pixal3D's --keep-asset or the port's --save-mesh).")
+        self.message = str(self)
+
+
+class ExportCancelled(Exception):
+    """The caller's cancel flag was set; ``step`` is the sub-step that noticed it."""
+
+    kind = "cancelled"
+
+    def __init__(self, step: str):
+        super().__init__(f"export cancelled during {step}")
+        self.step = step
+        self.message = str(self)

@@ -1,0 +1,120 @@
+"""Every bad asset is refused with ``BadAsset`` naming the key and what is wrong."""
+import os
+
+import numpy as np
+import pytest
+
+from runner.export_engine import BadAsset, ExportLevers, export_asset
+from runner.export_engine.asset import inspect_asset, load_asset
+
+from .conftest import write_npz
+
+
+def refused(path, match: str, key=None):
+    with pytest.raises(BadAsset, match=match) as info:
+        load_asset(path)
+    assert info.value.key == key
+    assert info.value.hint
+    return info.value
+
+
+def variant(tmp_path, arrays, name="bad.npz", drop=(), **changes):
+    data = {k: v for k, v in arrays.items() if k not in drop}
+    data.update(changes)
+    return write_npz(tmp_path / name, **data)
+
+
+def test_the_small_asset_loads(small_asset):
+    asset = load_asset(small_asset)
+    assert asset.vertices.dtype == np.float32 and asset.faces.dtype == np.int32
+    assert asset.coords.shape[1] == 3 and asset.attrs.shape[1] == 6
+    assert asset.resolution == 96 and asset.voxel_size == pytest.approx(1 / 96)
+
+
+def test_not_an_npz(tmp_path):
+    path = tmp_path / "image.npz"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 100)
+    refused(path, "not an .npz file")
+
+
+def test_missing_key(tmp_path, small_arrays):
+    refused(variant(tmp_path, small_arrays, drop=("attrs",)), "missing", "attrs")
+    refused(variant(tmp_path, small_arrays, drop=("resolution",)), "missing", "resolution")
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("faces", np.zeros((4, 3), np.float32), r"must be integer \[F, 3\]"),
+    ("vertices", np.zeros((4, 2), np.float32), r"must be float \[V, 3\]"),
+    ("coords", np.zeros((4, 3), np.int32), r"must be integer \[N, 4\]"),
+    ("origin", np.zeros(2, np.float32), r"must be float \[3\]"),
+    ("resolution", np.float32(96), "must be an integer scalar"),
+])
+def test_wrong_dtype_or_shape(tmp_path, small_arrays, key, value, match):
+    refused(variant(tmp_path, small_arrays, **{key: value}), match, key)
+
+
+def test_nan_and_inf_vertices(tmp_path, small_arrays):
+    for bad in (np.nan, np.inf):
+        v = small_arrays["vertices"].copy()
+        v[1234, 1] = bad
+        err = refused(variant(tmp_path, small_arrays, vertices=v), "NaN or infinite", "vertices")
+        assert "row 1,234" in str(err)
+
+
+def test_faces_past_the_vertices(tmp_path, small_arrays):
+    f = small_arrays["faces"].copy()
+    f[7, 2] = len(small_arrays["vertices"])
+    refused(variant(tmp_path, small_arrays, faces=f), "indexes past the", "faces")
+    f[7, 2] = -1
+    refused(variant(tmp_path, small_arrays, faces=f), "indexes past the", "faces")
+
+
+def test_empty_mesh(tmp_path, small_arrays):
+    refused(variant(tmp_path, small_arrays, faces=np.zeros((0, 3), np.int32)), "empty", "faces")
+
+
+def test_coords_outside_the_grid(tmp_path, small_arrays):
+    c = small_arrays["coords"].copy()
+    c[5, 3] = 96
+    refused(variant(tmp_path, small_arrays, coords=c), "outside the 96³ grid", "coords")
+
+
+def test_attrs_outside_0_1_or_wrong_channels(tmp_path, small_arrays):
+    a = small_arrays["attrs"].copy()
+    a[3, 4] = 1.5
+    refused(variant(tmp_path, small_arrays, attrs=a), "outside 0..1", "attrs")
+    a[3, 4] = np.nan
+    refused(variant(tmp_path, small_arrays, attrs=a), "outside 0..1", "attrs")
+    refused(variant(tmp_path, small_arrays, attrs=small_arrays["attrs"][:, :5]),
+            "has 5 channels, must have 6", "attrs")
+    refused(variant(tmp_path, small_arrays, attrs=small_arrays["attrs"][:-1]),
+            "one row of attributes per voxel", "attrs")
+
+
+def test_fdg_members_are_accepted(tmp_path, small_arrays):
+    path = variant(tmp_path, small_arrays, fdg_coords=np.zeros((3, 4), np.int32),
+                   fdg_split_weight=np.zeros(3, np.float16))
+    assert load_asset(path).faces.shape == small_arrays["faces"].shape
+
+
+def test_headers_are_checked_before_any_array_is_read(tmp_path, small_arrays):
+    members = inspect_asset(variant(tmp_path, small_arrays))
+    assert members["faces"].shape == small_arrays["faces"].shape
+
+
+def test_a_30_gb_file_is_refused_without_reading_it(tmp_path):
+    path = tmp_path / "huge.npz"
+    with open(path, "wb") as f:
+        f.truncate(30 << 30)  # sparse: no block is written, and none may be read
+    out = tmp_path / "huge.glb"
+    with pytest.raises(BadAsset, match=r"30\.0 GiB, larger than the export budget") as info:
+        export_asset(path, out, ExportLevers(budget=2 << 30))
+    assert "not read" in str(info.value)
+    assert not out.exists() and os.listdir(tmp_path) == ["huge.npz"]
+
+
+def test_an_asset_too_large_for_the_budget(small_asset, tmp_path):
+    out = tmp_path / "x.glb"
+    with pytest.raises(BadAsset, match="below the engine's minimum"):
+        export_asset(small_asset, out, ExportLevers(budget=100 << 20))
+    assert not out.exists()
