@@ -152,3 +152,16 @@ def test_cli(tmp_path):
                          timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr and "error" in run.stderr
     assert not (tmp_path / "b.npz").exists()
+
+
+def test_reduce_keeps_the_voxels_and_frame(small):
+    pytest.importorskip("fast_simplification")
+    from standin.asset.reduce import reduce_faces
+    a = small[128].arrays
+    r = reduce_faces(a, len(a["faces"]) // 4)
+    assert abs(len(r["faces"]) - len(a["faces"]) // 4) <= 0.01 * len(a["faces"]) // 4 + 2
+    assert r["vertices"].dtype == np.float32 and r["faces"].dtype == np.int32
+    assert r["coords"] is a["coords"] and r["attrs"] is a["attrs"]
+    assert r["faces"].max() < len(r["vertices"])
+    with pytest.raises(ValueError, match="faces must be"):
+        reduce_faces(a, len(a["faces"]))

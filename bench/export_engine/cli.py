@@ -1,0 +1,141 @@
+"""``python -m bench.export_engine``: the bounded export engine measured at full size
+(issue 20, "Measured"). See docs/benchmark.md ("Bounded export") for what each figure means.
+
+    .venv/bin/python -m bench.export_engine [--quick] [--docs]
+
+Runs, each ``python -m runner export`` in a process of its own (``run.py``), one after the
+other: the defaults (1,000,000 faces, 2048 texture) on the full-size asset; the same with
+``--export-budget 2G``; the input's faces varied (the asset decimated to 1, 2 and 5 M faces,
+same voxels; the full asset is the ~8 M point); the texture varied (1024, 4096); and the
+defaults pinned to one core (``taskset``, thread pools of one) against the two of this
+machine. Then the quality of the defaults' GLB (``quality.py``) and the stand-in's modelled
+port export at the same sizes (``model.py``, a model). Writes
+``bench/results/<UTC date>/export_engine/export_engine.json`` (every figure, bytes and
+seconds) and ``table.md``; ``--docs`` refreshes the generated blocks of docs/pixal3d.md and
+docs/benchmark.md.
+
+``--quick``: a 512 grid (about 2 M faces), the defaults, the budget, 1 M input faces, a 1024
+texture and the one-core run, fewer quality samples: every code path in minutes, the figures
+not the full-size ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import model, quality, report
+from .run import REPO, run_export
+
+SHARED_PICTURE = Path("/work/shared/images/typical_humanoid_mech.png")
+PICTURE = REPO / "tests" / "data" / "images" / "typical_humanoid_mech.png"
+DEFAULT_TARGET, DEFAULT_TEXTURE = 1_000_000, 2048
+#: issue 20's targets (bytes, seconds).
+GIB = 1 << 30
+TARGETS = {"defaults_peak": 4 * GIB, "budget_2g_peak": int(2.2 * GIB), "defaults_seconds": 600}
+
+
+def _asset(picture: Path, resolution: int, work: Path) -> tuple[Path, dict]:
+    """The full-size asset (made once, in its own process, and kept in ``work``)."""
+    path = work / f"asset_{picture.stem}_{resolution}.npz"
+    facts = path.with_suffix(".json")
+    if not (path.exists() and facts.exists()):
+        print(f"making {path.name} (python -m standin.asset)", file=sys.stderr, flush=True)
+        out = subprocess.run([sys.executable, "-m", "standin.asset", str(picture), "-o",
+                              str(path), "--resolution", str(resolution), "--overwrite"],
+                             cwd=REPO, capture_output=True, text=True, check=True)
+        facts.write_text(out.stdout.strip().splitlines()[-1])
+    return path, json.loads(facts.read_text())
+
+
+def _reduced(full: Path, faces: int) -> Path:
+    path = full.with_name(f"{full.stem}_{faces // 1000}k.npz")
+    if not path.exists():
+        print(f"making {path.name} (python -m standin.asset.reduce)", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "standin.asset.reduce", str(full), "-o", str(path),
+                        "--faces", str(faces)], cwd=REPO, check=True, capture_output=True)
+    return path
+
+
+def plan(quick: bool) -> dict:
+    """What to run: the grid, the input face counts below the full asset, the other textures."""
+    if quick:
+        return {"resolution": 512, "faces": [1_000_000], "textures": [1024],
+                "distance_samples": 50_000, "colour_samples": 50_000}
+    return {"resolution": 1024, "faces": [1_000_000, 2_000_000, 5_000_000],
+            "textures": [1024, 4096], "distance_samples": 200_000, "colour_samples": 100_000}
+
+
+def _runs(p: dict, full: Path) -> list[tuple[str, Path, dict]]:
+    d = {"target": DEFAULT_TARGET, "texture": DEFAULT_TEXTURE}
+    runs = [("defaults", full, d), ("budget_2g", full, {**d, "budget": "2G"})]
+    runs += [(f"faces_{f // 1_000_000}m", _reduced(full, f), d) for f in p["faces"]]
+    runs += [(f"texture_{t}", full, {**d, "texture": t}) for t in p["textures"]]
+    runs += [("cores_1", full, {**d, "cores": 1})]
+    return runs
+
+
+def _faces_of(path: Path) -> int:
+    import numpy as np
+    with np.load(str(path)) as data:
+        return int(data["faces"].shape[0])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.export_engine",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a 512 grid and fewer runs")
+    ap.add_argument("--picture", type=Path, default=None,
+                    help=f"the character (default {SHARED_PICTURE}, else {PICTURE})")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/export_engine_bench"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default bench/results/<UTC date>/export_engine)")
+    ap.add_argument("--docs", action="store_true", help="refresh docs/pixal3d.md and "
+                    "docs/benchmark.md's generated blocks")
+    ap.add_argument("--keep-glb", action="store_true", help="keep the GLBs in --work")
+    a = ap.parse_args(argv)
+    picture = a.picture or (SHARED_PICTURE if SHARED_PICTURE.exists() else PICTURE)
+    p = plan(a.quick)
+    out = a.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d", time.gmtime()) / (
+        "export_engine_quick" if a.quick else "export_engine")
+    a.work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    full, asset_facts = _asset(picture, p["resolution"], a.work)
+    rows = []
+    for name, asset, levers in _runs(p, full):
+        print(f"export: {name}", file=sys.stderr, flush=True)
+        row = run_export(asset, a.work, name, **levers)
+        row["input_faces"] = _faces_of(asset)
+        row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
+                                                 row["texture"], p["resolution"])
+        rows.append(row)
+        for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
+            shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
+    defaults = next(r for r in rows if r["name"] == "defaults")
+    print("quality of the defaults' GLB", file=sys.stderr, flush=True)
+    q = quality.evaluate(full, defaults["glb"], DEFAULT_TARGET,
+                         distance_samples=p["distance_samples"],
+                         colour_samples=p["colour_samples"])
+    if not a.keep_glb:
+        for r in rows:
+            Path(r["glb"]).unlink(missing_ok=True)
+    result = {"measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "quick": a.quick, "asset": {**asset_facts, "path": str(full)}, "runs": rows,
+              "quality": q, "targets": TARGETS, "machine": report.machine(),
+              "bench_seconds": time.time() - started}
+    result["analysis"] = report.analyse(result)
+    (out / "export_engine.json").write_text(json.dumps(result, indent=1))
+    (out / "table.md").write_text(report.tables(result) + "\n")
+    if a.docs:
+        report.refresh_docs(result, out)
+    print(report.tables(result))
+    return 0 if all(result["analysis"]["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

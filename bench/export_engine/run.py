@@ -1,0 +1,118 @@
+"""One export, the way a user runs it: ``python -m runner export ASSET.npz -o OUT.glb
+--decimation-target N --texture-size PX [--export-budget SIZE] --trace TRACE`` in a process of
+its own, measured from outside twice:
+
+- the runner's own trace: it samples its export process from outside (``stageload.meter``,
+  10 Hz plus the kernel high-water mark); the export stage's peak and each sub-step's peak and
+  seconds are read with ``stageload.summary.summarize`` — the sub-steps being ``stage`` events
+  with ``"parent": "export"``, as the product writes them;
+- this process's own ``stageload.meter.Sampler`` on the runner's whole process tree
+  (supervisor + export process), every ``INTERVAL`` s.
+
+A figure that stops being measured fails the run (``MeasurementMissing``): an export stage
+without samples, a sub-step of ``SUBSTEPS`` missing or without seconds.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from stageload.meter import Sampler
+
+REPO = Path(__file__).resolve().parents[2]
+#: the engine's sub-steps (issue 20 item 6), each expected in every export's trace.
+SUBSTEPS = ("load", "cleanup", "decimate", "uv_unwrap", "bake", "seams", "write")
+#: seconds between this process's own samples of the runner's tree.
+INTERVAL = 0.1
+
+
+class MeasurementMissing(RuntimeError):
+    """A figure the benchmark reports was not measured in this run."""
+
+
+def command(asset: Path, glb: Path, trace: Path, *, target: int, texture: int,
+            budget: str | None = None, cores: int | None = None) -> list[str]:
+    """The runner command for one export (``cores``: pin it to that many CPUs with taskset)."""
+    cmd = [sys.executable, "-m", "runner", "export", str(asset), "-o", str(glb),
+           "--decimation-target", str(target), "--texture-size", str(texture),
+           "--trace", str(trace)]
+    if budget is not None:
+        cmd += ["--export-budget", budget]
+    if cores is not None:
+        cmd = ["taskset", "-c", ",".join(str(c) for c in range(cores)), *cmd]
+    return cmd
+
+
+def thread_env(cores: int | None) -> dict:
+    """The environment of a run: with ``cores`` set, the thread pools of BLAS/OpenMP limited to
+    it too (a pinned process that spawns more threads than CPUs only time-slices them)."""
+    env = dict(os.environ)
+    if cores is not None:
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[name] = str(cores)
+    return env
+
+
+def export_figures(trace: Path) -> dict:
+    """The export stage's figures from a runner trace: ``{"peak", "peak_hwm", "seconds",
+    "samples", "substeps": {name: {"peak", "seconds"}}, "events"}`` (bytes, seconds).
+
+    Raises ``MeasurementMissing`` for an export stage or sub-step not measured."""
+    from stageload.summary import summarize
+    from stageload.trace import iter_lines
+
+    summary = summarize(iter_lines(trace), source=str(trace))
+    stages = [s for s in summary["stages"] if s["stage"] == "export"]
+    if not stages:
+        raise MeasurementMissing(f"{trace}: no export stage")
+    st = stages[0]
+    if not st.get("samples") or st.get("peak") is None:
+        raise MeasurementMissing(f"{trace}: the export stage has no memory samples")
+    subs = {s["stage"]: s for s in st["substeps"]}
+    missing = [n for n in SUBSTEPS if n not in subs or subs[n].get("seconds") is None]
+    if missing:
+        raise MeasurementMissing(f"{trace}: sub-steps not measured: {', '.join(missing)}")
+    return {"peak": st["peak"], "peak_hwm": st.get("peak_hwm"), "seconds": st["seconds"],
+            "samples": st["samples"],
+            "substeps": {n: {"peak": subs[n]["peak"], "seconds": subs[n]["seconds"]}
+                         for n in subs}}
+
+
+def run_export(asset: Path, work: Path, name: str, *, target: int, texture: int,
+               budget: str | None = None, cores: int | None = None,
+               timeout: float = 3600) -> dict:
+    """Run one export (see the module docstring); returns its figures with ``name``,
+    ``command``, ``rc``, ``wall``, ``tree_peak`` (this process's sampler), ``glb`` (path, kept
+    for the quality check; the caller deletes it) and the runner trace's ``export`` figures.
+
+    Raises ``RuntimeError`` when the runner fails, ``MeasurementMissing`` (above)."""
+    glb, trace = work / f"{name}.glb", work / f"{name}.trace.jsonl"
+    glb.unlink(missing_ok=True)
+    trace.unlink(missing_ok=True)
+    cmd = command(asset, glb, trace, target=target, texture=texture, budget=budget, cores=cores)
+    samples: list[int] = []
+    start = time.time()
+    with open(work / f"{name}.log", "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=thread_env(cores), stdout=subprocess.DEVNULL,
+                                stderr=log)
+        sampler = Sampler(proc.pid, lambda s: samples.append(s.get("footprint") or 0),
+                          interval=INTERVAL, tree=True, reset_hwm=False,
+                          tree_refresh=0.2)
+        sampler.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        finally:
+            sampler.stop()
+            if proc.poll() is None:
+                proc.kill()
+    wall = time.time() - start
+    if rc != 0:
+        raise RuntimeError(f"{name}: the runner exited with {rc}; see {work / (name + '.log')}")
+    if not samples:
+        raise MeasurementMissing(f"{name}: this process's sampler took no samples")
+    return {"name": name, "command": cmd, "rc": rc, "wall": wall, "tree_peak": max(samples),
+            "glb": str(glb), "target": target, "texture": texture, "budget": budget,
+            "cores": cores, "loadavg": os.getloadavg()[0], "export": export_figures(trace)}
