@@ -65,15 +65,20 @@ def plan(quick: bool) -> dict:
     """What to run: the grid, the input face counts below the full asset, the other textures."""
     if quick:
         return {"resolution": 512, "faces": [1_000_000], "textures": [1024],
-                "distance_samples": 50_000, "colour_samples": 50_000}
+                "target": DEFAULT_TARGET, "distance_samples": 50_000, "colour_samples": 50_000}
     return {"resolution": 1024, "faces": [1_000_000, 2_000_000, 5_000_000],
-            "textures": [1024, 4096], "distance_samples": 200_000, "colour_samples": 100_000}
+            "textures": [1024, 4096], "target": DEFAULT_TARGET, "distance_samples": 200_000,
+            "colour_samples": 100_000}
+
+
+def _label(faces: int) -> str:
+    return f"{faces / 1e6:g}m" if faces >= 100_000 else f"{faces // 1000}k"
 
 
 def _runs(p: dict, full: Path) -> list[tuple[str, Path, dict]]:
-    d = {"target": DEFAULT_TARGET, "texture": DEFAULT_TEXTURE}
+    d = {"target": p["target"], "texture": DEFAULT_TEXTURE}
     runs = [("defaults", full, d), ("budget_2g", full, {**d, "budget": "2G"})]
-    runs += [(f"faces_{f // 1_000_000}m", _reduced(full, f), d) for f in p["faces"]]
+    runs += [(f"faces_{_label(f)}", _reduced(full, f), d) for f in p["faces"]]
     runs += [(f"texture_{t}", full, {**d, "texture": t}) for t in p["textures"]]
     runs += [("cores_1", full, {**d, "cores": 1})]
     return runs
@@ -97,9 +102,16 @@ def main(argv=None) -> int:
     ap.add_argument("--docs", action="store_true", help="refresh docs/pixal3d.md and "
                     "docs/benchmark.md's generated blocks")
     ap.add_argument("--keep-glb", action="store_true", help="keep the GLBs in --work")
+    ap.add_argument("--resolution", type=int, help="the asset's grid (the plan's by default)")
+    ap.add_argument("--target", type=int, help="the decimation target of every run (1,000,000)")
+    ap.add_argument("--faces", type=int, nargs="*", help="input face counts below the asset's")
+    ap.add_argument("--textures", type=int, nargs="*", help="texture sizes besides 2048")
     a = ap.parse_args(argv)
     picture = a.picture or (SHARED_PICTURE if SHARED_PICTURE.exists() else PICTURE)
     p = plan(a.quick)
+    for key in ("resolution", "target", "faces", "textures"):
+        if getattr(a, key) is not None:
+            p[key] = getattr(a, key)
     out = a.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d", time.gmtime()) / (
         "export_engine_quick" if a.quick else "export_engine")
     a.work.mkdir(parents=True, exist_ok=True)
@@ -118,14 +130,14 @@ def main(argv=None) -> int:
             shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
     defaults = next(r for r in rows if r["name"] == "defaults")
     print("quality of the defaults' GLB", file=sys.stderr, flush=True)
-    q = quality.evaluate(full, defaults["glb"], DEFAULT_TARGET,
+    q = quality.evaluate(full, defaults["glb"], p["target"],
                          distance_samples=p["distance_samples"],
                          colour_samples=p["colour_samples"])
     if not a.keep_glb:
         for r in rows:
             Path(r["glb"]).unlink(missing_ok=True)
     result = {"measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "quick": a.quick, "asset": {**asset_facts, "path": str(full)}, "runs": rows,
+              "quick": a.quick, "plan": p, "asset": {**asset_facts, "path": str(full)}, "runs": rows,
               "quality": q, "targets": TARGETS, "machine": report.machine(),
               "bench_seconds": time.time() - started}
     result["analysis"] = report.analyse(result)

@@ -68,9 +68,11 @@ def tables(result: dict) -> str:
     """The markdown: runs with per-step seconds, measured against modelled, targets, quality."""
     a = result["analysis"]
     asset = result["asset"]
+    small = (" — NOT the full-size figures (quick or a smaller grid)"
+             if result["quick"] or result["plan"]["resolution"] != 1024 else "")
     lines = [(f"Measured {result['measured']} on {result['machine']['platform']} "
              f"({result['machine']['cpus']} CPUs, {_gib(result['machine']['memory'])})"
-             f"{' — QUICK run, not the full-size figures' if result['quick'] else ''}. "
+             f"{small}. "
              f"Asset: `python -m standin.asset {Path(asset['picture']).name} --resolution "
              f"{asset['resolution']}`: {asset['faces']:,} faces, {asset['vertices']:,} vertices, "
              f"{asset['voxels']:,} voxels. Peak = the export process's footprint (RSS + swap "

@@ -176,7 +176,8 @@ def test_unwritable_work_folder_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["bench.pixal3d", "bench.pixal3d.report", "bench.builtin",
-                                    "bench.sampler_overhead", "bench.trace_read"])
+                                    "bench.sampler_overhead", "bench.trace_read",
+                                    "bench.export_engine", "bench.export_engine.report"])
 def test_every_benchmark_runs_as_a_module(module, tmp_path):
     """``python -m bench.<name> --help`` from the repository root: usage, exit 0, no torch
     needed for it, and no import path set up by hand (run with the repository as the cwd)."""
