@@ -137,7 +137,8 @@ def main(argv=None) -> int:
         for r in rows:
             Path(r["glb"]).unlink(missing_ok=True)
     result = {"measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "quick": a.quick, "plan": p, "asset": {**asset_facts, "path": str(full)}, "runs": rows,
+              "quick": a.quick, "plan": p, "asset": {**asset_facts, "path": str(full)},
+              "runs": rows,
               "quality": q, "targets": TARGETS, "machine": report.machine(),
               "bench_seconds": time.time() - started}
     result["analysis"] = report.analyse(result)
