@@ -155,7 +155,6 @@ def test_cli(tmp_path):
 
 
 def test_reduce_keeps_the_voxels_and_frame(small):
-    pytest.importorskip("fast_simplification")
     from standin.asset.reduce import reduce_faces
     a = small[128].arrays
     r = reduce_faces(a, len(a["faces"]) // 4)
