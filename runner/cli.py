@@ -97,9 +97,9 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   30-36    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
            missing Pillow/NumPy/psutil, Pixal3D weights damaged or missing
            (`python -m runner check` says what)
-  40-47    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
+  40-48    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
-           mesh (Pixal3D), out of memory
+           mesh (Pixal3D), out of memory, a system limit (open files, threads)
   130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
 """
 """``python -m runner --help``'s epilog: the exit statuses grouped (tests/runner/
@@ -178,11 +178,17 @@ def report_success(outcome) -> None:
 
 
 def internal_failure(emitter: Emitter, exc: BaseException) -> int:
-    """Report an unexpected exception: traceback on stderr, ``error`` kind ``internal``."""
+    """Report an unexpected exception: traceback on stderr, ``error`` kind ``internal`` — or,
+    when its cause chain is a system limit (open files, processes/threads), ``resource_limit``
+    naming it, without a traceback (``runner.limits``)."""
     import traceback
 
-    traceback.print_exc(file=sys.stderr)
-    err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
+    from .limits import cause_chain, resource_error
+
+    err = resource_error(cause_chain(exc), "The runner")
+    if err is None:
+        traceback.print_exc(file=sys.stderr)
+        err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
     explain(err.fields())
     emitter.emit(make("error", **err.fields()))
     return err.exit_code

@@ -105,6 +105,9 @@ KINDS: dict[str, Kind] = {
     "out_of_memory": Kind(47, "Close other programs (or wait for the busy job to finish), or use a "
                               "smaller --texture-size, then run again.",
                           "the backend ran out of memory (an allocation failed)"),
+    "resource_limit": Kind(48, "Raise the limit the message names (ulimit in the shell that "
+                               "starts the runner), then run again.",
+                           "a system limit was reached: open files, processes or threads"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),

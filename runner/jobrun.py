@@ -26,6 +26,7 @@ from .errors import KINDS, RunnerError
 from .inputs import probe_image
 from .job import Job, Outcome, WorkerJob
 from .jobtrace import JobTrace, log, summarize_trace
+from .limits import resource_error
 from .memory import MemoryTracker
 from .outputs import (check_output, check_path_limits, check_trace, commit, discard, discard_dir,
                       failed_runs_trace, job_dir, sweep_stale_job_dirs, sweep_stale_partials,
@@ -281,6 +282,9 @@ class JobRun:
         try:
             child.spawn(lambda fd: worker_argv(self.python, fd, job))
         except OSError as exc:
+            limited = resource_error([exc], f"The runner, starting {what},")
+            if limited is not None:  # not the interpreter's fault: a system limit
+                raise limited from None
             raise RunnerError("no_torch", f"Could not start {what} with {self.python} "
                               f"({exc.strerror or exc}).", hint) from None
         self.run_child(child)

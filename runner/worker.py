@@ -32,6 +32,7 @@ import traceback
 
 from .errors import KINDS, RunnerError
 from .job import WorkerJob
+from .limits import cause_chain, memory_error, resource_error
 from .stdfds import reopen_closed_std_fds
 
 _PR_SET_PDEATHSIG = 1
@@ -122,15 +123,7 @@ def _devices(torch) -> dict:
             "mps": mps}
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes (``__cause__``, else ``__context__``), outermost first, each
-    once (a cycle ends the walk)."""
-    chain: list[BaseException] = []
-    cur = exc
-    while cur is not None and all(cur is not seen for seen in chain):
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return chain
+_chain = cause_chain
 
 
 _OOM_WORDING = ("can't allocate memory", "out of memory")
@@ -193,6 +186,9 @@ def _classify(exc: BaseException, module) -> RunnerError:
         if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
             return RunnerError("disk_full", f"No space left on the drive while writing "
                                f"({cur.filename or 'the output'}).")
+    limited = resource_error(chain, "The worker") or memory_error(chain, text)
+    if limited is not None:
+        return limited
     oom = next((cur for cur in chain if _is_out_of_memory(cur)), None)
     if oom is not None:
         said = text if oom is exc else f"{text} — {type(oom).__name__}: {_describe(oom)}"
