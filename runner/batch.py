@@ -224,7 +224,7 @@ class Batch:
         job = Job(image=image, output=output, backend=ns.backend, trace=trace, seed=ns.seed,
                   texture_size=ns.texture_size, height_m=ns.height_m,
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
-                  options=self.options,
+                  options=self.options, stall_timeout=ns.stall_timeout,
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
         began = time.time()
         outcome = self.run_job(job, index)

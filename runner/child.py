@@ -59,8 +59,9 @@ class Supervision:
     stops it; its ``config.poll`` and ``config.grace`` are seconds), ``cancel``
     (``runner.cancel.Cancel``: true once the job is cancelled, ``wait(seconds)``, ``reason``),
     ``trace`` (writes one dict to the job's trace only), ``publish`` (traces and prints one
-    protocol object) and ``tracker`` (``runner.memory.MemoryTracker``: turns events and samples
-    into ``memory`` events).
+    protocol object), ``tracker`` (``runner.memory.MemoryTracker``: turns events and samples
+    into ``memory`` events) and ``stall_timeout`` (seconds a stall may last before the child is
+    stopped, ``--stall-timeout``; None: never — ``runner.stall``).
     """
 
     guard: Any
@@ -68,6 +69,7 @@ class Supervision:
     trace: Callable[[dict], None]
     publish: Callable[[dict], None]
     tracker: Any
+    stall_timeout: float | None = None
 
 
 class Child:
@@ -81,7 +83,9 @@ class Child:
     Steps: :meth:`spawn`, then :meth:`relay` and :meth:`sample` (both start a thread), then
     :meth:`wait`. Afterwards ``code`` is the exit status (negative: killed by that signal),
     ``events`` the private events, ``stopped`` the guard's reason when its budget stopped the
-    child (None otherwise).
+    child, ``stalled`` why it was stopped after a stall of ``--stall-timeout`` seconds (each
+    None otherwise). While it runs, a stall is published as ``stalled`` / ``resumed``
+    (``runner.stall.StallWatch``).
     """
 
     def __init__(self, sup: Supervision, name: str = "worker",
@@ -93,6 +97,8 @@ class Child:
         self.code: int | None = None
         self.events: dict[str, dict] = {}
         self.stopped: str | None = None
+        self.stalled: str | None = None
+        self._watch = None
         self._read_fd: int | None = None
         self._reader: threading.Thread | None = None
         self._sampler = None
@@ -140,6 +146,8 @@ class Child:
             return
         if not isinstance(ev, dict) or "event" not in ev:
             return
+        if self._watch is not None:
+            self._watch.on_event()
         name = ev["event"]
         if name in self.private:
             self.events[name] = ev
@@ -156,6 +164,9 @@ class Child:
         """Start sampling the child's process tree (``stageload.meter.Sampler``, 10 Hz)."""
         from stageload.meter import Sampler
 
+        from .stall import StallWatch
+
+        self._watch = StallWatch(self.proc.pid, self._on_stall, self.sup.stall_timeout)
         self._sampler = Sampler(self.proc.pid, self._on_sample, interval=SAMPLE_INTERVAL).start()
 
     def _on_sample(self, sample: dict) -> None:
@@ -168,11 +179,23 @@ class Child:
                 log(f"memory sample handling failed ({type(exc).__name__}: {exc}); continuing")
             self._sample_failed = True
 
+    def _on_stall(self, ev: dict) -> None:
+        """A ``stalled`` / ``resumed`` event of :class:`runner.stall.StallWatch`: published,
+        and said on stderr."""
+        self.sup.publish(make(ev.pop("event"), **ev))
+        if "reason" in ev:
+            log(f"stalled: {ev['reason']} for {ev['seconds']:g} s")
+        else:
+            log(f"resumed: the {self.name} (pid {ev['pid']}) moves again after "
+                f"{ev['seconds']:g} s")
+
     def _account(self, sample: dict) -> None:
         sup = self.sup
         sup.trace(sample)
         if not sample.get("footprint"):
             return  # the child has exited (a zombie has no resident memory): no report
+        if self._watch.on_sample() and self.stalled is None:
+            self.stalled = self._watch.timed_out
         memory = sup.tracker.on_sample(sample)
         if memory is not None:
             sup.publish(make("memory", **memory))
@@ -203,11 +226,15 @@ class Child:
         the guard's budget stopped it; then stop sampling and collect the last events.
         Returns the exit status (also in ``code``)."""
         guard, cancel, proc = self.sup.guard, self.sup.cancel, self.proc
-        while proc.poll() is None and not cancel and self.stopped is None:
+        while proc.poll() is None and not cancel and self.stopped is None \
+                and self.stalled is None:
             cancel.wait(0.05)
         if cancel and proc.poll() is None:
             with self._guard_lock:
                 guard.stop(f"cancelled: {cancel.reason}")
+        elif self.stalled is not None and proc.poll() is None:
+            with self._guard_lock:
+                guard.stop(f"stalled: {self.stalled}")
         try:
             self.code = proc.wait(timeout=max(5.0, guard.config.grace + 5.0))
         except Exception:

@@ -97,9 +97,10 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   30-36    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
            missing Pillow/NumPy/psutil, Pixal3D weights damaged or missing
            (`python -m runner check` says what)
-  40-48    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
+  40-49    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
-           mesh (Pixal3D), out of memory, a system limit (open files, threads)
+           mesh (Pixal3D), out of memory, a system limit (open files, threads), stalled
+           for --stall-timeout
   130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
 """
 """``python -m runner --help``'s epilog: the exit statuses grouped (tests/runner/
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     job = Job(image=Path(ns.image), output=Path(ns.output), backend=ns.backend,
               trace=Path(ns.trace) if ns.trace else None, seed=ns.seed,
               texture_size=ns.texture_size, height_m=ns.height_m, overwrite=ns.overwrite,
-              options=options)
+              options=options, stall_timeout=ns.stall_timeout)
     hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="single",
                  backend=ns.backend, image=str(Path(ns.image).absolute()),
                  output=str(Path(ns.output).expanduser().absolute()),

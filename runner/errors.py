@@ -108,6 +108,11 @@ KINDS: dict[str, Kind] = {
     "resource_limit": Kind(48, "Raise the limit the message names (ulimit in the shell that "
                                "starts the runner), then run again.",
                            "a system limit was reached: open files, processes or threads"),
+    "stalled": Kind(49, "The worker stopped moving. If it was stopped (state T: SIGSTOP, a "
+                        "debugger), resume it with kill -CONT; if a stage legitimately runs "
+                        "that long, raise --stall-timeout or leave it out.",
+                    "--stall-timeout: the worker was stalled (stopped, or no CPU time and no "
+                    "event) for that long"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),

@@ -30,6 +30,9 @@ class Job:
     options: dict = field(default_factory=dict)
     replace_trace: bool | None = None
     """Replace an existing trace of an earlier run (None: the same as ``overwrite``)."""
+    stall_timeout: float | None = None
+    """Seconds a stalled worker may stay stalled before the job is stopped as ``stalled``
+    (``--stall-timeout``; None: never, ``runner.stall``)."""
 
     def resolved_trace(self) -> Path:
         """The trace path this job will write (absolute)."""

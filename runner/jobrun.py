@@ -271,7 +271,8 @@ class JobRun:
         """What this job lends each of its children: guard, cancel, trace, publish, tracker
         (after :meth:`admit`, which creates the guard)."""
         return Supervision(guard=self.guard, cancel=self.cancel, trace=self.trace,
-                           publish=self.publish, tracker=self.tracker)
+                           publish=self.publish, tracker=self.tracker,
+                           stall_timeout=self.job.stall_timeout)
 
     def launch(self, name: str, job: WorkerJob, what: str, hint: str | None = None) -> Child:
         """Start ``runner.worker`` with ``job`` as the child ``name`` under the guard, then
@@ -302,6 +303,8 @@ class JobRun:
         """Judge how a child (the worker, or the export process) ended: return the backend's
         ``info`` dict, or raise the ``RunnerError`` that says why there is no GLB."""
         events, code = worker.events, worker.code
+        if worker.stalled is not None:
+            raise RunnerError("stalled", f"The {worker.name} was stopped: {worker.stalled}.")
         if worker.stopped is not None:
             raise RunnerError("guard_stopped", f"The guard stopped the job: {worker.stopped}.")
         if self.cancel:

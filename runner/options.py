@@ -260,6 +260,11 @@ TABLE: tuple[Option, ...] = (
     Option("height", "height of the mesh in metres, 0.01-100 (builtin only; default 1 m)",
            kind="float", low=0.01, high=100.0, unit="m", metavar="M", dest_name="height_m",
            backends=("builtin",), group="job"),
+    Option("stall_timeout", "stop the job (kind stalled) once the worker has been stalled - "
+           "stopped (state T) for 10 s, or no CPU time and no event for 60 s - this many "
+           "seconds (default: off; a Pixal3D stage can run minutes without an event)",
+           kind="float", low=1.0, unit="s", metavar="SECONDS", group="job",
+           affects_output=False),
     Option("pixal3d_dir", "folder of the Pixal3D-mac checkout (default: $PIXAL3D_DIR)",
            kind="path", metavar="DIR", backends=PIXAL3D, commands=JOB_AND_CHECK,
            panel=Panel("Pixal3D-mac folder", where="preferences", default="", unset="")),
