@@ -128,6 +128,8 @@ FIELDS: dict[str, dict] = {
                    "output": _opt(_str), "error": _opt(_dict)},
     "warning": {"message": _str, "source": _opt(_str)},
     "input": {"notes": _str_list},
+    "stalled": {"seconds": _opt(number), "why": _str, "reason": _opt(_str), "pid": _opt(_int)},
+    "resumed": {"seconds": _opt(number), "pid": _opt(_int)},
     "batch_done": {"done": _int, "failed": _int, "skipped": _int, "count": _opt(_int),
                    "manifest": _opt(_str)},
 }

@@ -205,6 +205,9 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
                           f"{payload.get('count') or '?'})", file=sys.stderr, flush=True)
                 elif payload.get("event") == "guard" and payload.get("state") == "waiting":
                     print(f"{PREFIX}: {st.guard_text()}", file=sys.stderr, flush=True)
+                elif payload.get("event") in ("stalled", "resumed"):
+                    print(f"{PREFIX}: {st.stall_text or 'resumed: the worker moves again'}",
+                          file=sys.stderr, flush=True)
                 elif payload.get("event") == "input":
                     for note in st.input_notes:  # validated by st.apply
                         print(f"{PREFIX}: note: {note}", file=sys.stderr, flush=True)

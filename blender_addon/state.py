@@ -129,6 +129,7 @@ class JobState:
     protocol_note: str = ""  # set when the runner speaks a newer protocol version
     runner_warnings: list = field(default_factory=list)  # the runner's warning events
     input_notes: list = field(default_factory=list)  # what the runner did to the picture
+    stall_text: str = ""  # while the worker is stalled: what the runner said
     history: list = field(default_factory=list)  # every status taken, in order
 
     MAX_WARNINGS = 20
@@ -331,6 +332,15 @@ class JobState:
         (at most 5, each cut to 120 characters)."""
         self.input_notes = [str(n)[:120] for n in (ev.get("notes") or [])[:5]]
 
+    def _on_stalled(self, ev: dict, t: float) -> None:
+        """The runner noticed the worker stopped moving: said with the job until ``resumed``."""
+        reason = ev.get("reason") or f"the worker is {ev.get('why')}"
+        seconds = ev.get("seconds")
+        self.stall_text = f"Stalled: {reason}" + (f" for {seconds:g} s" if seconds else "")
+
+    def _on_resumed(self, ev: dict, t: float) -> None:
+        self.stall_text = ""
+
     def _on_ready(self, ev: dict, t: float) -> None:
         pass  # the stage's memory window begins; nothing for the panel to change
 
@@ -473,7 +483,8 @@ class JobState:
         }[self.status]
         return PanelView(self.status, headline, rows, self.progress(), ptext, mem, swap,
                          self.guard_text(), elapsed, result, err, hint,
-                         " ".join([*self.runner_warnings, self.protocol_note]).strip(),
+                         " ".join([self.stall_text, *self.runner_warnings,
+                                   self.protocol_note]).strip(),
                          sub_rows)
 
     @staticmethod

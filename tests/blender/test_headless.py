@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -236,6 +237,7 @@ def test_preview_format_follows_the_suffix_and_nothing_else_is_left(tmp_path, sh
 
 RENDER = """
 import sys
+import time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import bpy, headless
@@ -339,3 +341,37 @@ def test_headless_prints_the_input_notes(tmp_path):
     proc = run(src, "--glb", tmp_path / "r.glb", "--texture-size", 512)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "image-to-mesh: note: EXIF orientation 6 applied" in proc.stderr.splitlines(), proc.stderr
+
+
+@pytest.mark.slow
+def test_headless_says_when_the_worker_stalls_and_resumes(tmp_path, shared_images):
+    """A real worker SIGSTOPped for 11 s (the runner's threshold is 10 s), then SIGCONT: the
+    headless script prints the runner's stalled and resumed events (issue 23 item 7)."""
+    src = next(p for p in shared_images if p.stem == "typical_humanoid_goblin")
+    proc = subprocess.Popen([PY, str(SCRIPT), str(src), "--glb", str(tmp_path / "g.glb")], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        worker = None
+        deadline = time.monotonic() + 60
+        while worker is None and time.monotonic() < deadline:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if "runner.worker" in " ".join(child.cmdline()):
+                        worker = child
+                except psutil.Error:
+                    continue
+            time.sleep(0.05)
+        assert worker is not None, "no worker started"
+        worker.send_signal(signal.SIGSTOP)
+        time.sleep(11.5)
+        worker.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    lines = err.splitlines()
+    stalled = [ln for ln in lines if ln.startswith("image-to-mesh: Stalled: the process")]
+    assert len(stalled) == 1 and "is stopped" in stalled[0], err[-3000:]
+    assert lines.index(stalled[0]) < lines.index("image-to-mesh: resumed: the worker moves again")

@@ -260,3 +260,19 @@ def test_input_notes_are_shown_with_the_result_and_checked_at_the_boundary():
     bad.begin("x.png", now=0.0)
     bad.apply({"v": 1, "event": "input", "t": 0.1, "notes": "EXIF orientation 6 applied"})
     assert bad.input_notes == [] and any("input.notes" in w for w in bad.warnings)
+
+
+def test_a_stall_is_shown_with_the_job_until_it_resumes():
+    """``stalled`` / ``resumed`` (issue 23 item 7): the panel's note line says it while the
+    worker is stalled; bad fields are dropped at the boundary."""
+    st = JobState()
+    st.begin("x.png", now=0.0)
+    st.apply({"v": 1, "event": "hello", "t": 0.0, "backend": "builtin", "stages": ["matte"]})
+    st.apply({"v": 1, "event": "stalled", "t": 11.0, "pid": 42, "why": "stopped", "seconds": 10.2,
+              "reason": "the process (pid 42) is stopped (state T: SIGSTOP or a debugger)"})
+    assert st.view(now=11.0).note_text == ("Stalled: the process (pid 42) is stopped (state T: "
+                                           "SIGSTOP or a debugger) for 10.2 s")
+    st.apply({"v": 1, "event": "resumed", "t": 20.0, "pid": 42, "why": "stopped", "seconds": 19.0})
+    assert st.view(now=20.0).note_text == ""
+    st.apply({"v": 1, "event": "stalled", "t": 21.0, "why": 3, "seconds": "long"})
+    assert any("stalled.why" in w for w in st.warnings)
