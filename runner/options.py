@@ -273,6 +273,7 @@ TABLE: tuple[Option, ...] = (
         ("1536_cascade", "1536_cascade (not recommended on Mac)", "")))),
     _shared("load", affects_output=False),
     _shared("keep_resident", affects_output=False),
+    _shared("prefetch", affects_output=False),
     Option("export_process", "own: export in a fresh process once the model process has "
            "exited (its memory back); in-process: in the model process, as the port does",
            kind="choice", default="own", choices=("own", "in-process"), backends=PIXAL3D,

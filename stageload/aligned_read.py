@@ -47,7 +47,7 @@ from .errors import CheckpointError
 #: dropped behind are reused by the next chunk.
 CHUNK = 64 << 20
 #: The largest header accepted (bytes): the reference implementation's limit.
-HEADER_LIMIT = 100_000_000
+HEADER_LIMIT = 10**8  # 100 MB: MAX_HEADER_SIZE in safetensors/src/tensor.rs
 
 #: safetensors dtype codes → (torch dtype name, bytes per element). Names torch lacks are
 #: skipped at import (an older torch), and such a file is refused with the dtype named.

@@ -10,7 +10,11 @@ stage's ``peak`` is the larger of the sampled ``footprint`` and the kernel high-
 
 Seconds per stage run from its ``stage`` event to the next ``stage`` event (or the end);
 ``release_seconds`` is the ``ready`` event's ``seconds``. Loads are ``load`` and ``reload``
-events, counted in the stage whose [``stage``, next ``stage``) span holds their time.
+events, counted in the stage whose [``stage``, next ``stage``) span holds their time; their
+seconds are also split by the cache hit: ``loads.prefetched`` (the event says
+``prefetched: true``: its files were read ahead, ``stageload.prefetch``) and ``loads.cold``
+(the others). ``prefetch`` counts the ``prefetch`` events by ``state`` with their bytes and
+seconds.
 
 Streaming: the trace is read once, line by line (:class:`stageload.trace.TraceReader`), and
 memory stays bounded whatever its length — per stage one row, at most
@@ -39,6 +43,23 @@ GAP_RESERVOIR = 10_000
 OUTSIDE_STAGE_SHOWN = 20  # in the text; --json has OUTSIDE_STAGE_KEPT
 
 
+PREFETCH_STATES = ("done", "stopped", "skipped")
+
+
+def _tally() -> dict:
+    return {"count": 0, "bytes": 0, "seconds": 0.0}
+
+
+def _add(tally: dict, ev: dict) -> None:
+    """Count one event's ``bytes`` and ``seconds`` (junk numbers count as 0: the reader has
+    already skipped and counted them)."""
+    size, secs = ev.get("bytes"), ev.get("seconds")
+    tally["count"] += 1
+    tally["bytes"] += size if isinstance(size, int) and not isinstance(size, bool) else 0
+    tally["seconds"] += float(secs) if isinstance(secs, (int, float)) and not isinstance(secs, bool) \
+        else 0.0
+
+
 def _max(a, b):
     return b if a is None else a if b is None else max(a, b)
 
@@ -61,7 +82,9 @@ class Summarizer:
         self._rng = random.Random(0)  # reservoir sampling, reproducible
         self.swap = {"start": None, "peak": None, "end": None}
         self.available_min = None
-        self.loads = {"count": 0, "reloads": 0, "bytes": 0, "seconds": 0.0}
+        self.loads = {"count": 0, "reloads": 0, "bytes": 0, "seconds": 0.0,
+                      "prefetched": _tally(), "cold": _tally()}
+        self.prefetch = {state: _tally() for state in PREFETCH_STATES}
         self.outside: list[dict] = []
         self.outside_count = 0
         self._stage_extra = self._new_extra()
@@ -91,6 +114,8 @@ class Summarizer:
             self.peaks.on_event(ev)
         elif kind in LOAD_EVENTS:
             self._load(ev)
+        elif kind == "prefetch" and ev.get("state") in PREFETCH_STATES:
+            _add(self.prefetch[ev["state"]], ev)
         elif kind == "gpu":
             values = [ev[k] for k in GPU_FIELDS if ev.get(k) is not None]
             if values and self.peaks.current is not None:
@@ -153,6 +178,7 @@ class Summarizer:
         ld["reloads"] += ev["event"] == "reload"
         ld["bytes"] += size
         ld["seconds"] += secs
+        _add(ld["prefetched"] if ev.get("prefetched") is True else ld["cold"], ev)
         if self.peaks.current is not None:
             extra = self._stage_extra
             extra["loads"] += 1
@@ -204,6 +230,7 @@ class Summarizer:
                          else None),
             "available_min": self.available_min,
             "loads": self.loads,
+            "prefetch": self.prefetch,
             "outside_stage": self.outside,
             "outside_stage_count": self.outside_count,
             "stages": self.stages,
@@ -290,6 +317,15 @@ def format_text(summary: dict, name: str = "trace") -> str:
     ld = s["loads"]
     lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), {_size(ld['bytes'])} "
                  f"in {_sec(ld['seconds'])}; {s['outside_stage_count']} outside their stage")
+    hit, cold = ld["prefetched"], ld["cold"]
+    pre = s["prefetch"]
+    if hit["count"] or any(pre[state]["count"] for state in PREFETCH_STATES):
+        lines.append(f"load seconds: {_sec(hit['seconds'])} in {hit['count']} loads whose files "
+                     f"were read ahead ({_size(hit['bytes'])}), {_sec(cold['seconds'])} in "
+                     f"{cold['count']} without ({_size(cold['bytes'])})")
+        lines.append("prefetch: " + ", ".join(
+            f"{pre[state]['count']} {state} ({_size(pre[state]['bytes'])} in "
+            f"{_sec(pre[state]['seconds'])})" for state in PREFETCH_STATES))
     if s["stages"]:
         width = max(12, max(len(str(st["stage"])) for st in s["stages"]) + 2,
                     max((len(str(sub["stage"])) + 6 for st in s["stages"]

@@ -116,7 +116,7 @@ MAX_LINE = 8 * 1024 * 1024
 #: 0 <= v < 10**9. Times: ``time.time()`` or seconds from a start, 0 <= v < 10**12. A value that
 #: is none of these (a string, a bool, NaN, 1e400 = infinity, negative) is dropped from its
 #: event and counted (``skipped``).
-SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "released_bytes",
+SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "file_bytes", "released_bytes",
                "peak", "current", "allocated", "index", "count")
 SECONDS_FIELDS = ("seconds",)
 TIME_FIELDS = ("hwm_since",)

@@ -66,6 +66,7 @@ def _device(device: Optional[str]):
 def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: int = 2048,
              emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
              pipeline_type: str = "1024_cascade", load: str = "staged", keep_resident=0,
+             prefetch: str = "on",
              device: Optional[str] = None, height_m: Optional[float] = None,
              handover: Optional[str] = None, export_process: str = "own", **export) -> dict:
     """One image → GLB at ``output`` (the runner's partial path; must not exist yet).
@@ -78,6 +79,9 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
         pixal3d_dir: the Pixal3D-mac folder (None: ``$PIXAL3D_DIR``).
         pipeline_type: ``1024_cascade`` or ``1536_cascade``. load: ``staged`` or ``eager``.
         keep_resident: bytes (or ``"1G"``) the shape decoder may stay loaded across the gap.
+        prefetch: ``on`` reads the next stage's weight files ahead into the OS's file cache
+            (``stageload.prefetch``; floor: 10 % of total memory, the guard's default
+            ``--kill-free``); ``off`` does not.
         device: ``mps``/``cuda``/``cpu`` (default mps when available; ``$PIXAL3D_DEVICE``).
         height_m: not supported (Pixal3D exports in its own unit box): given → usage error.
         handover: with ``export_process="own"``, the ``.npz`` path (must not exist) the decoded
@@ -102,6 +106,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
     from stageload.pixal3d import Pixal3DRun
     run = Pixal3DRun(pixal3d_dir or None, device=_device(device), load=load,
                      pipeline_type=pipeline_type or "1024_cascade", keep_resident=_bytes(keep_resident),
+                     prefetch=(prefetch or "on") == "on",
                      events=emit)
     try:
         result = run.generate(image, output, seed=int(seed), texture_size=int(texture_size),

@@ -230,6 +230,7 @@ def _run(ns) -> int:
             try:
                 run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
                                  pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
+                                 prefetch=ns.prefetch == "on",
                                  events=fan_out(out.emit, trace, sample_at_stage_edges), preserve_rng=not ns.no_rng_restore,
                                  fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load,
                                  port_args=ns.port_arg)

@@ -50,6 +50,9 @@ SHARED_OPTIONS = (
     {"name": "keep_resident", "kind": "size", "default": "0", "unit": "bytes", "metavar": "SIZE",
      "help": "bytes (or a size like 1G) a model needed again later may stay loaded across "
              "stages that do not use it"},
+    {"name": "prefetch", "kind": "choice", "default": "on", "choices": ("on", "off"),
+     "help": "on: once a stage is ready, read the next stage's weight files ahead into the "
+             "operating system's file cache (no footprint; skipped when memory is short)"},
     {"name": "export_profile", "kind": "choice", "default": "port",
      "choices": ("port", *PROFILES),
      "help": "fit: the low-memory export a peer validated on a 36 GB Mac (remesh at "

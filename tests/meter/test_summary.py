@@ -31,8 +31,10 @@ def test_overall_figures_by_hand(summary):
     assert s["peak"] == {"bytes": 2500, "t": pytest.approx(0.6), "source": "hwm", "stage": None}
     assert s["swap"] == {"start": 100, "peak": 200, "end": 160, "growth": 100}
     assert s["available_min"] == 7900
+    cold = {"count": 3, "bytes": 500 + 800 + 500, "seconds": pytest.approx(0.2 + 0.3 + 0.15)}
     assert s["loads"] == {"count": 3, "reloads": 1, "bytes": 500 + 800 + 500,
-                          "seconds": pytest.approx(0.2 + 0.3 + 0.15)}
+                          "seconds": pytest.approx(0.2 + 0.3 + 0.15),
+                          "prefetched": {"count": 0, "bytes": 0, "seconds": 0.0}, "cold": cold}
     assert s["outside_stage"] == [{"model": "enc", "stage": "decode", "event": "reload",
                                    "bytes": 500, "seconds": 0.15, "t": pytest.approx(1.45)}]
 

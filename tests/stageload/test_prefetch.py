@@ -234,3 +234,26 @@ def test_missing_file_is_skipped_not_a_dead_thread(tmp_path):
     assert pre["state"] == "skipped" and "cannot read its files" in pre["reason"]
     models.close()
     assert not _prefetch_threads()
+
+
+def test_summary_splits_load_seconds_by_the_cache_hit(tmp_path):
+    from stageload.summary import format_text, summarize
+    events = []
+    models, files = _models(tmp_path, (1, 2, 1), events, prefetch=Prefetcher(floor=0))
+    for stage in ("a", "b", "c"):
+        models.enter(stage)
+        models[{"a": "x", "b": "y", "c": "z"}[stage]]
+        assert models.prefetcher.wait(30)
+    models.close()
+    loads = {e["model"]: e for e in _of(events, "load")}
+    assert [loads[m]["prefetched"] for m in "xyz"] == [False, True, True]
+    summary = summarize(events)
+    hit, cold = summary["loads"]["prefetched"], summary["loads"]["cold"]
+    assert (hit["count"], cold["count"]) == (2, 1)
+    assert hit["bytes"] == loads["y"]["bytes"] + loads["z"]["bytes"]
+    assert hit["seconds"] == pytest.approx(loads["y"]["seconds"] + loads["z"]["seconds"])
+    assert summary["prefetch"]["done"]["count"] == 2
+    assert summary["prefetch"]["done"]["bytes"] == files["y"].stat().st_size + files["z"].stat().st_size
+    text = format_text(summary)
+    assert "in 2 loads whose files were read ahead" in text and "in 1 without" in text
+    assert "prefetch: 2 done" in text
