@@ -68,6 +68,7 @@ from .fingerprint import FingerprintRecorder
 from .plan import SHAPE_PASS_STAGE, STAGES, keep_across_gap, plan_for
 from .port import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
 from .portargs import given_options, port_namespace
+from .prefetch_files import model_files
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,9 @@ class Pixal3DRun:
             this).
         port_args: extra options for the port's own ``parse_args`` (``["--low-vram",
             "--no-native-remesh"]``), honoured or refused as ``knobs`` says.
+        prefetch: staged only: once a stage is ready, read the next stage's weight files ahead
+            into the OS's file cache (``stageload.prefetch``; the files per model from
+            ``prefetch_files.model_files``); default True. Eager loads everything in setup.
 
     Runs the port's own entry points where it has them (0be9e69a: ``load_pipeline`` →
     ``image_to_asset`` → ``asset_to_glb``, with the environment set-up of its ``main()``);
@@ -227,7 +231,8 @@ class Pixal3DRun:
                  model_path: Optional[str] = None, load: str = "staged", pipeline_type: str = "1024_cascade",
                  keep_resident: int = 0, events: Optional[EventSink] = None, preserve_rng: bool = True,
                  fingerprint: Optional[os.PathLike | str] = None, port: Optional[Port] = None,
-                 direct_to_device: bool = True, port_args: Sequence[str] = ()):
+                 direct_to_device: bool = True, port_args: Sequence[str] = (),
+                 prefetch: bool = True):
         if load not in ("staged", "eager"):
             raise ValueError(f"load must be 'staged' or 'eager', got {load!r}")
         if keep_resident < 0:
@@ -244,6 +249,7 @@ class Pixal3DRun:
         self.preserve_rng = preserve_rng
         self.fingerprint_dir = Path(fingerprint) if fingerprint else None
         self.direct_to_device = direct_to_device
+        self.prefetch = bool(prefetch)
         self.resident_bytes: dict[str, int] = {}
         self.kept: dict[str, list[str]] = {}
         self.last_latents: dict[str, Any] = {}
@@ -417,7 +423,10 @@ class Pixal3DRun:
             raise PortVersionError(f"pipeline.json of {self.model_path} lists no "
                             f"{', '.join(missing)}; the {self.pipeline_type} plan needs them.",
                             "Check the model folder (its pipeline.json) or the pipeline type.", tuple(missing))
-        self.models = StagedModels(loaders, names, events=self._relay, preserve_rng=self.preserve_rng)
+        files = model_files(self.port.root, self.pipeline_type, self.model_path) if self.prefetch else {}
+        self.models = StagedModels(loaders, names, events=self._relay, preserve_rng=self.preserve_rng,
+                                   files={k: v for k, v in files.items() if k in loaders},
+                                   prefetch=self.prefetch)
         self.rembg = StagedRembg(self.models, rembg.cls, rembg.kwargs, self.device)
         pipeline.models = self.models
         pipeline.rembg_model = self.rembg
