@@ -18,8 +18,8 @@ TEXTURE = 512
 
 def _run(standin_dir, image, out, name, **kwargs):
     events = []
-    run = Pixal3DRun(standin_dir, device="cpu", events=events.append, fingerprint=out / f"{name}.fp",
-                     **kwargs)
+    run = Pixal3DRun(standin_dir, device="cpu", events=events.append,
+                     fingerprint=out / f"{name}.fp", **kwargs)
     run.generate(image, out / f"{name}.glb", seed=SEED, texture_size=TEXTURE)
     run.close()
     return {"run": run, "events": events, "glb": out / f"{name}.glb", "fp": out / f"{name}.fp"}

@@ -129,7 +129,7 @@ def test_a_backend_that_is_not_installed_says_so():
 def test_pixal3d_entry_options():
     entry = backends.get("pixal3d")
     assert [o.flag for o in entry.options] == ["--pixal3d-dir", "--pipeline-type", "--load",
-                                               "--keep-resident", "--export-process",
+                                               "--keep-resident", "--prefetch", "--export-process",
                                                "--export-profile", "--decimation-target",
                                                "--remesh", "--remesh-resolution",
                                                "--allow-dense-grid-sample"]

@@ -253,7 +253,8 @@ def test_summary_splits_load_seconds_by_the_cache_hit(tmp_path):
     assert hit["bytes"] == loads["y"]["bytes"] + loads["z"]["bytes"]
     assert hit["seconds"] == pytest.approx(loads["y"]["seconds"] + loads["z"]["seconds"])
     assert summary["prefetch"]["done"]["count"] == 2
-    assert summary["prefetch"]["done"]["bytes"] == files["y"].stat().st_size + files["z"].stat().st_size
+    sizes = files["y"].stat().st_size + files["z"].stat().st_size
+    assert summary["prefetch"]["done"]["bytes"] == sizes
     text = format_text(summary)
     assert "in 2 loads whose files were read ahead" in text and "in 1 without" in text
     assert "prefetch: 2 done" in text
