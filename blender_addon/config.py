@@ -1,4 +1,5 @@
-"""Where the runner lives, which Python runs it, and the command line of a job. No bpy.
+"""Where the runner lives, which Python runs it, where results go. No bpy (the job description
+and its command line: ``job.py``).
 
 The add-on never imports ``runner`` or ``stageload`` into Blender's process: it runs
 ``<interpreter> -m runner …`` in a separate process with ``PYTHONPATH`` set to a *runtime
@@ -23,12 +24,11 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
-BACKENDS = ("builtin", "pixal3d")
 #: Backends that import torch, so cannot run in Blender's own Python (runner.backends'
 #: ``needs_torch``; a contract test pins both copies).
 TORCH_BACKENDS = ("pixal3d",)
@@ -159,137 +159,6 @@ def choose_interpreter(backend: str, setting: str, pixal3d_dir: str, blender_pyt
                            "add-on runs from (no bundled wheels installed)")
     return Interpreter(blender_python, (), "Blender's own Python (the extension's wheels were "
                        "not found: reinstall the extension zip for your platform)")
-
-
-@dataclass
-class GuardSettings:
-    """Guard defaults from the preferences, turned into runner options (``stageload.guard``).
-
-    ``wait_free_percent``: start only with this much of total memory available (0 = off);
-    ``kill_free_percent``: stop the job under this (0 = off); ``swap_budget_gb``: stop when swap
-    grows by more than this many GiB (1024**3 bytes, the guard's unit; 0 = off);
-    ``start_timeout``: seconds to wait for admission (0 = for ever); ``busy``: regular
-    expression of other jobs to wait for;
-    ``quiet_for``: seconds without ``busy`` before starting.
-    """
-    wait_free_percent: float = 0.0
-    kill_free_percent: float = 10.0
-    swap_budget_gb: float = 8.0
-    start_timeout: float = 0.0
-    busy: str = ""
-    quiet_for: float = 0.0
-
-    def argv(self) -> list[str]:
-        """The runner's guard options for these settings."""
-        out: list[str] = []
-        if self.wait_free_percent > 0:
-            out += ["--wait-free", f"{self.wait_free_percent:g}%"]
-        out += ["--kill-free", f"{self.kill_free_percent:g}%" if self.kill_free_percent > 0 else "off"]
-        out += ["--swap-budget",
-                f"{self.swap_budget_gb:g}G" if self.swap_budget_gb > 0 else "off"]
-        if self.start_timeout > 0:
-            out += ["--start-timeout", f"{self.start_timeout:g}"]
-        if self.busy.strip():
-            out += ["--busy", self.busy.strip(), "--quiet-for", f"{self.quiet_for:g}"]
-        return out
-
-
-@dataclass
-class ExportSettings:
-    """The Pixal3D backend's export levers (runner/backends/__init__.py's pixal3d options,
-    docs/pixal3d.md "Export"), as the panel's Export sub-panel sets them.
-
-    ``process``: ``own`` (export in a fresh process, the runner's default) or ``in-process``;
-    ``profile``: ``port`` (default) or ``fit``; ``decimation_target``: faces, 0 = the port's own
-    (1,000,000 at the port revision docs/pixal3d.md names), else 1 to 100,000,000;
-    ``remesh``: ``on`` (the port's default) or ``off``; ``remesh_resolution``: ``grid`` (default)
-    or ``512``; ``allow_dense_grid_sample``: export even on the port's dense fallback.
-    Raises :class:`ConfigError` (what to change) for any other value. An option at the runner's
-    default is not passed, so the runner's own default stays in charge."""
-    process: str = "own"
-    profile: str = "port"
-    decimation_target: int = 0
-    remesh: str = "on"
-    remesh_resolution: str = "grid"
-    allow_dense_grid_sample: bool = False
-
-    CHOICES = {"process": ("own", "in-process"), "profile": ("port", "fit"),
-               "remesh": ("on", "off"), "remesh_resolution": ("grid", "512")}
-    FLAGS = {"process": "--export-process", "profile": "--export-profile",
-             "remesh": "--remesh", "remesh_resolution": "--remesh-resolution"}
-
-    def __post_init__(self):
-        for name, choices in self.CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"Export setting {name} = {getattr(self, name)!r} is not one of "
-                                  f"{', '.join(choices)}; choose one in the Export panel.")
-        target = self.decimation_target
-        if (isinstance(target, bool) or not isinstance(target, int)
-                or not (target == 0 or 1 <= target <= 100_000_000)):
-            raise ConfigError(f"Decimation target {target!r} must be a whole number of faces "
-                              "from 1 to 100,000,000, or 0 for the port's own (1,000,000).")
-        if not isinstance(self.allow_dense_grid_sample, bool):
-            raise ConfigError("Allow dense grid sample must be on or off.")
-
-    def argv(self) -> list[str]:
-        """The runner options for the settings that differ from the runner's defaults."""
-        out: list[str] = []
-        for name, flag in self.FLAGS.items():
-            if getattr(self, name) != self.CHOICES[name][0]:
-                out += [flag, getattr(self, name)]
-        if self.decimation_target:
-            out += ["--decimation-target", str(self.decimation_target)]
-        if self.allow_dense_grid_sample:
-            out.append("--allow-dense-grid-sample")
-        return out
-
-
-@dataclass
-class JobSpec:
-    """One image → GLB job: what the panel or the headless script asks the runner to do.
-
-    ``texture_size`` is in pixels (a side of the square base-colour texture); ``pixal3d_dir``,
-    ``pipeline_type`` and ``export`` (:class:`ExportSettings`) matter only for the ``pixal3d``
-    backend.
-    """
-    image: Path
-    output: Path
-    trace: Path
-    backend: str = "builtin"
-    seed: int = 0
-    texture_size: int = 1024
-    pipeline_type: str = "1024_cascade"
-    pixal3d_dir: str = ""
-    overwrite: bool = False
-    export: ExportSettings = field(default_factory=ExportSettings)
-    guard: GuardSettings = field(default_factory=GuardSettings)
-
-    def argv(self, python: str) -> list[str]:
-        """The full command line: ``python -m runner IMAGE -o OUT --trace TRACE …``."""
-        return [python, "-m", "runner", str(self.image), "-o", str(self.output), "--trace",
-                str(self.trace), *self.options()]
-
-    def batch_argv(self, python: str, folder: Path, out_dir: Path) -> list[str]:
-        """``python -m runner batch FOLDER -o OUT_DIR …``: every image of ``folder`` with these
-        settings, resumable through the runner's manifest ``OUT_DIR/manifest.json`` (an image
-        done by an earlier batch with the same settings is skipped). ``image``, ``output`` and
-        ``trace`` are not used."""
-        return [python, "-m", "runner", "batch", str(folder), "-o", str(out_dir),
-                *self.options()]
-
-    def options(self) -> list[str]:
-        """The runner options shared by a single run and a batch."""
-        # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
-        # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
-        out = ["--backend", self.backend, "--seed", str(int(self.seed)),
-               "--texture-size", str(int(self.texture_size)), "--cancel-on-stdin-eof"]
-        if self.backend == "pixal3d":
-            out += ["--pipeline-type", self.pipeline_type, *self.export.argv()]
-            if self.pixal3d_dir.strip():
-                out += ["--pixal3d-dir", absolute_folder(self.pixal3d_dir)]
-        if self.overwrite:
-            out.append("--overwrite")
-        return out + self.guard.argv()
 
 
 def batch_output_dir(output_dir: Path, folder: Path) -> Path:

@@ -7,7 +7,6 @@ finished, imports the GLB. Nothing here touches Blender data from another thread
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +14,9 @@ import bpy
 
 from . import config, importer
 from .batch import BatchRun
+from .job import JobSettings, JobSpec
 from .process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
-from .state import CANCELLED, DONE, FAILED, JobState
+from .state import CANCELLED, DONE, JobState
 
 TICK_SECONDS = 0.1
 CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guard: 5 s)
@@ -27,17 +27,17 @@ class Launch:
     """Everything one run needs besides the image: interpreter, runtime folder, settings.
 
     ``extra_path``: folders after ``runtime`` on the runner's PYTHONPATH (the bundled wheels);
-
     ``output_dir``: folder for GLBs and traces; ``location``: where the object goes (metres);
     ``collection``: name of the collection the result goes into (under "Image to Mesh" unless it
-    is that one); ``spec_kwargs``: :class:`config.JobSpec` fields other than the paths."""
+    is that one); ``settings``: the job's :class:`job.JobSettings` (every option of the
+    runner's options table, checked)."""
     python: str
     runtime: Path
     output_dir: Path
     location: tuple[float, float, float]
     extra_path: tuple[str, ...] = ()
     collection: str = importer.ROOT_COLLECTION
-    spec_kwargs: dict = field(default_factory=dict)
+    settings: JobSettings = field(default_factory=JobSettings)
 
 
 class Controller:
@@ -48,7 +48,7 @@ class Controller:
     def __init__(self) -> None:
         self.state = JobState()
         self.job: RunnerProcess | None = None
-        self.spec: config.JobSpec | None = None
+        self.spec: JobSpec | None = None
         self.launch: Launch | None = None
         self.batch: BatchRun | None = None
         self.batch_summary: str = ""
@@ -76,7 +76,7 @@ class Controller:
         except config.ConfigError as exc:
             self.state.fail("settings", str(exc))
             raise
-        spec = config.JobSpec(image=image, output=glb, trace=trace, **launch.spec_kwargs)
+        spec = JobSpec(image=image, output=glb, trace=trace, settings=launch.settings)
         self._spawn(spec.argv(launch.python), spec, launch)
         self.state.output, self.state.trace = str(glb), str(trace)
         self.last_trace = str(trace)
@@ -90,10 +90,10 @@ class Controller:
         self.batch_item, self.batch_stages = None, []
         self.state.begin(str(folder))
         out = config.batch_output_dir(launch.output_dir, folder)
-        spec = config.JobSpec(image=folder, output=out, trace=out, **launch.spec_kwargs)
+        spec = JobSpec(image=folder, output=out, trace=out, settings=launch.settings)
         self._spawn(spec.batch_argv(launch.python, folder, out), spec, launch)
 
-    def _spawn(self, argv: list[str], spec: config.JobSpec, launch: Launch) -> None:
+    def _spawn(self, argv: list[str], spec: JobSpec, launch: Launch) -> None:
         self.launch, self._eof = launch, False
         job = RunnerProcess(argv, runner_env(launch.runtime, launch.extra_path),
                             cwd=launch.runtime)
@@ -187,9 +187,7 @@ class Controller:
         self._begin_item(ev.get("index"), image, ev)
         detail = ""
         err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
-        if status == "failed" and err.get("kind") == "cancelled":
-            status = "cancelled"  # the runner's manifest says so too (older runners: failed)
-        elif status == "failed":
+        if status == "failed":
             detail = f"{err.get('kind')}: {err.get('message')}"
             self.state.apply({"v": ev.get("v"), "event": "error", "t": ev.get("t"), **err})
         elif status in ("done", "skipped") and isinstance(output, str):
@@ -334,14 +332,3 @@ def tick() -> float | None:
         import traceback
         traceback.print_exc()
         return None
-
-
-def run_until_idle(timeout: float, step: float = TICK_SECONDS) -> bool:
-    """Call :func:`tick` until it returns None (what Blender's event loop does with the timer);
-    for scripts and tests, where no event loop runs. Returns False on ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if tick() is None:
-            return True
-        time.sleep(step)
-    return False

@@ -3,9 +3,14 @@
 Two ways to run it, same options::
 
     blender -b -P headless.py -- IMAGE [--blend OUT.blend] [--glb OUT.glb] [--preview OUT.png]
-                                       [--resolution 64..8192] [--backend builtin|pixal3d]
-                                       [--seed N] [--texture-size N] [--python PATH]
+                                       [--resolution 64..8192] [--python PATH] [job options]
     python headless.py IMAGE …          (an interpreter with the ``bpy`` module, e.g. the .venv)
+
+The job options are the panel's and the preferences' (``--backend``, ``--seed``,
+``--texture-size``, ``--pipeline-type``, ``--pixal3d-dir``, the export levers such as
+``--decimation-target``, the guard settings such as ``--wait-free-percent``): made from the
+runner's options table (``runner/options.py``) and turned into the runner's command line by the
+add-on's one job description (``job.py``), as Generate does.
 
 Synchronous: Blender's timers do not fire in background mode, so this script reads the runner's
 events itself, blocking, and prints one progress line per stage on stderr. Exit status 0 on
@@ -49,7 +54,7 @@ def _package():
         sys.path.insert(0, str(PACKAGE_DIR.parent))
     name = PACKAGE_DIR.name
     return {m: importlib.import_module(f"{name}.{m}")
-            for m in ("config", "process", "state", "runtime_facts")}
+            for m in ("config", "process", "state", "runtime_facts", "job")}
 
 
 def _exit(kind: str) -> int:
@@ -121,11 +126,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="render the object to this image; the format follows the suffix: "
                          + ", ".join(PREVIEW_FORMATS))
     ap.add_argument("--trace", type=Path, help="memory trace (JSONL; default next to the GLB)")
-    ap.add_argument("--backend", default="builtin", choices=("builtin", "pixal3d"))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--texture-size", type=int, default=1024, help="pixels (default 1024)")
-    ap.add_argument("--pipeline-type", default="1024_cascade", help="Pixal3D pipeline type")
-    ap.add_argument("--pixal3d-dir", default="", help="Pixal3D-mac checkout (pixal3d backend)")
+    # every option of the runner's options table the add-on shows (runner/options.py): the
+    # panel's settings, the export levers, the preferences' guard settings
+    _package()["runtime_facts"].options.add_addon_arguments(
+        ap.add_argument_group("job options (as in the panel and the preferences)"))
     ap.add_argument("--python", default="",
                     help="interpreter that runs the runner (default: this Python when it is not "
                          "Blender's; inside Blender, Blender's own Python with the extension's "
@@ -181,10 +185,13 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
     return the final ``state.JobState`` (its ``result`` is the runner's result event, ``peak``
     the peak footprint in bytes). Raises :class:`Failure` with the runner's message and hint."""
     config, process, state = mods["config"], mods["process"], mods["state"]
-    spec = config.JobSpec(image=ns.image, output=glb, trace=trace, backend=ns.backend,
-                          seed=ns.seed, texture_size=ns.texture_size,
-                          pipeline_type=ns.pipeline_type, pixal3d_dir=ns.pixal3d_dir,
-                          overwrite=ns.overwrite)
+    job_mod = mods["job"]
+    try:  # the add-on's one job description, from the options the table gave this script
+        settings = job_mod.settings_from(ns)
+    except config.ConfigError as exc:
+        raise Failure(str(exc), _exit("usage")) from None
+    spec = job_mod.JobSpec(image=ns.image, output=glb, trace=trace, settings=settings,
+                           overwrite=ns.overwrite)
     runtime = config.runtime_dir(PACKAGE_DIR)
     job = process.RunnerProcess(spec.argv(interpreter.python),
                                 process.runner_env(runtime, interpreter.extra_path), cwd=runtime)

@@ -9,55 +9,64 @@ from pathlib import Path
 
 import bpy
 
-from . import config, importer
+from . import config, importer, job
 from .controller import CONTROLLER, Launch
-from .preferences import get_prefs, guard_settings, interpreter_for, output_dir
+from .preferences import get_prefs, interpreter_for, output_dir, wheel_site_packages
 from .process import SpawnError, run_quick, runner_env
 
 
-def export_settings(s):
-    """The scene settings ``s`` (:class:`ImageToMeshSettings`) as
-    :class:`config.ExportSettings`; raises :class:`config.ConfigError` for a value the runner
-    would refuse."""
-    return config.ExportSettings(process=s.export_process, profile=s.export_profile,
-                                 decimation_target=int(s.decimation_target),
-                                 remesh="on" if s.remesh else "off",
-                                 remesh_resolution=s.remesh_resolution,
-                                 allow_dense_grid_sample=bool(s.allow_dense_grid_sample))
-
-
 def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
-    """A :class:`Launch` from the preferences and the scene's panel settings.
+    """A :class:`Launch` from the preferences and the scene's panel settings: the one job
+    description (``job.settings_from``: every option of the runner's options table, checked)
+    and the interpreter for its backend, resolved now.
 
-    Raises :class:`config.ConfigError` (interpreter, runtime or output folder unusable) before
-    anything is spawned."""
+    Raises :class:`config.ConfigError` (a setting the runner would refuse; interpreter, runtime
+    or output folder unusable) before anything is spawned."""
     prefs = get_prefs(context)
-    s = context.scene.image_to_mesh
-    interpreter = interpreter_for(prefs, s.backend)
-    runtime = config.runtime_dir()
-    out = output_dir(prefs)
-    spec_kwargs = dict(backend=s.backend, seed=s.seed, texture_size=int(s.texture_size),
-                       pipeline_type=s.pipeline_type, pixal3d_dir=prefs.pixal3d_dir,
-                       export=export_settings(s),
-                       guard=guard_settings(prefs))
+    settings = job.settings_from(context.scene.image_to_mesh, prefs)
+    interpreter = interpreter_for(prefs, settings.backend)
     return Launch(python=interpreter.python, extra_path=interpreter.extra_path,
-                  runtime=runtime, output_dir=out,
+                  runtime=config.runtime_dir(), output_dir=output_dir(prefs),
                   location=tuple(context.scene.cursor.location), collection=collection,
-                  spec_kwargs=spec_kwargs)
+                  settings=settings)
+
+
+_PREFLIGHT: dict = {}
+"""The last interpreter answer of :func:`preflight_error`: ``{"key": inputs, "error": text}``."""
 
 
 def preflight_error(context) -> str:
     """The message that stops Generate right now ("" when none): no usable interpreter for the
     chosen backend, a missing runtime, an output folder that is relative or inside the add-on.
-    The panel shows it before the user presses anything."""
+    The panel shows it before the user presses anything.
+
+    The interpreter is resolved again only when something it depends on changes (the Runner
+    Python and Pixal3D-mac folder preferences, the backend, the wheels folder), not on every
+    redraw; :func:`forget_preflight` drops the answer (the Check button does), and Generate
+    always resolves afresh (:func:`make_launch`)."""
     try:
         prefs = get_prefs(context)
-        interpreter_for(prefs, context.scene.image_to_mesh.backend)
+        backend = context.scene.image_to_mesh.backend
+        key = (prefs.python, prefs.pixal3d_dir, backend, wheel_site_packages())
+        if _PREFLIGHT.get("key") != key:
+            try:
+                interpreter_for(prefs, backend)
+                error = ""
+            except config.ConfigError as exc:
+                error = str(exc)
+            _PREFLIGHT.update(key=key, error=error)
+        if _PREFLIGHT["error"]:
+            return _PREFLIGHT["error"]
         config.runtime_dir()
         output_dir(prefs)
     except config.ConfigError as exc:
         return str(exc)
     return ""
+
+
+def forget_preflight() -> None:
+    """Resolve the interpreter again at the next :func:`preflight_error`."""
+    _PREFLIGHT.clear()
 
 
 class _WhenIdle:

@@ -6,78 +6,48 @@ recorded event stream), the batch's from :class:`batch.BatchRun`.
 from __future__ import annotations
 
 import bpy
-from bpy.props import (BoolProperty, EnumProperty, IntProperty, PointerProperty,
-                       StringProperty)
+from bpy.props import PointerProperty, StringProperty
 
 from .controller import CONTROLLER
+from .operators import (
+    IMAGE_TO_MESH_OT_batch,
+    IMAGE_TO_MESH_OT_cancel,
+    IMAGE_TO_MESH_OT_generate,
+    IMAGE_TO_MESH_OT_open_chart,
+    preflight_error,
+)
+from .preferences import table_properties
 from .preferences import wrap_label as _wrap
-from .operators import (IMAGE_TO_MESH_OT_batch, IMAGE_TO_MESH_OT_cancel,
-                        IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_open_chart, preflight_error)
+from .runtime_facts import options
 from .state import ACTIVE, COMPLETE, FAILED, IDLE
 
-BACKEND_ITEMS = [
-    ("builtin", "Built-in (silhouette inflation)",
-     "Inflates the character's silhouette into a rounded, textured body: no weights, CPU, "
-     "seconds. Not Pixal3D"),
-    ("pixal3d", "Pixal3D (staged)",
-     "TencentARC's Pixal3D through Pixal3D-mac, loading one stage's models at a time; needs the "
-     "Pixal3D-mac folder in the preferences"),
-]
-TEXTURE_ITEMS = [(s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
-                 for s in ("512", "1024", "2048")]
-#: Pixal3D-mac's own advice against 1536_cascade on a Mac (INVESTIGATION_FACTS.md §3 at
-#: e5fbf2d5, quoted in docs/pixal3d.md); a run with it also starts with the runner's
-#: ``warning`` event.
-NOT_ON_MAC = ("1536_cascade is not recommended on a Mac: Pixal3D-mac's own notes report a "
-              "catastrophic shatter (147k connected components on an M5 Max). Use "
-              "1024_cascade.")
-PIPELINE_ITEMS = [  # stageload.pixal3d's plans
-    ("1024_cascade", "1024_cascade", "Pixal3D pipeline type 1024_cascade (recommended)"),
-    ("1536_cascade", "1536_cascade (not recommended on Mac)", NOT_ON_MAC),
-]
-# The pixal3d backend's export levers (runner/backends/__init__.py, docs/pixal3d.md "Export");
-# the first item of each is the runner's default, which the add-on does not pass.
-EXPORT_PROCESS_ITEMS = [
-    ("own", "Own process", "Export in a fresh process once the model process has exited and "
-     "given all its memory back (the runner's default)"),
-    ("in-process", "In the model process", "Export in the model process, as the port does"),
-]
-EXPORT_PROFILE_ITEMS = [
-    ("port", "Port", "The port's own export values"),
-    ("fit", "Fit", "The low-memory export a peer validated on a 36 GB Mac: remesh at "
-     "min(512, grid), free temporaries between steps"),
-]
-REMESH_RESOLUTION_ITEMS = [
-    ("grid", "Grid", "Remesh at the pipeline's grid resolution (the port's way)"),
-    ("512", "512", "Remesh at min(512, grid): 4x fewer faces into cleanup; refused with the "
-     "reason where the port cannot do it"),
-]
+#: Settings drawn only while another is on (the remesh resolution needs the remesh).
+ENABLED_BY = {"remesh_resolution": "remesh"}
+#: The main panel's options laid out by hand (the rest of its section follow, each applying to
+#: the chosen backend only).
+LAID_OUT = ("backend", "seed", "texture_size", "pipeline_type")
 ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT"}
 
 
 class ImageToMeshSettings(bpy.types.PropertyGroup):
-    """Per-scene panel settings (saved with the .blend)."""
+    """Per-scene panel settings (saved with the .blend): the image, the batch folder and every
+    scene option of the runner's options table (``runner/options.py``: backend, seed, texture,
+    pipeline type, the export levers …)."""
     image: StringProperty(name="Image", subtype="FILE_PATH", default="",
                           description="Picture of a character (PNG with transparency works best)")
-    backend: EnumProperty(name="Backend", items=BACKEND_ITEMS, default="builtin")
-    seed: IntProperty(name="Seed", default=0, min=0, description="Random seed of the run")
-    texture_size: EnumProperty(name="Texture", items=TEXTURE_ITEMS, default="1024")
-    pipeline_type: EnumProperty(name="Pipeline", items=PIPELINE_ITEMS, default="1024_cascade")
-    export_process: EnumProperty(name="Export in", items=EXPORT_PROCESS_ITEMS, default="own")
-    export_profile: EnumProperty(name="Profile", items=EXPORT_PROFILE_ITEMS, default="port")
-    decimation_target: IntProperty(
-        name="Decimation target", default=0, min=0, max=100_000_000,
-        description="Faces the port simplifies the mesh to; 0 = the port's own (1,000,000)")
-    remesh: BoolProperty(name="Remesh", default=True,
-                         description="The port's dual-contouring remesh (the port's default: on)")
-    remesh_resolution: EnumProperty(name="Remesh resolution", items=REMESH_RESOLUTION_ITEMS,
-                                    default="grid")
-    allow_dense_grid_sample: BoolProperty(
-        name="Allow dense grid sample", default=False,
-        description="Export even when the port would build the dense grid-sample volume "
-        "(25.8 GB at 1024) because flex_gemm is missing")
     batch_folder: StringProperty(name="Folder", subtype="DIR_PATH", default="",
                                  description="Folder of images for a batch run")
+    __annotations__.update(table_properties("scene"))
+
+
+def _draw_advice(layout, s, names) -> None:
+    """The table's advice for a chosen value (e.g. against 1536_cascade on a Mac), in red."""
+    for name in names:
+        advice = options.get(name).advice.get(str(getattr(s, name)))
+        if advice:
+            box = layout.box()
+            box.alert = True
+            _wrap(box, advice, "ERROR", 44)
 
 
 class _Sidebar:
@@ -101,12 +71,12 @@ class VIEW3D_PT_image_to_mesh(_Sidebar, bpy.types.Panel):
         row = col.row(align=True)
         row.prop(s, "seed")
         row.prop(s, "texture_size", text="")
-        if s.backend == "pixal3d":
-            col.prop(s, "pipeline_type")
-            if s.pipeline_type == "1536_cascade":
-                box = col.box()
-                box.alert = True
-                _wrap(box, NOT_ON_MAC, "ERROR", 44)
+        shown = [o.name for o in options.addon_options("scene", "main")
+                 if o.applies_to(s.backend) and o.name != "backend"]
+        for name in shown:
+            if name not in LAID_OUT[:3]:
+                col.prop(s, name)
+        _draw_advice(col, s, shown)
 
         problem = preflight_error(context)
         if problem:
@@ -183,12 +153,13 @@ class VIEW3D_PT_image_to_mesh_export(_Sidebar, bpy.types.Panel):
     def draw(self, context):
         s = context.scene.image_to_mesh
         col = self.layout.column()
-        for name in ("export_process", "export_profile", "decimation_target", "remesh"):
-            col.prop(s, name)
-        sub = col.column()
-        sub.enabled = s.remesh
-        sub.prop(s, "remesh_resolution")
-        col.prop(s, "allow_dense_grid_sample")
+        for opt in options.addon_options("scene", "export"):
+            if opt.name in ENABLED_BY:
+                sub = col.column()
+                sub.enabled = bool(getattr(s, ENABLED_BY[opt.name]))
+                sub.prop(s, opt.name)
+            else:
+                col.prop(s, opt.name)
 
 
 CLASSES = (ImageToMeshSettings, VIEW3D_PT_image_to_mesh, VIEW3D_PT_image_to_mesh_export)

@@ -12,10 +12,12 @@ import threading
 from pathlib import Path
 
 import bpy
-from bpy.props import FloatProperty, StringProperty
+from bpy.props import StringProperty
 
 from . import config
+from .job import BACKENDS
 from .process import SpawnError, run_quick, runner_env
+from .runtime_facts import options
 
 ADDON_ID = __package__
 
@@ -77,14 +79,6 @@ def interpreter_for(prefs, backend: str) -> config.Interpreter:
                                      wheel_site_packages())
 
 
-def guard_settings(prefs) -> config.GuardSettings:
-    """The guard defaults of the preferences as :class:`config.GuardSettings`."""
-    return config.GuardSettings(
-        wait_free_percent=prefs.wait_free_percent, kill_free_percent=prefs.kill_free_percent,
-        swap_budget_gb=prefs.swap_budget_gb, start_timeout=prefs.start_timeout,
-        busy=prefs.busy, quiet_for=prefs.quiet_for)
-
-
 class _CheckResult:
     """Answer of the last Check, handed from the worker thread to the main thread."""
     lock = threading.Lock()
@@ -96,7 +90,7 @@ def check_plan(prefs) -> list[tuple[str, config.Interpreter | str]]:
     """For each backend, the interpreter a job would use (:func:`interpreter_for`) or the
     message saying why there is none."""
     plan = []
-    for backend in config.BACKENDS:
+    for backend in BACKENDS:
         try:
             plan.append((backend, interpreter_for(prefs, backend)))
         except config.ConfigError as exc:
@@ -188,6 +182,9 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
             return {"CANCELLED"}
         if check_pending():
             return {"CANCELLED"}
+        from .operators import forget_preflight  # operators imports this module
+
+        forget_preflight()  # the panel resolves the interpreter again
         with _CheckResult.lock:
             _CheckResult.pending = True
         plan = check_plan(prefs)
@@ -200,8 +197,19 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
         return {"FINISHED"}
 
 
+def table_properties(where: str) -> dict:
+    """The Blender properties of the options table's add-on options shown in ``where``
+    (``scene`` / ``preferences``): name → property (``options.property_spec``)."""
+    out = {}
+    for opt in options.addon_options(where):
+        kind, kwargs = options.property_spec(opt)
+        out[opt.name] = getattr(bpy.props, kind)(**kwargs)
+    return out
+
+
 class ImageToMeshPreferences(bpy.types.AddonPreferences):
-    """Preferences of the Image to Mesh extension."""
+    """Preferences of the Image to Mesh extension: the runner's interpreter and the output
+    folder, and the options table's preference options (the Pixal3D-mac folder, the guard)."""
     bl_idname = ADDON_ID
 
     python: StringProperty(
@@ -210,34 +218,12 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
                     "built-in backend uses Blender's own Python with the extension's bundled "
                     "wheels; Pixal3D uses the virtual environment (.venv or venv) inside the "
                     "Pixal3D-mac folder")
-    pixal3d_dir: StringProperty(
-        name="Pixal3D-mac folder", subtype="DIR_PATH", default="",
-        description="Checkout of Pixal3D-mac with its weights (only for the Pixal3D backend)")
     output_dir: StringProperty(
         name="Output folder", subtype="DIR_PATH", default="",
         description="Where GLBs, traces and charts are written. Empty: image_to_mesh next to "
                     "the saved .blend, else Documents/Image to Mesh in your home folder")
-    wait_free_percent: FloatProperty(
-        name="Wait for free memory", min=0.0, max=95.0, default=0.0, subtype="PERCENTAGE",
-        description="Start only when this much of total memory is available (0: do not wait)")
-    kill_free_percent: FloatProperty(
-        name="Stop under free memory", min=0.0, max=90.0, default=10.0, subtype="PERCENTAGE",
-        description="Stop the job when available memory stays under this (0: off)")
-    swap_budget_gb: FloatProperty(
-        name="Swap budget (GiB)", min=0.0, default=8.0,
-        description="Stop the job when swap grows by more than this many GiB (1024³ bytes; "
-                    "0: off)")
-    start_timeout: FloatProperty(
-        name="Admission timeout (s)", min=0.0, default=0.0,
-        description="Give up waiting for memory after this many seconds (0: wait for ever)")
-    busy: StringProperty(
-        name="Wait for jobs matching", default="",
-        description="Regular expression of other heavy jobs' command lines (e.g. ffmpeg|python "
-                    "train); start only after none has run for the quiet time")
-    quiet_for: FloatProperty(
-        name="Quiet time (s)", min=0.0, default=0.0,
-        description="Seconds without a matching job before starting")
     check_report: StringProperty(name="Check", default="")
+    __annotations__.update(table_properties("preferences"))
 
     def draw(self, context):
         layout = self.layout
@@ -274,9 +260,8 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         box = layout.box()
         box.label(text="Memory guard (defaults for every run)", icon="MEMORY")
         grid = box.grid_flow(columns=2, even_columns=True)
-        for name in ("wait_free_percent", "kill_free_percent", "swap_budget_gb",
-                     "start_timeout", "busy", "quiet_for"):
-            grid.prop(self, name)
+        for opt in options.addon_options("preferences", "guard"):
+            grid.prop(self, opt.name)
 
 
 def wrap_label(layout, text: str, icon: str = "NONE", width: int = 70) -> None:

@@ -308,13 +308,3 @@ def run_quick(argv: list[str], env: dict[str, str], cwd: str | os.PathLike,
             pass
         out, err = proc.communicate()
         return None, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
-def wait_until(predicate, timeout: float, step: float = 0.05) -> bool:
-    """Poll ``predicate()`` every ``step`` seconds for up to ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return bool(predicate())

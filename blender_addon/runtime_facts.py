@@ -1,7 +1,7 @@
 """Facts the runner owns, read from the runner's own stdlib-only modules in the bundled runtime.
 
 Blender's extension manager does the same with its command-line tool: it loads the module file
-it also runs as a program. Here the add-on loads three files of ``runtime/`` (or of the
+it also runs as a program. Here the add-on loads four files of ``runtime/`` (or of the
 checkout) by path, under private names, without importing the ``runner`` or ``stageload``
 packages into Blender (their ``__init__`` and the rest stay out of Blender's process):
 
@@ -9,10 +9,14 @@ packages into Blender (their ``__init__`` and the rest stay out of Blender's pro
   panel and the memory chart print one figure for one peak;
 - ``runner/protocol.py``: the event protocol version;
 - ``runner/errors.py``: the error kinds and their exit statuses (the headless script exits with
-  them).
+  them);
+- ``runner/options.py``: the options table — every job option with its type, default, choices
+  or range, help and advice (it loads ``stageload/pixal3d/choices.py`` by path in turn); the
+  panel's and the preferences' properties, the job description (``job.py``) and
+  ``headless.py``'s arguments are made from it.
 
-All three use the standard library only (tests/blender/test_contract.py checks it, and pins the
-add-on's remaining copies: image suffixes and backend names).
+All of them use the standard library only (tests/blender/test_runner_facts.py checks it, and
+pins the add-on's remaining copies: image suffixes and which backends need torch).
 """
 from __future__ import annotations
 
@@ -47,6 +51,8 @@ def _load(relative: str):
 units = _load("stageload/units.py")
 _protocol = _load("runner/protocol.py")
 _errors = _load("runner/errors.py")
+#: The options table (``runner/options.py``): ``options.addon_options()``, ``property_spec`` …
+options = _load("runner/options.py")
 
 PROTOCOL_VERSION: int = _protocol.PROTOCOL_VERSION
 #: error kind → exit status (runner/errors.py ``KINDS``).

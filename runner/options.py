@@ -115,7 +115,8 @@ class Option:
     (:data:`COMMANDS`); ``advice``: value → a warning for people; ``flag``: the runner's
     (default ``--`` + name with dashes); ``metavar``; ``affects_output``: False when it changes
     how, not what, is computed (batch resume ignores it); ``group`` (:data:`GROUPS`);
-    ``panel``: how the add-on shows it (None: not in the add-on)."""
+    ``panel``: how the add-on shows it (None: not in the add-on); ``default_text``: the
+    runner's default in words when it is not one value (``the backend's: …``)."""
 
     name: str
     help: str
@@ -134,6 +135,7 @@ class Option:
     affects_output: bool = True
     group: str = "backend"
     panel: Panel | None = None
+    default_text: str = ""
 
     def __post_init__(self):
         if self.kind not in KINDS or self.group not in GROUPS:
@@ -215,7 +217,9 @@ class Option:
     def help_text(self) -> str:
         """The help line with the default (when there is one) and any advice."""
         text = self.help
-        if self.default not in (None, "", False):
+        if self.default_text:
+            text += f" (default: {self.default_text})"
+        elif self.default not in (None, "", False):
             text += f" (default: {self.default})"
         for advice in self.advice.values():
             text += f". {advice}"
@@ -249,17 +253,19 @@ TABLE: tuple[Option, ...] = (
                ("pixal3d", "Pixal3D (staged)",
                 "TencentARC's Pixal3D through Pixal3D-mac, loading one stage's models at a "
                 "time; needs the Pixal3D-mac folder in the preferences")))),
-    Option("seed", "random seed (default: the backend's: builtin 0, pixal3d 42)", kind="int",
-           low=0, group="job", panel=Panel("Seed", default=0, always=True)),
-    Option("texture_size", "base-colour texture side in pixels (default: the backend's: "
-           "builtin 1024, 1-4096, sizes under 512 are raised to 512; pixal3d 2048, one of 512, "
-           "1024, 2048, 4096)", kind="int", low=1, high=4096, unit="px", metavar="PX",
+    Option("seed", "random seed", kind="int", low=0, metavar="N", group="job",
+           default_text="the backend's: builtin 0, pixal3d 42",
+           panel=Panel("Seed", default=0, always=True)),
+    Option("texture_size", "base-colour texture side in pixels", kind="int", low=1,
+           high=4096, unit="px", metavar="PX",
+           default_text="the backend's: builtin 1024, 1-4096, sizes under 512 are raised to "
+                        "512; pixal3d 2048, one of 512, 1024, 2048, 4096",
            group="job", panel=Panel("Texture", default=1024, always=True, items=tuple(
                (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                for s in (512, 1024, 2048)))),
-    Option("height", "height of the mesh in metres, 0.01-100 (builtin only; default 1 m)",
-           kind="float", low=0.01, high=100.0, unit="m", metavar="M", dest_name="height_m",
-           backends=("builtin",), group="job"),
+    Option("height", "height of the mesh in metres, 0.01-100 (builtin only)",
+           default_text="1 m", kind="float", low=0.01, high=100.0, unit="m", metavar="M",
+           dest_name="height_m", backends=("builtin",), group="job"),
     Option("stall_timeout", "stop the job (kind stalled) once the worker has been stalled - "
            "stopped (state T) for 10 s, or no CPU time and no event for 60 s - this many "
            "seconds (default: off; a Pixal3D stage can run minutes without an event)",
@@ -290,9 +296,9 @@ TABLE: tuple[Option, ...] = (
     _shared("decimation_target", panel=Panel(
         "Decimation target", section="export", default=0, unset=0)),
     _shared("remesh", panel=Panel("Remesh", section="export", switch=("on", "off"),
-                                  default=True)),
+                                  default=True, unset=True)),
     _shared("remesh_resolution", panel=Panel("Remesh resolution", section="export",
-                                             default="grid", items=_items(
+                                             default="grid", unset="grid", items=_items(
         ("grid", "Grid", "Remesh at the pipeline's grid resolution (the port's way)"),
         ("512", "512", "Remesh at min(512, grid): 4x fewer faces into cleanup; refused with "
          "the reason where the port cannot do it")))),
@@ -302,29 +308,31 @@ TABLE: tuple[Option, ...] = (
     # and defaults); here how the add-on's preferences set them.
     Option("wait_free_percent", "Start only when this much of total memory is available",
            kind="float", low=0.0, high=95.0, unit="%", flag="--wait-free", group="guard",
+           metavar="PERCENT",
            panel=Panel("Wait for free memory", where="preferences", section="guard",
                        default=0.0, unset=0.0, format="{:g}%", subtype="PERCENTAGE")),
     Option("kill_free_percent", "Stop the job when available memory stays under this",
            kind="float", low=0.0, high=90.0, unit="%", flag="--kill-free", group="guard",
-           default=10.0,
+           default=10.0, metavar="PERCENT",
            panel=Panel("Stop under free memory", where="preferences", section="guard",
                        unset=0.0, off="off", format="{:g}%", always=True,
                        subtype="PERCENTAGE")),
     Option("swap_budget_gb", "Stop the job when swap grows by more than this many GiB "
            "(1024³ bytes)", kind="float", low=0.0, unit="GiB", flag="--swap-budget",
-           group="guard", default=8.0,
+           group="guard", default=8.0, metavar="GIB",
            panel=Panel("Swap budget (GiB)", where="preferences", section="guard", unset=0.0,
                        off="off", format="{:g}G", always=True)),
     Option("start_timeout", "Give up waiting for memory after this many seconds",
-           kind="float", low=0.0, unit="s", group="guard",
+           kind="float", low=0.0, unit="s", group="guard", metavar="SECONDS",
            panel=Panel("Admission timeout (s)", where="preferences", section="guard",
                        default=0.0, unset=0.0, format="{:g}")),
     Option("busy", "Regular expression of other heavy jobs' command lines (e.g. ffmpeg|python "
            "train); start only after none has run for the quiet time", kind="text",
-           group="guard", panel=Panel("Wait for jobs matching", where="preferences",
-                                      section="guard", default="", unset="")),
+           group="guard", metavar="REGEX",
+           panel=Panel("Wait for jobs matching", where="preferences", section="guard",
+                       default="", unset="")),
     Option("quiet_for", "Seconds without a matching job before starting", kind="float",
-           low=0.0, unit="s", group="guard",
+           low=0.0, unit="s", group="guard", metavar="SECONDS",
            panel=Panel("Quiet time (s)", where="preferences", section="guard", default=0.0,
                        format="{:g}", always=True, requires="busy")),
 )
@@ -423,8 +431,7 @@ def addon_value(opt: Option, value):
         if not isinstance(value, bool):
             raise ValueError(f"{label} must be on or off, not {value!r}")
         return value
-    if panel is not None and panel.unset is not None and value == panel.unset \
-            and not isinstance(value, bool):
+    if panel is not None and is_unset(panel, value):
         return value
     if opt.kind in ("int", "float") and isinstance(value, str) and opt.kind == "int" \
             and panel is not None and panel.items:
@@ -448,18 +455,25 @@ def runner_words(opt: Option, value, backend: str) -> list[str]:
     panel = opt.panel
     if not opt.applies_to(backend):
         return []
+    if panel is not None and is_unset(panel, value):
+        return [opt.flag, panel.off] if panel.off else []
     if panel is not None and panel.switch is not None:
         value = panel.switch[0] if value else panel.switch[1]
     if opt.kind == "switch":
         return [opt.flag] if value else []
-    if panel is not None and panel.unset is not None and value == panel.unset:
-        return [opt.flag, panel.off] if panel.off else []
     if value is None or (not (panel and panel.always) and _same(value, opt.default)):
         return []
     if opt.kind == "path":
         value = os.path.abspath(os.path.expanduser(str(value).strip()))
     text = (panel.format if panel is not None else "{}").format(value)
     return [opt.flag, text]
+
+
+def is_unset(panel: Panel, value) -> bool:
+    """Whether the add-on value ``value`` means "not given" (``panel.unset``; a bool only
+    matches a bool, so 0 faces is not a checkbox's False)."""
+    return panel.unset is not None and value == panel.unset and \
+        isinstance(value, bool) == isinstance(panel.unset, bool)
 
 
 def _same(value, default) -> bool:
@@ -518,8 +532,8 @@ def _description(opt: Option) -> str:
     """One line for the tooltip: the help, the unset meaning and the backends."""
     text = opt.help[:1].upper() + opt.help[1:]
     panel = opt.panel
-    if panel is not None and panel.unset is not None and panel.unset != "" and \
-            panel.off is None:
+    if panel is not None and panel.unset not in (None, "") and panel.off is None and \
+            panel.switch is None and not panel.items:
         text += f" ({panel.unset}: not given)"
     elif panel is not None and panel.off is not None:
         text += f" ({panel.unset}: off)"
@@ -558,13 +572,16 @@ def add_addon_arguments(parser) -> None:
         flag = "--" + opt.name.replace("_", "-")
         default = addon_default(opt)
         help_text = opt.help
-        if default not in (None, ""):
-            shown = default
+        if not (default is None or default is False or default == ""):
+            shown = f"{default:g}" if isinstance(default, float) else default
             if opt.panel.switch is not None:
                 shown = opt.panel.switch[0] if default else opt.panel.switch[1]
             help_text += f" (default: {shown})"
-        if opt.panel.unset not in (None, ""):
-            help_text += f"; {opt.panel.unset}: not given"
+        if opt.panel.unset not in (None, "") and opt.panel.switch is None \
+                and not opt.panel.items:
+            unset = f"{opt.panel.unset:g}" if isinstance(opt.panel.unset, float) \
+                else opt.panel.unset
+            help_text += f"; {unset}: {'off' if opt.panel.off else 'not given'}"
         if opt.backends and opt.group != "job":
             help_text += f"; {' / '.join(opt.backends)} only"
         help_text = help_text.replace("%", "%%")

@@ -635,9 +635,9 @@ def sc_draw(zip_path, work, fixture):
     export_poll = {"pixal3d": export_cls.poll(bpy.context)}
     s.export_profile, s.decimation_target, s.remesh = "fit", 250000, False
     s.remesh_resolution, s.allow_dense_grid_sample = "512", True
-    export_argv = mod("config").JobSpec(
-        image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl", backend="pixal3d",
-        export=mod("operators").export_settings(s)).argv("/py")
+    export_argv = mod("job").JobSpec(
+        image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
+        settings=mod("job").settings_from(s, addon_prefs())).argv("/py")
     pipeline_items = {i.identifier: i.name for i in
                       s.bl_rna.properties["pipeline_type"].enum_items}
     s.backend = "builtin"

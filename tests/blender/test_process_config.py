@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from blender_addon import config
+from blender_addon import config, job
 from blender_addon.batch import BatchRun
 from blender_addon.process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
 
@@ -156,7 +156,7 @@ def test_choose_interpreter_per_backend(tmp_path):
     assert pix.python == str(port / ".venv" / "bin" / "python") and pix.extra_path == ()
     assert "Pixal3D-mac folder" in pix.why
     # The Runner Python preference wins for every backend, without the wheels.
-    for backend in config.BACKENDS:
+    for backend in job.BACKENDS:
         chosen = config.choose_interpreter(backend, PY, str(port), blender_py, str(site))
         assert (chosen.python, chosen.extra_path) == (PY, ())
     assert config.wheel_site(str(tmp_path)) is None
@@ -173,17 +173,20 @@ def test_runtime_in_a_checkout_is_the_repository():
 def test_guard_settings_parse_with_the_real_guard_options():
     from stageload.guard.config import GuardConfig, add_guard_arguments
 
-    g = config.GuardSettings(wait_free_percent=40, kill_free_percent=10, swap_budget_gb=6,
-                             start_timeout=300, busy="ffmpeg|blender_render", quiet_for=180)
+    g = job.JobSettings(wait_free_percent=40, kill_free_percent=10, swap_budget_gb=6,
+                        start_timeout=300, busy="ffmpeg|blender_render", quiet_for=180)
     ap = argparse.ArgumentParser()
     add_guard_arguments(ap)
-    cfg = GuardConfig.from_args(ap.parse_args(g.argv()))
+    guard_argv = lambda settings: [w for w in job.JobSpec(Path("a"), Path("b"), Path("c"),
+                                                          settings).options()
+                                   if w != "--cancel-on-stdin-eof"]
+    cfg = GuardConfig.from_args(ap.parse_known_args(guard_argv(g))[0])
     assert cfg.wait_free.percent == 40 and cfg.kill_free.percent == 10
     assert cfg.swap_budget == 6 * 1024**3
     assert cfg.start_timeout == 300 and cfg.busy == ["ffmpeg|blender_render"]
     assert cfg.quiet_for == 180
-    off = GuardConfig.from_args(ap.parse_args(
-        config.GuardSettings(kill_free_percent=0, swap_budget_gb=0).argv()))
+    off = GuardConfig.from_args(ap.parse_known_args(
+        guard_argv(job.JobSettings(kill_free_percent=0, swap_budget_gb=0)))[0])
     assert off.kill_free is None and off.swap_budget is None and off.wait_free is None
 
 
@@ -219,11 +222,12 @@ def test_job_command_line_parses_with_the_runner_parser(tmp_path):
     """The add-on's command line against the runner's own parser (runner.cli.build_parser)."""
     from runner.cli import build_parser
 
-    spec = config.JobSpec(image=tmp_path / "gob lin é.png", output=tmp_path / "o.glb",
-                          trace=tmp_path / "o.trace.jsonl", backend="pixal3d", seed=42,
-                          texture_size=2048, pipeline_type="1536_cascade",
-                          pixal3d_dir="~/Pixal3D-mac", overwrite=True,
-                          guard=config.GuardSettings(wait_free_percent=40))
+    spec = job.JobSpec(image=tmp_path / "gob lin é.png", output=tmp_path / "o.glb",
+                       trace=tmp_path / "o.trace.jsonl", overwrite=True,
+                       settings=job.JobSettings(backend="pixal3d", seed=42, texture_size=2048,
+                                                pipeline_type="1536_cascade",
+                                                pixal3d_dir="~/Pixal3D-mac",
+                                                wait_free_percent=40))
     argv = spec.argv("/py")
     assert argv[:3] == ["/py", "-m", "runner"]
     ns = build_parser().parse_args(argv[3:])
@@ -237,8 +241,8 @@ def test_job_command_line_parses_with_the_runner_parser(tmp_path):
 def test_batch_command_line_parses_with_the_runners_batch_parser(tmp_path):
     from runner.batch import build_parser
 
-    spec = config.JobSpec(image=tmp_path, output=tmp_path, trace=tmp_path, seed=3,
-                          texture_size=512)
+    spec = job.JobSpec(image=tmp_path, output=tmp_path, trace=tmp_path,
+                       settings=job.JobSettings(seed=3, texture_size=512))
     out = config.batch_output_dir(tmp_path / "out", tmp_path / "my art")
     assert out == tmp_path / "out" / "my art_meshes"
     argv = spec.batch_argv("/py", tmp_path / "my art", out)
@@ -313,9 +317,10 @@ def test_a_relative_pixal3d_folder_reaches_the_runner_as_an_absolute_path(tmp_pa
     """The runner's working folder is the extension's runtime folder, so a relative
     --pixal3d-dir must be made absolute against the caller's working folder first."""
     monkeypatch.chdir(tmp_path)
-    spec = config.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
-                          trace=tmp_path / "a.trace.jsonl", backend="pixal3d",
-                          pixal3d_dir=" ports/Pixal3D-mac ")
+    spec = job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                       trace=tmp_path / "a.trace.jsonl",
+                       settings=job.JobSettings(backend="pixal3d",
+                                                pixal3d_dir=" ports/Pixal3D-mac "))
     argv = spec.argv("/py")
     assert argv[argv.index("--pixal3d-dir") + 1] == str(tmp_path / "ports" / "Pixal3D-mac")
 
@@ -326,9 +331,9 @@ def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp
     from runner.cli import build_parser
 
     def spec(**export):
-        return config.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
-                              trace=tmp_path / "a.trace.jsonl", backend="pixal3d",
-                              export=config.ExportSettings(**export))
+        return job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                           trace=tmp_path / "a.trace.jsonl",
+                           settings=job.JobSettings(backend="pixal3d", **export))
 
     flags = ("--export-process", "--export-profile", "--decimation-target", "--remesh",
              "--remesh-resolution", "--allow-dense-grid-sample")
@@ -337,19 +342,20 @@ def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp
     ns = build_parser().parse_args(plain[3:])
     default = (ns.export_process, ns.export_profile, ns.decimation_target, ns.remesh,
                ns.remesh_resolution, ns.allow_dense_grid_sample)
-    argv = spec(process="in-process", profile="fit", decimation_target=250_000, remesh="off",
-                remesh_resolution="512", allow_dense_grid_sample=True).argv("/py")
+    argv = spec(export_process="in-process", export_profile="fit", decimation_target=250_000,
+                remesh=False, remesh_resolution="512",
+                allow_dense_grid_sample=True).argv("/py")
     ns = build_parser().parse_args(argv[3:])
     got = (ns.export_process, ns.export_profile, ns.decimation_target, ns.remesh,
            ns.remesh_resolution, ns.allow_dense_grid_sample)
     assert got == ("in-process", "fit", "250000", "off", "512", True), got
     assert default != got
-    builtin = config.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
-                             trace=tmp_path / "a.trace.jsonl",
-                             export=config.ExportSettings(profile="fit")).argv("/py")
+    builtin = job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                          trace=tmp_path / "a.trace.jsonl",
+                          settings=job.JobSettings(export_profile="fit")).argv("/py")
     assert "--export-profile" not in builtin  # the builtin backend has no export levers
-    for bad in ({"profile": "tiny"}, {"remesh_resolution": "256"}, {"decimation_target": -1},
-                {"decimation_target": 10**9}, {"decimation_target": 1.5},
-                {"allow_dense_grid_sample": "yes"}):
+    for bad in ({"export_profile": "tiny"}, {"remesh_resolution": "256"},
+                {"decimation_target": -1}, {"decimation_target": 10**9},
+                {"decimation_target": 1.5}, {"allow_dense_grid_sample": "yes"}):
         with pytest.raises(config.ConfigError):
-            config.ExportSettings(**bad)
+            job.JobSettings(**bad)

@@ -1,0 +1,120 @@
+"""The add-on's one job description: settings → :class:`JobSettings` → :class:`JobSpec` → the
+runner's command line. No bpy.
+
+Every launch goes this way — Generate, Run Batch and ``headless.py`` alike:
+
+1. :func:`settings_from` reads every option of the runner's options table that the add-on shows
+   (``runner/options.py``, loaded by ``runtime_facts``) from the panel's scene settings and the
+   preferences (or from ``headless.py``'s parsed arguments, which the same table made);
+2. :class:`JobSettings` (one field per such option, made from the table) checks each value as
+   the runner would (``ConfigError`` saying what to change) — before anything is spawned;
+3. :class:`JobSpec` adds the paths; :meth:`JobSpec.argv` / :meth:`JobSpec.batch_argv` give the
+   command line (``options.job_argv``: an option of another backend, or one left at the
+   runner's default, is not passed).
+
+Adding an option to the table adds a field here, a property to the panel or the preferences, an
+argument to ``headless.py`` and its words on the command line, with no edit in this file.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError
+from .runtime_facts import options
+
+#: The runner's backends (the options table's ``--backend`` choices; a contract test pins them
+#: to the runner's registry).
+BACKENDS: tuple[str, ...] = tuple(options.get("backend").choices)
+
+
+def _check(self) -> None:
+    """``JobSettings.__post_init__``: every value checked (and normalised: ``"1024"`` → 1024)
+    against the table. Raises :class:`ConfigError` naming the setting and what to give."""
+    for f in dataclasses.fields(self):
+        try:
+            value = options.addon_value(options.get(f.name), getattr(self, f.name))
+        except ValueError as exc:
+            raise ConfigError(f"{exc} Change it in the panel or the add-on preferences.") from None
+        object.__setattr__(self, f.name, value)
+
+
+def _values(self) -> dict:
+    """``JobSettings.values()``: option name → value."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _make_settings_class() -> type:
+    """:class:`JobSettings`, one field per add-on option of the table (its add-on default)."""
+    fields = [(opt.name, object, field(default=options.addon_default(opt)))
+              for opt in options.addon_options()]
+    doc = ("The settings of one job, one field per option of the runner's options table that "
+           "the add-on shows (" + ", ".join(name for name, _t, _f in fields) + "); each value "
+           "in the add-on's type (a checkbox's bool, 0 for \"not given\"), checked on "
+           "creation. Raises ConfigError.")
+    return dataclasses.make_dataclass(
+        "JobSettings", fields, frozen=True,
+        namespace={"__post_init__": _check, "values": _values, "__doc__": doc,
+                   "__module__": __name__})
+
+
+JobSettings = _make_settings_class()
+
+
+def settings_from(*sources, **overrides) -> "JobSettings":
+    """:class:`JobSettings` from objects holding the options as attributes (the panel's scene
+    settings, the preferences, an argparse namespace), the first that has a name winning, and
+    ``overrides``. Names no source has keep the add-on's default. Raises
+    :class:`ConfigError`."""
+    values = {}
+    for opt in options.addon_options():
+        for source in sources:
+            if hasattr(source, opt.name):
+                values[opt.name] = getattr(source, opt.name)
+                break
+    values.update(overrides)
+    return JobSettings(**values)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job: ``image`` (a batch: the folder), ``output`` (GLB; a batch: the output folder),
+    ``trace``, ``settings`` (:class:`JobSettings`), ``overwrite`` (replace existing outputs)."""
+
+    image: Path
+    output: Path
+    trace: Path
+    settings: JobSettings = field(default_factory=JobSettings)
+    overwrite: bool = False
+
+    @property
+    def backend(self) -> str:
+        return self.settings.backend
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    def argv(self, python: str) -> list[str]:
+        """The full command line: ``python -m runner IMAGE -o OUT --trace TRACE …``."""
+        return [python, "-m", "runner", str(self.image), "-o", str(self.output), "--trace",
+                str(self.trace), *self.options()]
+
+    def batch_argv(self, python: str, folder: Path, out_dir: Path) -> list[str]:
+        """``python -m runner batch FOLDER -o OUT_DIR …``: every image of ``folder`` with these
+        settings, resumable through the runner's manifest ``OUT_DIR/manifest.json`` (an image
+        done by an earlier batch with the same settings is skipped). ``image``, ``output`` and
+        ``trace`` are not used."""
+        return [python, "-m", "runner", "batch", str(folder), "-o", str(out_dir),
+                *self.options()]
+
+    def options(self) -> list[str]:
+        """The runner options shared by a single run and a batch."""
+        # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
+        # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
+        out = options.job_argv(self.settings.values(), self.settings.backend)
+        out.append("--cancel-on-stdin-eof")
+        if self.overwrite:
+            out.append("--overwrite")
+        return out
