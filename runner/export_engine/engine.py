@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stageload.pixal3d.choices import MAX_DECIMATION_TARGET
+
 from . import budget as budgeting
 from .asset import inspect_asset, load_asset, load_voxels
 from .errors import BadAsset
@@ -23,12 +25,11 @@ from .steps import Steps
 DEFAULT_DECIMATION_TARGET = 1_000_000
 DEFAULT_TEXTURE_SIZE = 2048
 TEXTURE_SIZES = (512, 1024, 2048, 4096)
-MAX_DECIMATION_TARGET = 100_000_000
 
 
 @dataclass(frozen=True)
 class ExportLevers:
-    """What the export makes: ``decimation_target`` (faces, 1..100,000,000),
+    """What the export makes: ``decimation_target`` (faces, 1..``MAX_DECIMATION_TARGET``),
     ``texture_size`` (px, one of ``TEXTURE_SIZES``), ``budget`` (bytes or None for
     ``budget.DEFAULT_BUDGET``). ``check()`` raises ``ValueError`` naming a bad value."""
 
