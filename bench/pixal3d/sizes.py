@@ -115,13 +115,6 @@ def scaled_working_bytes(scale: float) -> dict[str, int]:
     return {s: int(v["working"] * scale) // 4096 * 4096 for s, v in real_working_bytes().items()}
 
 
-def scaled_weight_bytes(scale: float) -> dict[str, int]:
-    """Weight bytes per model at ``scale`` (bytes). Raises ``ValueError`` for a bad scale."""
-    if not 0 < scale <= 1:
-        raise ValueError(f"scale must be in (0, 1], got {scale}; e.g. 0.125 for 1/8")
-    return {m: int(b * scale) for m, b in REAL_WEIGHT_BYTES.items()}
-
-
 def check_totals() -> dict:
     """The totals SPEC §1 fixes, recomputed from ``REAL_WEIGHT_BYTES`` (bytes)."""
     seven = sum(REAL_WEIGHT_BYTES[m] for m in SEVEN_MODELS)

@@ -50,10 +50,13 @@ class Backend:
     options: tuple[Option, ...] = field(default_factory=tuple)
     install_hint: str = ""
     precheck: str | None = None
-    split_export: str | None = None
     """``"module:function"`` of a cheap check (no torch, no weights: e.g. that a folder exists
     and holds the expected files) called with the backend's own options; it returns None or
     raises ``RunnerError``. None: nothing to check before the worker."""
+    split_export: str | None = None
+    """``"module:function"`` (like :attr:`precheck`, no torch) taking the job options and
+    saying whether the job exports in a process of its own (:meth:`splits_export`). None:
+    never."""
     texture_sizes: tuple[int, int] | tuple[int, ...] = (1, 4096)
     texture_floor: int | None = None
     """Smallest texture side (px) the backend really makes: a smaller ``--texture-size`` is

@@ -37,7 +37,7 @@ def _bytes(value) -> int:
 def export_settings(export_profile: Optional[str] = "port", decimation_target=None, remesh=None,
                     remesh_resolution=None, allow_dense_grid_sample=None, **_other):
     """The export levers as the runner passes them (strings from the command line, None = not
-    given) → ``stageload.pixal3d.export.ExportSettings``. Raises ``RunnerError('usage')``."""
+    given) → ``stageload.pixal3d.export.ResolvedExport``. Raises ``RunnerError('usage')``."""
     from stageload.pixal3d.export import ExportOptions
 
     from ..errors import RunnerError

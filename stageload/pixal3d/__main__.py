@@ -177,7 +177,7 @@ class _PortOutputToStderr:
 
 
 def _export_settings(ns):
-    """The export levers of ``run`` → ``ExportSettings``; ``PortError``-free, ``ValueError``
+    """The export levers of ``run`` → ``ResolvedExport``; ``PortError``-free, ``ValueError``
     for a bad combination (reported as a usage error by the caller)."""
     from .export import ExportOptions
     return ExportOptions(decimation_target=ns.decimation_target,

@@ -60,7 +60,7 @@ from ..sharing import share
 from ..staged import StagedModels
 from .direct import (METHOD_PORT, LoadNote, RuntimeNote, build_with_cpu_retry, load_port_model,
                      prepare_meta_runtime, with_bare_fallback)
-from .export import ExportSettings, port_argv, run_export, save_asset
+from .export import ResolvedExport, port_argv, run_export, save_asset
 from . import knobs
 from .choices import PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
 from .errors import EmptyMeshError, KnobRefused, PortVersionError
@@ -655,7 +655,7 @@ class Pixal3DRun:
 
     def generate(self, image, output: os.PathLike | str, *, seed: int = 42, texture_size: int = 2048,
                  fov: Optional[float] = None, steps: Optional[int] = None, max_num_tokens: int = 49152,
-                 no_texture: bool = False, export: Optional[ExportSettings] = None,
+                 no_texture: bool = False, export: Optional[ResolvedExport] = None,
                  handover: Optional[os.PathLike | str] = None) -> dict:
         """One image (a PIL image or a path) → a GLB at ``output``, as the port's ``main()``.
 
@@ -677,7 +677,7 @@ class Pixal3DRun:
         output = Path(output)
         if output.exists():
             raise FileExistsError(f"{output} exists; the adapter never overwrites a file")
-        settings = export or ExportSettings()
+        settings = export or ResolvedExport()
         args = self._namespace(output=str(output), seed=seed, texture_size=texture_size, fov=fov, steps=steps,
                                max_num_tokens=max_num_tokens, no_texture=no_texture,
                                extra=tuple(self.port_args) + tuple(port_argv(settings)))
@@ -714,7 +714,7 @@ class Pixal3DRun:
             result["handover"] = str(handover)
         return result
 
-    def _export(self, asset, output: Path, args, settings: ExportSettings) -> None:
+    def _export(self, asset, output: Path, args, settings: ResolvedExport) -> None:
         """The ``export`` stage in this process: release every model, then the port's
         ``asset_to_glb`` with the levers and the sub-step events (``export.run_export``)."""
         self.enter("export")

@@ -45,7 +45,7 @@ class ExportRefused(PortError):
 
 
 @dataclass(frozen=True)
-class ExportSettings:
+class ResolvedExport:
     """Resolved levers: ``decimation_target`` (int or None), ``remesh`` (bool or None),
     ``remesh_limit`` (int or None: remesh at ``min(limit, grid)``), ``free_between_steps``,
     ``allow_dense_grid_sample``, ``profile`` (name or None)."""
@@ -69,7 +69,7 @@ class ExportOptions:
     profile: Optional[str] = None
     allow_dense_grid_sample: bool = False
 
-    def resolve(self) -> ExportSettings:
+    def resolve(self) -> ResolvedExport:
         if self.profile is not None and self.profile not in PROFILES:
             raise ValueError(f"export profile {self.profile!r} is unknown; choose one of "
                              f"{', '.join(PROFILES)}")
@@ -91,14 +91,14 @@ class ExportOptions:
                 raise ValueError("a remesh resolution needs remeshing on (drop --remesh off or "
                                  "the remesh resolution)")
             resolution = "grid"  # the profile's remesh lever has nothing to act on
-        return ExportSettings(decimation_target=target, remesh=self.remesh,
+        return ResolvedExport(decimation_target=target, remesh=self.remesh,
                               remesh_limit=None if resolution == "grid" else int(resolution),
                               free_between_steps=bool(preset.get("free_between_steps", False)),
                               allow_dense_grid_sample=bool(self.allow_dense_grid_sample),
                               profile=self.profile)
 
 
-def port_argv(settings: ExportSettings) -> list[str]:
+def port_argv(settings: ResolvedExport) -> list[str]:
     """The port's own command-line options for the levers it has itself."""
     argv = []
     if settings.decimation_target is not None:
@@ -129,7 +129,7 @@ def _native_in_process(args) -> bool:
             and os.environ.get("PIXAL3D_NATIVE_SUBPROCESS", "").strip() != "1")
 
 
-def check_export(postprocess, args, asset, settings: ExportSettings) -> None:
+def check_export(postprocess, args, asset, settings: ResolvedExport) -> None:
     """Refuse (``ExportRefused``) before export starts when a lever cannot be honoured or the
     port would build the dense grid-sample volume without ``allow_dense_grid_sample``."""
     native = _native_in_process(args) and bool(getattr(asset, "has_voxels", False))
@@ -186,7 +186,7 @@ def load_asset(gm, path: os.PathLike | str):
     return gm.Pixal3DAsset(mesh, vertices, faces, resolution, gm._mesh_has_voxels(mesh))
 
 
-def run_export(gm, asset, output: Path, args, settings: ExportSettings,
+def run_export(gm, asset, output: Path, args, settings: ResolvedExport,
                emit: Callable[[dict], None], device) -> None:
     """Check, then export ``asset`` with the port's ``asset_to_glb(asset, output, args)`` while
     ``ExportSteps`` reports the sub-steps to ``emit``. Raises ``ExportRefused`` before anything
@@ -203,7 +203,7 @@ def run_export(gm, asset, output: Path, args, settings: ExportSettings,
 
 
 def port_args(gm, output: Path, *, seed: int, texture_size: int, pipeline_type: str,
-              settings: ExportSettings, no_texture: bool = False):
+              settings: ResolvedExport, no_texture: bool = False):
     """The port's own argument namespace (its defaults) for its export, from its
     ``parse_args`` with a command line built here, the levers' options included. Raises
     ``ValueError`` when the port's parser rejects them."""
@@ -223,7 +223,7 @@ def port_args(gm, output: Path, *, seed: int, texture_size: int, pipeline_type: 
 
 
 def export_handover(port, handover: os.PathLike | str, output: os.PathLike | str, *, seed: int,
-                    texture_size: int, pipeline_type: str, settings: ExportSettings,
+                    texture_size: int, pipeline_type: str, settings: ResolvedExport,
                     emit: Callable[[dict], None], device) -> dict:
     """The export process's work: announce the ``export`` stage (``stage`` with this process's
     ``pid``, then ``ready``), rebuild the asset from the hand-over file with the port's loader,

@@ -25,7 +25,7 @@ hook is installed on each instance ``to_glb`` creates (``on_call`` on the module
 ``_MeshBackend`` while ``to_glb`` runs only — the bridge patches that class's methods before
 it calls ``to_glb``, and a wrapper in the module attribute then would receive them).
 
-Levers applied here (``ExportSettings``): ``free_between_steps`` runs ``gc.collect()`` and the
+Levers applied here (``ResolvedExport``): ``free_between_steps`` runs ``gc.collect()`` and the
 port's ``maybe_empty_cache(device)`` at every step change (the peer's "free Metal temporaries
 between steps"); ``remesh_resolution`` (e.g. 512) wraps ``_remesh_narrow_band_dc`` to remesh at
 ``min(limit, resolution)``, recomputing its ``scale`` argument the way ``to_glb`` computes it
