@@ -280,9 +280,15 @@ def summarize_check(stdout: str) -> str:
     if isinstance(py, dict):
         py = py.get("version") or py.get("executable")
     torch = data.get("torch")
+    why = None
     if isinstance(torch, dict):
-        torch = torch.get("version") or torch.get("reason") or torch.get("error") or "missing"
-    lines.append(f"Python {py or '?'} · torch {torch or 'not found'}")
+        why = torch.get("reason") or torch.get("error")
+        torch = torch.get("version")
+    if torch:
+        lines.append(f"Python {py or '?'} · torch {torch}")
+    else:  # the built-in backend needs none: say so rather than "torch <the reason>"
+        lines.append(f"Python {py or '?'} · no torch (only the built-in backend can run)"
+                     + (f": {why}" if why else ""))
     devices = data.get("devices")
     if isinstance(devices, dict):  # {"cpu": {"available": true, …}, "mps": {…}}
         names = [n for n, d in devices.items() if isinstance(d, dict) and d.get("available")]

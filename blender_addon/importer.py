@@ -92,6 +92,19 @@ def name_materials(obj: bpy.types.Object, name: str) -> None:
             image.name = f"{name}{suffix}_base_color"
 
 
+def free_name(name: str, obj=None) -> str:
+    """``name``, or ``name_2``, ``name_3`` … — the first no other object in the file has (the
+    project's pattern for later runs, docs/blender.md; Blender's own would be ``name.001``).
+    ``obj``: the object being named (its own current name does not count)."""
+    taken = {o.name for o in bpy.data.objects if o is not obj}
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name}_{n}" in taken:
+        n += 1
+    return f"{name}_{n}"
+
+
 def window_context():
     """A context override with a window when Blender has one: timer callbacks run without a
     window, and the glTF importer and view-layer selection want one. A no-op override in
@@ -148,6 +161,7 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
         with bpy.context.temp_override(active_object=obj, object=obj,
                                        selected_objects=meshes, selected_editable_objects=meshes):
             bpy.ops.object.join()
+    name = free_name(name, obj)
     obj.name = name
     obj.data.name = name
     name_materials(obj, name)

@@ -692,6 +692,11 @@ def sc_importer(zip_path, work):
              "expected_vertices": len(box.vertices) + len(ball.vertices),
              "image_size": list(imp.base_color_image(obj).size) if imp.base_color_image(obj) else None,
              "peak_prop": obj[imp.PROP_PEAK]}
+    # The same name again (one image's output in a second folder): the project's _2, not .001
+    again = imp.import_glb(glb, "parts", (0.0, 0.0, 0.0), coll, {"backend": "x", "seed": 1,
+                                                                 "peak": None, "trace": "t"})
+    facts["second"] = [again.name, again.data.name]
+    facts["second_materials"] = [s.material.name for s in again.material_slots if s.material]
     try:
         imp.import_glb(work / "missing.glb", "x", (0, 0, 0), coll, {})
     except imp.MeshImportError as exc:

@@ -448,3 +448,6 @@ def test_importer_joins_parts_drops_helper_nodes_and_keeps_placement(built_zip, 
     assert v["image_size"] == [64, 32]
     assert v["peak_prop"] == 5e9
     assert v["missing_error"].startswith("The runner's GLB is missing: ")
+    assert v["second"] == ["parts_2", "parts_2"]  # issue 23 item 10: not parts.001
+    assert v["second_materials"] and all(m.startswith("parts_2") and "." not in m
+                                         for m in v["second_materials"]), v["second_materials"]

@@ -2,6 +2,7 @@
 resolution, command lines (checked against the real option parsers of stageload.guard)."""
 from __future__ import annotations
 
+import json
 import argparse
 import os
 import stat
@@ -359,3 +360,19 @@ def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp
                 {"decimation_target": 1.5}, {"allow_dense_grid_sample": "yes"}):
         with pytest.raises(config.ConfigError):
             job.JobSettings(**bad)
+
+
+def test_check_summary_without_torch_reads_as_a_sentence():
+    """A check answered by a Python without torch (the built-in backend's case): "no torch",
+    then the runner's reason — never "torch The Python at … cannot import torch" (issue 23
+    item 10). The event is the runner's documented `check` line."""
+    line = json.dumps({"v": 1, "event": "check", "t": 1.0,
+                       "python": {"version": "3.11.7", "executable": "/x/python"},
+                       "torch": {"version": None, "ok": False,
+                                 "reason": "The Python at /x/python cannot import torch.",
+                                 "hint": "Install PyTorch"},
+                       "devices": {"cpu": {"available": True}},
+                       "backends": {"builtin": {"ok": True}}, "requested": ["builtin"], "ok": True})
+    lines = config.summarize_check(line).splitlines()
+    assert lines[0] == ("Python 3.11.7 · no torch (only the built-in backend can run): "
+                        "The Python at /x/python cannot import torch."), lines
