@@ -5,7 +5,8 @@ two runners given the same path never interleave — the second is refused with
 A claim is an exclusive ``fcntl.flock`` on a hidden file next to the claimed one
 (``.<name>.claim``, holding the claimer's pid for the message). The kernel drops the lock when
 its process ends, even by SIGKILL, so a claim never outlives its runner; a claim file left by a
-killed runner is taken over by the next one. On release the file is removed while still
+killed runner is taken over by the next one, and removed by any job that claims in that
+folder (:func:`sweep_stale_claims`). On release the file is removed while still
 locked; a runner that opened the old file meanwhile notices (the path no longer names the file
 it locked) and starts over. POSIX only (Linux, macOS), like the rest of the runner.
 """
@@ -91,7 +92,8 @@ class Claim:
 
 def claim_all(paths: list[Path]) -> list[Claim]:
     """Claim every distinct path in a fixed order (sorted), releasing those already taken
-    when one fails. Raises ``RunnerError`` like :meth:`Claim.take`."""
+    when one fails; then sweep the stale claims of their folders (:func:`sweep_stale_claims`).
+    Raises ``RunnerError`` like :meth:`Claim.take`."""
     taken: list[Claim] = []
     try:
         for path in sorted(set(paths)):
@@ -99,7 +101,39 @@ def claim_all(paths: list[Path]) -> list[Claim]:
     except BaseException:
         release_all(taken)
         raise
+    for folder in sorted({claim.path.parent for claim in taken}):
+        sweep_stale_claims(folder)
     return taken
+
+
+def sweep_stale_claims(folder: Path) -> list[Path]:
+    """Remove the claim files in ``folder`` whose runner is gone (a SIGKILL leaves the file,
+    the kernel drops its lock): each ``.*.claim`` that can be locked at once is unlinked while
+    locked — by the protocol of :meth:`Claim.take`, a runner that opened it meanwhile sees it
+    is no longer named and starts over; a held claim (another runner's, or ours: a second
+    open file description conflicts) is left alone. Returns the removed paths; never raises."""
+    removed = []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(".") and n.endswith(".claim")]
+    except OSError:
+        return removed
+    for name in names:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            here, ours = os.stat(path), os.fstat(fd)
+            if (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:  # BlockingIOError: held by a live runner
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 def release_all(claims: list[Claim]) -> None:
