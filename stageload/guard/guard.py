@@ -23,13 +23,14 @@ import time
 from typing import Callable, TextIO
 
 from . import readings as readings_mod
-from .admission import Verdict, decide_admission
+from .admission import Verdict
 from .budget import Budget
 from .busy import find_busy, own_lineage
 from .config import ConfigError, GuardConfig
 from .peers import Peers, looks_like_guard
 from .process_tree import ProcessTree, StopReport
 from .reservations import Admission, explained
+from .waiting import Decision, WaitClock, WaitingLog, decide
 
 #: Exit codes of :meth:`Guard.run` (and of ``python -m stageload guard``) besides the command's own.
 EXIT_STOPPED = 3
@@ -38,8 +39,6 @@ EXIT_CANNOT_START = 127
 EXIT_SIGNAL_BASE = 128
 
 _LABELS = {"waiting": "waiting", "started": "start", "stopped": "stop", "timeout": "timeout"}
-#: While the verdict does not change, repeat the "waiting" decision this often (seconds).
-WAITING_REPEAT = 10.0
 #: How often check() re-reads the command's process tree (seconds); one pass over the process
 #: table costs a few milliseconds, so a 10 Hz sampler must not trigger it every time.
 REFRESH_EVERY = 0.5
@@ -159,70 +158,67 @@ class Guard:
         Returns True when the command may start, False when ``config.start_timeout`` passed
         (a ``timeout`` decision is logged) or :meth:`cancel` was called. A ``waiting`` decision
         is logged at the first refusal, whenever the blocking conditions change, and every
-        10 s while they do not.
-
-        Quiet time for ``--busy`` is counted from the first poll at which no busy process is
-        seen any more (or from this call when none was ever seen), so it is never shorter than
-        ``quiet_for`` after the last busy process really ended, and a gap between two jobs of a
-        chain that is shorter than ``quiet_for`` does not let the command in.
+        10 s while they do not (``waiting.WaitingLog``). Quiet time for ``--busy``: see
+        ``waiting.WaitClock``.
         """
         config = self.config
-        began = time.monotonic()
-        deadline = None if config.start_timeout is None else began + config.start_timeout
+        clock, waiting = WaitClock(config, time.monotonic()), WaitingLog()
         ignore = own_lineage()
         if config.busy:
             self.peers.register()  # other guards must not count this process as busy
-        quiet_since = began
-        busy_before = False
-        last_keys: tuple | None = None
-        last_logged = float("-inf")
-        while True:
-            if self._cancelled:
-                return False
-            readings = self.admission.readings(config, self._read())
-            busy = self._find_busy(ignore)
-            now = time.monotonic()
-            if busy:
-                busy_before = True
-            elif busy_before:
-                quiet_since, busy_before = now, False
-            quiet = (now - quiet_since) if config.busy else None
-            verdict: Verdict = decide_admission(config, readings, busy_seen=busy, quiet_seconds=quiet)
-            if verdict.ok and config.busy:
-                # Only one guard at a time passes from here to its command's exec; under the
-                # lock a peer's command that started a moment ago is visible (peers.py).
-                if not self.peers.try_lock():
-                    verdict = Verdict(False, "another guard is starting its command", ("peer",))
-                else:
-                    busy = self._find_busy(ignore)
-                    if busy:
-                        self.peers.unlock()
-                        busy_before = True
-                        verdict = decide_admission(config, readings, busy_seen=busy,
-                                                   quiet_seconds=quiet)
-            if verdict.ok:  # confirmed under the machine-wide reservation lock (reservations.py)
-                verdict = self.admission.admit(config, readings, lambda r: decide_admission(
-                    config, r, busy_seen=busy, quiet_seconds=quiet))
-                if not verdict.ok:
-                    self.peers.unlock()
-            verdict = explained(verdict, readings)
+        while not self._cancelled:
+            decision, now = self._poll(clock, ignore)
+            verdict, readings = decision.verdict, decision.readings
             if verdict.ok:
                 self._admission = (verdict, readings)
                 return True
-            context = {"busy": busy} if busy else {}
-            if verdict.blocking != last_keys or now - last_logged >= WAITING_REPEAT:
+            context = {"busy": decision.busy} if decision.busy else {}
+            if waiting.due(verdict.blocking, now):
                 self._decide("waiting", verdict.reason, readings, **context)
-                last_keys, last_logged = verdict.blocking, now
-            if deadline is not None and now >= deadline:
-                self._decide("timeout", f"no room after {config.start_timeout:g} s: {verdict.reason}",
-                             readings, **context)
+            if clock.expired(now):
+                self._decide("timeout", f"no room after {config.start_timeout:g} s: "
+                             f"{verdict.reason}", readings, **context)
                 return False
-            pause = config.poll
-            if deadline is not None:
-                pause = min(pause, deadline - now)
-            if quiet is not None and not busy and quiet < config.quiet_for:
-                pause = min(pause, config.quiet_for - quiet + 0.01)
-            self._sleep(pause)
+            self._sleep(clock.pause(now, decision.busy))
+        return False
+
+    def _poll(self, clock: WaitClock, ignore: set[int]) -> tuple[Decision, float]:
+        """One admission poll: the readings, what other admitted jobs hold, the busy scan,
+        the decision (``waiting.decide``) and, when it admits, its confirmation
+        (:meth:`_confirm`). Returns the decision and the poll's monotonic time."""
+        config = self.config
+        readings, held = self._read(), self.admission.held(config)
+        busy = self._find_busy(ignore)
+        now = time.monotonic()
+        quiet = clock.observe(now, busy)
+        decision = decide(config, readings, held=held, busy_seen=busy, quiet_seconds=quiet)
+        if decision.verdict.ok:
+            decision = self._confirm(decision, readings, clock, ignore, now)
+        return decision, now
+
+    def _confirm(self, look: Decision, readings: dict, clock: WaitClock, ignore: set[int],
+                 now: float) -> Decision:
+        """Confirm an admitting ``look`` (made on ``readings`` at ``now``): with ``--busy``,
+        under the peers' start lock (only one guard at a time passes from here to its
+        command's exec; under it a peer's command that started a moment ago is visible,
+        ``peers.py``), then under the machine-wide reservation lock (``reservations.py``),
+        which records this guard's need. A refusal releases the start lock."""
+        config, quiet = self.config, clock.quiet
+        if config.busy:
+            if not self.peers.try_lock():
+                peer = Verdict(False, "another guard is starting its command", ("peer",))
+                return Decision(explained(peer, look.readings), look.readings, look.held)
+            busy = self._find_busy(ignore)
+            if busy:
+                self.peers.unlock()
+                clock.observe(now, busy)
+                return decide(config, readings, held=look.held, busy_seen=busy,
+                              quiet_seconds=quiet)
+        decision = self.admission.admit(config, lambda held: decide(
+            config, readings, held=held, quiet_seconds=quiet))
+        if not decision.verdict.ok:
+            self.peers.unlock()
+        return decision
 
     def _find_busy(self, ignore: set[int]) -> list[str]:
         """``--busy`` matches, skipping this process's lineage and every registered guard."""

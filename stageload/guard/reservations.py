@@ -144,7 +144,7 @@ def _remove(path: Path) -> None:
         pass
 
 
-def _with_held(readings: dict, held: int, count: int) -> dict:
+def with_held(readings: dict, held: int, count: int) -> dict:
     """``readings`` as an admission must see them: ``available`` less ``held`` (bytes), the
     raw figure kept as ``available_unreserved`` and the reservation as ``reserved`` /
     ``reserved_by`` (how many admitted jobs)."""
@@ -156,34 +156,31 @@ def _with_held(readings: dict, held: int, count: int) -> dict:
 
 
 class Admission:
-    """The guard's hook: :meth:`readings` for every admission poll, :meth:`admit` to confirm
-    and record an admission. Nothing changes for a guard without ``need``."""
+    """The guard's side of the reservations: :meth:`held` for every admission poll,
+    :meth:`admit` to confirm and record an admission. Nothing changes for a guard without
+    ``need``."""
 
     def __init__(self, reservations: Reservations | None = None) -> None:
         self.reservations = reservations or Reservations()
 
-    def readings(self, config, readings: dict) -> dict:
-        """``readings`` with what other admitted jobs still hold taken off ``available``
-        (a look without the lock: :meth:`admit` decides under it)."""
+    def held(self, config) -> tuple[int, int]:
+        """``(bytes, count)`` other admitted jobs still hold — a look without the lock
+        (:meth:`admit` decides under it); ``(0, 0)`` without ``config.need``."""
         if config.need is None:
-            return readings
-        return _with_held(readings, *self.reservations.held_by_others())
+            return 0, 0
+        return self.reservations.held_by_others()
 
-    def admit(self, config, readings: dict, decide):
-        """Under the machine-wide lock: decide again (``decide(readings) -> Verdict``) on
-        ``readings`` less what the others hold now and, when admitted, record this guard's
-        reservation of ``config.need``. Returns the verdict; a refusal names the reservations."""
+    def admit(self, config, decide):
+        """Under the machine-wide lock: decide again (``decide(held)`` with what the others
+        hold now, returning a ``waiting.Decision``) and, when admitted, record this guard's
+        reservation of ``config.need``. Returns the decision."""
         if config.need is None:
-            return decide(readings)
-        raw = {k: v for k, v in readings.items() if k not in ("reserved", "reserved_by")}
-        raw["available"] = readings.get("available_unreserved", readings.get("available"))
-        raw.pop("available_unreserved", None)
+            return decide((0, 0))
         with self.reservations.locked() as usable:
-            held, count = self.reservations.held_by_others() if usable else (0, 0)
-            verdict = decide(_with_held(raw, held, count))
-            if verdict.ok and usable:
+            decision = decide(self.reservations.held_by_others() if usable else (0, 0))
+            if decision.verdict.ok and usable:
                 self.reservations.reserve(config.need)
-        return verdict
+        return decision
 
 
 def explained(verdict, readings: dict):
