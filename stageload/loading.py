@@ -47,8 +47,9 @@ PathLike = Union[str, os.PathLike]
 _REOPEN_BYTES = 64 << 20  # load_checkpoint: bytes read through one mapping before reopening
 
 
-def load_module(build: Callable[[], nn.Module], checkpoint: PathLike, *, device: Union[str, torch.device] = "cpu",
-                dtype: Optional[torch.dtype] = None, strict: bool = True, meta: bool = True) -> nn.Module:
+def load_module(build: Callable[[], nn.Module], checkpoint: PathLike, *,
+                device: Union[str, torch.device] = "cpu", dtype: Optional[torch.dtype] = None,
+                strict: bool = True, meta: bool = True) -> nn.Module:
     """Build ``build()`` without weights and give it the checkpoint's tensors on ``device``.
 
     Args:
@@ -86,6 +87,20 @@ def load_module(build: Callable[[], nn.Module], checkpoint: PathLike, *, device:
         return module
     with torch.device("meta"):
         module = _build(build)
+    state = _read_file(path, device, dtype)
+    try:
+        result = module.load_state_dict(state, strict=strict, assign=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path.name} does not fit {type(module).__name__}: {exc}") from exc
+    del state
+    _check_nothing_on_meta(module, path, result.missing_keys)
+    return module
+
+
+def _read_file(path: Path, device: torch.device, dtype: Optional[torch.dtype]) -> dict:
+    """``load_module``'s read: the whole safetensors file on ``device`` (name → tensor),
+    floating tensors converted to ``dtype`` when given. Raises ``CheckpointError`` when the
+    file cannot be read as safetensors."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -97,19 +112,20 @@ def load_module(build: Callable[[], nn.Module], checkpoint: PathLike, *, device:
         for name, tensor in state.items():
             if tensor.is_floating_point() and tensor.dtype != dtype:
                 state[name] = tensor.to(dtype)
-    try:
-        result = module.load_state_dict(state, strict=strict, assign=True)
-    except RuntimeError as exc:
-        raise CheckpointError(f"{path.name} does not fit {type(module).__name__}: {exc}") from exc
-    del state
+    return state
+
+
+def _check_nothing_on_meta(module: nn.Module, path: Path, missing: list[str]) -> None:
+    """Raise ``CheckpointError`` naming the parameters and buffers of ``module`` still on
+    ``meta`` after loading ``path`` (``missing``: the names the checkpoint lacked)."""
     left = [name for name, tensor in _named_tensors(module) if tensor.is_meta]
     if left:
         shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        lacked = "; missing: " + ", ".join(missing[:8]) if missing else ""
         raise CheckpointError(
-            f"{type(module).__name__} still has tensors on meta after loading {path.name}: {shown} "
-            f"(not in the checkpoint{'; missing: ' + ', '.join(result.missing_keys[:8]) if result.missing_keys else ''}). "
-            f"If these are buffers computed in __init__, load with load_module(..., meta=False)")
-    return module
+            f"{type(module).__name__} still has tensors on meta after loading {path.name}: "
+            f"{shown} (not in the checkpoint{lacked}). If these are buffers computed in "
+            "__init__, load with load_module(..., meta=False)")
 
 
 def load_checkpoint(module: nn.Module, checkpoint: PathLike, *, strict: bool = True,

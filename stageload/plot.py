@@ -199,6 +199,26 @@ def _draw_lanes(lane_ax, runs: list[Run], colours: dict[str, str], line_colours:
                       loc="left")
 
 
+def _draw_run(ax, run: Run, *, annotate: bool):
+    """One run's footprint line on ``ax``, labelled with its peak, and the peak's ▼ marker
+    (with its size written above it when ``annotate``). Returns the line."""
+    p = run.summary["peak"]
+    peak_txt = f"peak {format_size(p['bytes'])}" if p["bytes"] else "no peak"
+    if p.get("stage"):
+        peak_txt += f" in {p['stage']}"
+    if p.get("source") == "hwm":
+        peak_txt += " (kernel high-water mark, ▼ between samples)"
+    (line,) = ax.plot(run.times, run.gib, linewidth=1.8, zorder=3,
+                      label=f"{run.label} — {peak_txt}")
+    if p["bytes"]:
+        ax.plot([p["t"]], [p["bytes"] / GIB], marker="v", markersize=9, zorder=5,
+                color=line.get_color(), markeredgecolor="black", markeredgewidth=0.6)
+        if annotate:
+            ax.annotate(format_size(p["bytes"]), (p["t"], p["bytes"] / GIB), xytext=(0, 8),
+                        textcoords="offset points", ha="center", fontsize=9)
+    return line
+
+
 def make_figure(runs: list[Run], title: str | None = None):
     """A matplotlib ``Figure`` (Agg canvas attached) drawing ``runs``. Raises ``ValueError``
     when no run has a single sample."""
@@ -228,24 +248,8 @@ def make_figure(runs: list[Run], title: str | None = None):
     ax.set_xlim(0, x_max)
     rows, row_height = _stagger_labels(fig, ax, band_labels)
 
-    line_colours, handles = [], []
-    for i, run in enumerate(runs):
-        p = run.summary["peak"]
-        peak_txt = f"peak {format_size(p['bytes'])}" if p["bytes"] else "no peak"
-        if p.get("stage"):
-            peak_txt += f" in {p['stage']}"
-        if p.get("source") == "hwm":
-            peak_txt += " (kernel high-water mark, ▼ between samples)"
-        (line,) = ax.plot(run.times, run.gib, linewidth=1.8, zorder=3,
-                          label=f"{run.label} — {peak_txt}")
-        line_colours.append(line.get_color())
-        handles.append(line)
-        if p["bytes"]:
-            ax.plot([p["t"]], [p["bytes"] / GIB], marker="v", markersize=9, zorder=5,
-                    color=line.get_color(), markeredgecolor="black", markeredgewidth=0.6)
-            if len(runs) == 1:
-                ax.annotate(format_size(p["bytes"]), (p["t"], p["bytes"] / GIB), xytext=(0, 8),
-                            textcoords="offset points", ha="center", fontsize=9)
+    handles = [_draw_run(ax, run, annotate=len(runs) == 1) for run in runs]
+    line_colours = [line.get_color() for line in handles]
 
     # headroom above the highest point for the peak label and every row of stage names
     ax.set_ylim(0, y_max / max(0.3, 0.82 - (rows - 1) * row_height))

@@ -291,6 +291,30 @@ def _sec(x) -> str:
     return f"{x:.2f} s" if abs(x) < 10 else f"{x:.1f} s"
 
 
+def _stage_table(stages: list[dict]) -> list[str]:
+    """``format_text``'s table: one line per stage (time, release, peak, loads), its sub-steps
+    under it, and the footnote when a peak came from the kernel high-water mark."""
+    width = max(12, max(len(str(st["stage"])) for st in stages) + 2,
+                max((len(str(sub["stage"])) + 6 for st in stages
+                     for sub in st.get("substeps") or ()), default=0))
+    lines = [f"{'stage':<{width}}{'time':>9}{'release':>9}{'peak':>11}  loads"]
+    for st in stages:
+        mark = "*" if st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"] \
+            and st["peak_hwm"] != st["peak_footprint"] else " "
+        loads = (f"{st['loads']} · {_size(st['load_bytes'])} · {_sec(st['load_seconds'])}"
+                 if st["loads"] else "–")
+        lines.append(f"{str(st['stage']):<{width}}{_sec(st['seconds']):>9}"
+                     f"{_sec(st['release_seconds']):>9}{_size(st['peak']):>11}{mark} {loads}")
+        for sub in st.get("substeps") or ():
+            name = f"  · {sub['stage']}"
+            lines.append(f"{name:<{width}}{_sec(sub['seconds']):>9}{'':>9}"
+                         f"{_size(sub['peak']):>11}")
+    if any(st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"]
+           and st["peak_hwm"] != st["peak_footprint"] for st in stages):
+        lines.append("* peak from the kernel high-water mark (a spike between samples)")
+    return lines
+
+
 def format_text(summary: dict, name: str = "trace") -> str:
     """The summary as text a person reads (sizes in GiB/MiB = 1024³/1024² bytes, seconds)."""
     s = summary
@@ -327,24 +351,7 @@ def format_text(summary: dict, name: str = "trace") -> str:
             f"{pre[state]['count']} {state} ({_size(pre[state]['bytes'])} in "
             f"{_sec(pre[state]['seconds'])})" for state in PREFETCH_STATES))
     if s["stages"]:
-        width = max(12, max(len(str(st["stage"])) for st in s["stages"]) + 2,
-                    max((len(str(sub["stage"])) + 6 for st in s["stages"]
-                         for sub in st.get("substeps") or ()), default=0))
-        lines += ["", f"{'stage':<{width}}{'time':>9}{'release':>9}{'peak':>11}  loads"]
-        for st in s["stages"]:
-            mark = "*" if st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"] \
-                and st["peak_hwm"] != st["peak_footprint"] else " "
-            loads = (f"{st['loads']} · {_size(st['load_bytes'])} · {_sec(st['load_seconds'])}"
-                     if st["loads"] else "–")
-            lines.append(f"{str(st['stage']):<{width}}{_sec(st['seconds']):>9}"
-                         f"{_sec(st['release_seconds']):>9}{_size(st['peak']):>11}{mark} {loads}")
-            for sub in st.get("substeps") or ():
-                name = f"  · {sub['stage']}"
-                lines.append(f"{name:<{width}}{_sec(sub['seconds']):>9}{'':>9}"
-                             f"{_size(sub['peak']):>11}")
-        if any(st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"]
-               and st["peak_hwm"] != st["peak_footprint"] for st in s["stages"]):
-            lines.append("* peak from the kernel high-water mark (a spike between samples)")
+        lines += [""] + _stage_table(s["stages"])
     if s["outside_stage"]:
         lines += ["", "loads outside their stage:"]
         for o in s["outside_stage"][:OUTSIDE_STAGE_SHOWN]:

@@ -187,6 +187,20 @@ def _export_settings(ns):
                          allow_dense_grid_sample=ns.allow_dense_grid_sample).resolve()
 
 
+def _usage_problem(ns) -> str | None:
+    """What is wrong with ``run``'s output, input or export levers, for one ``error:`` line
+    (None: nothing)."""
+    if Path(ns.output).exists():
+        return f"{ns.output} exists; choose another output (nothing is overwritten)"
+    if not Path(ns.image).is_file():
+        return f"input image {ns.image} not found"
+    try:
+        _export_settings(ns)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _run(ns) -> int:
     from ..events import fan_out
     from ..meter import Sampler
@@ -194,18 +208,10 @@ def _run(ns) -> int:
     from .adapter import Pixal3DRun
     from .errors import EmptyMeshError, PortError
 
-    if Path(ns.output).exists():
-        print(f"error: {ns.output} exists; choose another output (nothing is overwritten)", file=sys.stderr)
+    problem = _usage_problem(ns)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
-    if not Path(ns.image).is_file():
-        print(f"error: input image {ns.image} not found", file=sys.stderr)
-        return 2
-    try:
-        _export_settings(ns)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
     trace = None
     try:
         trace = TraceWriter(ns.trace) if ns.trace else None

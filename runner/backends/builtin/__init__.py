@@ -43,18 +43,10 @@ ERRORS = {
 }
 
 
-def generate(
-    image: "Image.Image",
-    output: "str | os.PathLike",
-    *,
-    had_alpha: bool,
-    seed: int = 0,
-    texture_size: int = 1024,
-    height_m: float = 1.0,
-    emit: "Callable[[dict], None] | None" = None,
-    max_cells: int = DEFAULT_MAX_CELLS,
-    depth_scale: float = DEFAULT_DEPTH_SCALE,
-) -> dict:
+def generate(image: "Image.Image", output: "str | os.PathLike", *, had_alpha: bool,
+             seed: int = 0, texture_size: int = 1024, height_m: float = 1.0,
+             emit: "Callable[[dict], None] | None" = None, max_cells: int = DEFAULT_MAX_CELLS,
+             depth_scale: float = DEFAULT_DEPTH_SCALE) -> dict:
     """Turn one character image into a textured, watertight GLB written exactly to ``output``.
 
     Args:
@@ -84,11 +76,7 @@ def generate(
 
     The mesh: +Y up, metres, front towards +Z (glTF), feet at y = 0, centred on x and z.
     """
-    if not height_m > 0:
-        raise ValueError(f"height_m must be positive, got {height_m}")
-    if not 1 <= texture_size <= MAX_TEXTURE_SIZE:
-        raise ValueError(f"texture size must be 1 to {MAX_TEXTURE_SIZE} px (512 is the floor "
-                         f"actually written), got {texture_size}; use --texture-size 1024 or 2048")
+    _check_sizes(height_m, texture_size)
     clock = _StageClock(emit)
 
     clock.stage(0)
@@ -100,7 +88,8 @@ def generate(
     clock.stage(1)
     grid = make_grid(matte.mask, max_cells)
     clock.progress(1, 0.1)
-    body = inflate_body(grid, depth_scale=depth_scale, on_progress=lambda f: clock.progress(1, 0.1 + 0.9 * f))
+    body = inflate_body(grid, depth_scale=depth_scale,
+                        on_progress=lambda f: clock.progress(1, 0.1 + 0.9 * f))
 
     clock.stage(2)
     texture = make_texture(rgba, matte, texture_size)
@@ -108,14 +97,29 @@ def generate(
     uv = texture.uv(px, py, back=~body.front)
     clock.progress(2, 1.0)
 
+    vertices, glb_bytes = _export(clock, body, uv, texture.image, height_m, output)
+    return _facts(vertices, body.faces, texture.image, matte, grid, glb_bytes, clock.finish())
+
+
+def _export(clock, body, uv, texture_image, height_m: float, output) -> tuple:
+    """``generate``'s last stage: the body in metres (``height_m`` tall), the textured mesh,
+    the GLB written to ``output``. Returns the vertices (metres) and the GLB's size (bytes)."""
     clock.stage(3)
     vertices = _in_metres(body.vertices, height_m)
-    mesh = build_mesh(vertices, body.faces, uv, texture.image)
+    mesh = build_mesh(vertices, body.faces, uv, texture_image)
     clock.progress(3, 0.3)
     glb_bytes = write_glb(mesh, output)
     clock.progress(3, 1.0)
+    return vertices, glb_bytes
 
-    return _facts(vertices, body.faces, texture.image, matte, grid, glb_bytes, clock.finish())
+
+def _check_sizes(height_m: float, texture_size: int) -> None:
+    """``generate``'s ``ValueError`` for a height (metres) or texture side (px) it cannot make."""
+    if not height_m > 0:
+        raise ValueError(f"height_m must be positive, got {height_m}")
+    if not 1 <= texture_size <= MAX_TEXTURE_SIZE:
+        raise ValueError(f"texture size must be 1 to {MAX_TEXTURE_SIZE} px (512 is the floor "
+                         f"actually written), got {texture_size}; use --texture-size 1024 or 2048")
 
 
 def _facts(vertices, faces, texture_image, matte, grid, glb_bytes: int, seconds: dict) -> dict:

@@ -96,13 +96,15 @@ def solve_height(cells: np.ndarray) -> np.ndarray:
         rows.append(np.arange(n)[ok])
         cols.append(k[ok])
         vals.append(np.full(int(ok.sum()), -1.0))
-    a = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n))
+    a = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(n, n))
     h[interior] = np.maximum(spsolve(a, np.full(n, 2.0)), 0.0)
     return h
 
 
 def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: float = RIM_CELLS,
-                 smooth: int = SURFACE_ITERATIONS, on_progress: Callable[[float], None] | None = None) -> Body:
+                 smooth: int = SURFACE_ITERATIONS,
+                 on_progress: Callable[[float], None] | None = None) -> Body:
     """Build the closed body over the grid.
 
     Args:
@@ -129,25 +131,11 @@ def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: f
     d = depth[vr, vc]
 
     ci, cj = np.nonzero(cells)
-    a = front_index[ci, cj]
-    b = front_index[ci, cj + 1]
-    c = front_index[ci + 1, cj + 1]
-    e = front_index[ci + 1, cj]  # bottom-left corner ("d" in the docs)
-    # Split each quad along the diagonal whose ends are higher: closer to a convex surface.
-    main = depth[ci, cj] + depth[ci + 1, cj + 1] >= depth[ci, cj + 1] + depth[ci + 1, cj]
-    t1 = np.where(main[:, None], np.stack([a, e, c], 1), np.stack([a, e, b], 1))
-    t2 = np.where(main[:, None], np.stack([a, c, b], 1), np.stack([b, e, c], 1))
-    front = np.concatenate([t1, t2])
+    corners = (front_index[ci, cj], front_index[ci, cj + 1], front_index[ci + 1, cj + 1],
+               front_index[ci + 1, cj])  # a, b, c and the bottom-left corner ("d" in the docs)
+    front = _front_sheet(depth, ci, cj, corners)
     back = front[:, ::-1] + n
-
-    # Silhouette edges, directed as the front sheet runs along them (counter-clockwise).
-    p = np.pad(cells, 1)
-    up = ~p[ci, cj + 1]
-    down = ~p[ci + 2, cj + 1]
-    left = ~p[ci + 1, cj]
-    right = ~p[ci + 1, cj + 2]
-    u = np.concatenate([b[up], e[down], a[left], c[right]])
-    v = np.concatenate([a[up], c[down], e[left], b[right]])
+    u, v = _silhouette_edges(cells, ci, cj, corners)
     wall = np.concatenate([np.stack([v, u, u + n], 1), np.stack([v, u + n, v + n], 1)])
 
     x, y = smooth_outline(vc.astype(np.float64), vr.astype(np.float64), u, v)
@@ -168,6 +156,32 @@ def inflate_body(grid: Grid, *, depth_scale: float = DEFAULT_DEPTH_SCALE, rim: f
         cols=vertices[:, 0].copy(),
         front=np.concatenate([np.ones(n, bool), np.zeros(n, bool)]),
     )
+
+
+def _front_sheet(depth: np.ndarray, ci: np.ndarray, cj: np.ndarray, corners: tuple) -> np.ndarray:
+    """Two triangles per cell ``(ci, cj)`` of the front sheet, over its corner vertex indices
+    ``corners`` (top-left, top-right, bottom-right, bottom-left); each quad is split along the
+    diagonal whose ends are higher (``depth``): closer to a convex surface."""
+    a, b, c, e = corners
+    main = depth[ci, cj] + depth[ci + 1, cj + 1] >= depth[ci, cj + 1] + depth[ci + 1, cj]
+    t1 = np.where(main[:, None], np.stack([a, e, c], 1), np.stack([a, e, b], 1))
+    t2 = np.where(main[:, None], np.stack([a, c, b], 1), np.stack([b, e, c], 1))
+    return np.concatenate([t1, t2])
+
+
+def _silhouette_edges(cells: np.ndarray, ci: np.ndarray, cj: np.ndarray,
+                      corners: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The silhouette's edges ``(u, v)`` (front vertex indices), directed as the front sheet
+    runs along them (counter-clockwise): each cell side with no cell beyond it."""
+    a, b, c, e = corners
+    p = np.pad(cells, 1)
+    up = ~p[ci, cj + 1]
+    down = ~p[ci + 2, cj + 1]
+    left = ~p[ci + 1, cj]
+    right = ~p[ci + 1, cj + 2]
+    u = np.concatenate([b[up], e[down], a[left], c[right]])
+    v = np.concatenate([a[up], c[down], e[left], b[right]])
+    return u, v
 
 
 def smooth_outline(x: np.ndarray, y: np.ndarray, u: np.ndarray, v: np.ndarray,
