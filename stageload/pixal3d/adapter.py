@@ -129,6 +129,7 @@ class Pixal3DRun:
         self.resident_bytes: dict[str, int] = {}
         self.kept: dict[str, list[str]] = {}
         self.last_latents: dict[str, Any] = {}
+        self.nonfinite: dict[str, str] = {}  # sampler key → what was not finite in its output
         self.share_stats: dict[str, tuple[int, int]] = {}
         self.load_notes: dict[str, LoadNote] = {}
         self.runtime_note: Optional[RuntimeNote] = None
@@ -309,7 +310,7 @@ class Pixal3DRun:
         if not isinstance(image, Image.Image):
             image = Image.open(image)
         start = time.perf_counter()
-        self.last_latents, self.resident_bytes = {}, {}
+        self.last_latents, self.resident_bytes, self.nonfinite = {}, {}, {}
         self.recorder = self._new_recorder()
         asset = self._image_to_asset(image, output, args)
         if self.recorder is not None:
@@ -368,6 +369,14 @@ class Pixal3DRun:
         return asset
 
     def _port_exit(self, exc: SystemExit, where: str) -> Exception:
+        if exc.code == 2 and self.nonfinite:  # not the watchdog: there was no number to mesh
+            said = "; ".join(f"{key}: {what}" for key, what in self.nonfinite.items())
+            return EmptyMeshError("Pixal3D's decoder produced an empty mesh because the "
+                                  f"sampler output was not finite ({said}).",
+                                  "NaN or infinite latents come from damaged weights or a "
+                                  "numerical failure, not the GPU watchdog: run `python -m "
+                                  "runner check --backend pixal3d`, delete and download the "
+                                  "weights again, or try --device cpu to rule out the GPU.")
         if exc.code == 2:
             advice = getattr(self.gm, "watchdog_help_message", lambda: "")().strip()
             return EmptyMeshError("Pixal3D's decoder produced an empty mesh; the port stops here "

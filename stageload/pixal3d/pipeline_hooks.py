@@ -177,7 +177,10 @@ class SamplerProgress(Hook):
 class LatentRecorder(Hook):
     """After each sampler's ``sample``: its ``samples`` kept in ``run.last_latents`` under the
     stage's key (``SAMPLER_STAGE_KEY``; a key seen again gets ``_N``) and recorded by
-    ``run.recorder`` (a ``fingerprint.FingerprintRecorder``) when the run has one."""
+    ``run.recorder`` (a ``fingerprint.FingerprintRecorder``) when the run has one. Output that
+    holds NaN or infinite values is said at once — a ``warning`` event, and ``run.nonfinite``
+    (key → "N of M values are NaN or infinite") for the error an empty mesh then gets — since
+    nothing downstream can make a surface of it (damaged weights, or a numerical failure)."""
 
     def __init__(self, run):
         super().__init__()
@@ -196,3 +199,28 @@ class LatentRecorder(Hook):
         run.last_latents[name] = samples
         if run.recorder is not None:
             run.recorder.record(key, samples)
+        said = nonfinite_values(samples)
+        if said is not None:
+            run.nonfinite[name] = said
+            run.emit("warning", message=f"The {key} sampler's output is not finite: {said}; "
+                     "the mesh made from it will be empty or wrong (the weights may be "
+                     "damaged).", source="stageload.pixal3d (sampler output check)")
+
+
+def nonfinite_values(value) -> str | None:
+    """"N of M values are NaN or infinite" for the floating tensors of a sampler output (a
+    tensor, or a sparse tensor's ``feats``; ``fingerprint.tensor_parts``), None when all are
+    finite or there is nothing to look at."""
+    import torch
+
+    from .fingerprint import tensor_parts
+    try:
+        parts = tensor_parts(value)
+    except TypeError:
+        return None
+    bad = total = 0
+    for tensor in parts.values():
+        if tensor.is_floating_point() and tensor.numel():
+            bad += int((~torch.isfinite(tensor.detach())).sum())
+            total += tensor.numel()
+    return f"{bad:,} of {total:,} values are NaN or infinite" if bad else None
