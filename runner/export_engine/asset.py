@@ -7,7 +7,9 @@ key        dtype        shape / meaning
 ========== ============ =================================================================
 vertices   float        [V, 3], V ≥ 3, finite
 faces      integer      [F, 3], F ≥ 1, each index in [0, V)
-coords     integer      [N, 4] = batch, x, y, z; x, y, z in [0, resolution) (batch ignored)
+coords     integer      [N, 3] = x, y, z (what the port writes: the sparse tensor's
+                        ``coords[:, 1:]``) or [N, 4] = batch, x, y, z (batch ignored);
+                        x, y, z in [0, resolution)
 attrs      float        [N, 6] = base colour RGB, metallic, roughness, alpha, each in 0..1
 origin     float        [3], the grid's corner (voxel (0, 0, 0) spans origin..origin + size)
 voxel_size float        scalar (or [3] equal values), > 0
@@ -110,11 +112,11 @@ def _kind_ok(member: Member, kinds: str) -> bool:
 
 def _check_members(m: dict[str, Member]) -> None:
     """Kinds and shapes of the required members (headers only). Raises ``BadAsset``."""
-    rules = (("vertices", "f", 3, "float [V, 3]"), ("faces", "iu", 3, "integer [F, 3]"),
-             ("coords", "iu", 4, "integer [N, 4] (batch, x, y, z)"))
-    for key, kinds, width, want in rules:
+    rules = (("vertices", "f", (3,), "float [V, 3]"), ("faces", "iu", (3,), "integer [F, 3]"),
+             ("coords", "iu", (3, 4), "integer [N, 3] (x, y, z) or [N, 4] (batch, x, y, z)"))
+    for key, kinds, widths, want in rules:
         member = m[key]
-        if not _kind_ok(member, kinds) or len(member.shape) != 2 or member.shape[1] != width:
+        if not _kind_ok(member, kinds) or len(member.shape) != 2 or member.shape[1] not in widths:
             raise BadAsset(key, f"is {member.dtype} {list(member.shape)}, must be {want}")
     attrs = m["attrs"]
     if not _kind_ok(attrs, "f") or len(attrs.shape) != 2:
@@ -185,9 +187,10 @@ def _mesh(archive: zipfile.ZipFile) -> tuple[np.ndarray, np.ndarray]:
 
 def _voxels(archive: zipfile.ZipFile, res: int, tick=None) -> tuple[np.ndarray, np.ndarray]:
     coords = _read(archive, "coords")
-    _check_slices("coords", coords, lambda s: ((s[:, 1:] < 0) | (s[:, 1:] >= res)).any(axis=1),
+    coords = coords[:, -3:]  # x, y, z (a leading batch column is dropped)
+    _check_slices("coords", coords, lambda s: ((s < 0) | (s >= res)).any(axis=1),
                   f"lie outside the {res}³ grid", tick)
-    xyz = np.ascontiguousarray(coords[:, 1:], dtype=np.int32)
+    xyz = np.ascontiguousarray(coords, dtype=np.int32)
     del coords
     attrs = _read(archive, "attrs")
     low, high = -ATTR_TOLERANCE, 1 + ATTR_TOLERANCE

@@ -45,7 +45,7 @@ def test_missing_key(tmp_path, small_arrays):
 @pytest.mark.parametrize("key,value,match", [
     ("faces", np.zeros((4, 3), np.float32), r"must be integer \[F, 3\]"),
     ("vertices", np.zeros((4, 2), np.float32), r"must be float \[V, 3\]"),
-    ("coords", np.zeros((4, 3), np.int32), r"must be integer \[N, 4\]"),
+    ("coords", np.zeros((4, 2), np.int32), r"must be integer \[N, 3\] \(x, y, z\) or \[N, 4\]"),
     ("origin", np.zeros(2, np.float32), r"must be float \[3\]"),
     ("resolution", np.float32(96), "must be an integer scalar"),
 ])
@@ -89,6 +89,15 @@ def test_attrs_outside_0_1_or_wrong_channels(tmp_path, small_arrays):
             "has 5 channels, must have 6", "attrs")
     refused(variant(tmp_path, small_arrays, attrs=small_arrays["attrs"][:-1]),
             "one row of attributes per voxel", "attrs")
+
+
+def test_coords_without_the_batch_column(tmp_path, small_arrays):
+    xyz = small_arrays["coords"][:, 1:]
+    asset = load_asset(variant(tmp_path, small_arrays, coords=xyz))
+    np.testing.assert_array_equal(asset.coords, xyz)
+    bad = xyz.copy()
+    bad[9, 0] = -1
+    refused(variant(tmp_path, small_arrays, coords=bad), "outside the 96³ grid", "coords")
 
 
 def test_fdg_members_are_accepted(tmp_path, small_arrays):
