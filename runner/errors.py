@@ -21,7 +21,8 @@ class Kind:
 
 
 # Exit-code ranges: 1 internal, 2 usage, 3/4 the guard's own codes (stageload.guard), 5 batch,
-# 10-19 input image, 20-29 output, 30-39 environment, 40-49 the run itself, 130 cancelled.
+# 10-19 the input (an image; 18 an export's asset), 20-29 output, 30-39 environment, 40-49 the
+# run itself, 130 cancelled.
 KINDS: dict[str, Kind] = {
     "internal": Kind(1, "This is a bug in the runner; please report it with the trace file and "
                         "the log on stderr.", "unexpected failure inside the runner"),
@@ -52,6 +53,10 @@ KINDS: dict[str, Kind] = {
                                   "character visible.", "fully transparent image"),
     "image_unsupported": Kind(17, "Convert the image to an 8-bit RGB or RGBA PNG and try again.",
                               "an image mode the runner cannot convert to RGBA"),
+    "bad_asset": Kind(18, "Export the asset again (a Pixal3D run with --keep-asset, or the "
+                          "port's --save-mesh), or raise --export-budget when it is too large.",
+                      "the asset .npz for an export is not the port's saved asset, is damaged, or "
+                      "is too large for the export budget"),
     "output_exists": Kind(20, "Choose another output name, or pass --overwrite to replace it.",
                           "the output file exists (and --overwrite was not given)"),
     "output_unwritable": Kind(21, "Choose an output folder you can write to.",

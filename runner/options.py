@@ -30,7 +30,7 @@ import importlib.util
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -40,7 +40,7 @@ absolute before it reaches the runner); bytes (``1000000000`` or ``1G``,
 ``stageload.units.parse_size``); a switch (given or not)."""
 COMMANDS = ("run", "batch", "check", "export")
 """The commands an option can belong to: a single run (``python -m runner IMAGE``), ``batch``,
-``check``, and the export command (none yet; reserved so an export option can say so)."""
+``check``, and ``python -m runner export ASSET.npz`` (the export levers)."""
 JOB = ("run", "batch")
 JOB_AND_CHECK = ("run", "batch", "check")
 """A backend's own options are taken by ``check`` too (it checks the backend with them)."""
@@ -259,8 +259,8 @@ TABLE: tuple[Option, ...] = (
     Option("texture_size", "base-colour texture side in pixels", kind="int", low=1,
            high=4096, unit="px", metavar="PX",
            default_text="the backend's: builtin 1024, 1-4096, sizes under 512 are raised to "
-                        "512; pixal3d 2048, one of 512, 1024, 2048, 4096",
-           group="job", panel=Panel("Texture", default=1024, always=True, items=tuple(
+                        "512; pixal3d and runner export 2048, one of 512, 1024, 2048, 4096",
+           group="job", commands=(*JOB, "export"), panel=Panel("Texture", default=1024, always=True, items=tuple(
                (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                for s in (512, 1024, 2048)))),
     Option("height", "height of the mesh in metres, 0.01-100 (builtin only)",
@@ -293,8 +293,27 @@ TABLE: tuple[Option, ...] = (
         ("port", "Port", "The port's own export values"),
         ("fit", "Fit", "The low-memory export a peer validated on a 36 GB Mac: remesh at "
          "min(512, grid), free temporaries between steps")))),
-    _shared("decimation_target", panel=Panel(
+    Option("export_engine", "bounded: the export engine that fits a memory budget (CPU, no "
+           "torch, in a process of its own; no remesh); port: the port's own export (its "
+           "remesh and levers)", kind="choice", default="bounded", choices=("bounded", "port"),
+           backends=PIXAL3D, commands=JOB_AND_CHECK,
+           panel=Panel("Export engine", section="export", items=_items(
+               ("bounded", "Bounded", "The export engine that fits the memory budget below: "
+                "CPU, no remesh, in a process of its own (the default)"),
+               ("port", "Port", "The port's own export with its remesh and levers (about 70 "
+                "GB on a 1024 run, SPEC §1)")))),
+    Option("export_budget", "memory the bounded export engine plans its pieces for, e.g. 2G; "
+           "an asset that cannot fit is refused before it is read", default_text="3G",
+           kind="size", unit="bytes", metavar="SIZE", backends=PIXAL3D,
+           commands=(*JOB_AND_CHECK, "export"),
+           panel=Panel("Export budget", section="export", default="", unset="")),
+    Option("keep_asset", "keep the decoded asset beside the GLB as NAME.asset.npz, to export "
+           "it again with other levers (python -m runner export, the add-on's Re-export)",
+           kind="switch", backends=PIXAL3D, affects_output=False,
+           panel=Panel("Keep asset for re-export", section="export", default=False)),
+    replace(_shared("decimation_target", panel=Panel(
         "Decimation target", section="export", default=0, unset=0)),
+        commands=(*JOB_AND_CHECK, "export")),
     _shared("remesh", panel=Panel("Remesh", section="export", switch=("on", "off"),
                                   default=True, unset=True)),
     _shared("remesh_resolution", panel=Panel("Remesh resolution", section="export",

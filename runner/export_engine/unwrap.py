@@ -171,8 +171,8 @@ def unwrap(vertices: np.ndarray, faces: np.ndarray, texture: int, batch_faces: i
         if steps is not None:
             steps.progress(done / len(faces))
     offsets, side = shelf_pack([(p[3], p[4]) for p in pieces])
-    sources, out_faces, uvs, base, covered = [], [], [], 0, 0.0
-    for piece, offset in zip(pieces, offsets):
+    sources, out_faces, uvs, base = [], [], [], 0
+    for piece, offset in zip(pieces, offsets, strict=True):
         src, fcs, uv, _w, _h, _charts = piece
         sources.append(src)
         out_faces.append(fcs + base)
