@@ -1,4 +1,5 @@
-"""``python -m runner`` — one image (default), ``batch`` or ``check``; see docs/runner.md.
+"""``python -m runner`` — one image (default), ``batch``, ``check`` or ``export`` (a saved
+asset → GLB); see docs/runner.md.
 
 Only the standard library is imported before dispatch, so an interpreter that lacks Pillow,
 NumPy or psutil still answers with a protocol ``error`` event (kind ``missing_dependency``)
@@ -30,7 +31,7 @@ def main(argv=None) -> int:
     A closed stdin, stdout or stderr is pointed at /dev/null before anything else."""
     reopen_closed_std_fds()
     argv = list(sys.argv[1:] if argv is None else argv)
-    mode = argv[0] if argv and argv[0] in ("batch", "check") else "single"
+    mode = argv[0] if argv and argv[0] in ("batch", "check", "export") else "single"
     try:
         import importlib
 
@@ -44,6 +45,8 @@ def main(argv=None) -> int:
             from .batch import main as command
         elif mode == "check":
             from .check import main as command
+        elif mode == "export":
+            from .export_command import main as command
         else:
             from .cli import main as command
     except ImportError as exc:

@@ -136,10 +136,13 @@ class JobRun:
                 self.validate()
                 self.admit()
                 info = self.outcome(self.spawn())
-                if info.get("handover"):  # the model process has exited: export on its own
-                    info = {**info, **self.outcome(self.spawn_export(info.pop("handover")))}
+                handover = info.pop("handover", None)
+                if handover:  # the model process has exited: export on its own
+                    info = {**info, **self.outcome(self.spawn_export(handover))}
                 commit(self.partial, self.output, self.job.overwrite)
                 self.partial = None
+                if handover and self.job.options.get("keep_asset"):
+                    info["asset"] = self.keep_asset(handover)
             except RunnerError as err:
                 return self.finish(err)
             return self.finish(None, info)
@@ -169,6 +172,7 @@ class JobRun:
             traceback.print_exc(file=sys.stderr)
             raise RunnerError("internal", f"Unexpected {type(exc).__name__} while checking "
                               f"the input: {exc}") from None
+        self.check_kept_asset()
         self.publish(make("input", **info.as_dict()))
         self.notes = list(info.notes)
         for note in self.notes:  # people read stderr: what was done to their picture
@@ -195,6 +199,33 @@ class JobRun:
         trace_path = check_trace(trace_path, replace)
         self.trace.open(trace_path, replace)
         return info
+
+    def kept_asset_path(self) -> Path:
+        """Where ``--keep-asset`` keeps the hand-over asset: ``NAME.asset.npz`` beside the GLB."""
+        return self.output.with_name(self.output.stem + ".asset.npz")
+
+    def check_kept_asset(self) -> None:
+        """With ``--keep-asset``, refuse (``output_exists``) an existing ``NAME.asset.npz``
+        unless ``--overwrite``: before anything runs, as for the GLB."""
+        if self.job.options.get("keep_asset") and not self.job.overwrite \
+                and self.kept_asset_path().exists():
+            raise RunnerError("output_exists", f"{self.kept_asset_path()} exists (--keep-asset "
+                              "would replace it).", "Choose another output name, or pass "
+                              "--overwrite to replace it.")
+
+    def keep_asset(self, handover: str) -> str | None:
+        """Move the hand-over asset out of the job folder to :meth:`kept_asset_path` (after the
+        GLB was committed). A file that appeared there meanwhile is kept, with a warning; the
+        asset is then discarded with the job folder. Returns the kept path or None."""
+        import os
+
+        target = self.kept_asset_path()
+        if target.exists() and not self.job.overwrite:
+            self.publish(make("warning", message=f"{target} appeared during the run; it was "
+                              "kept and the asset was not", source="runner"))
+            return None
+        os.replace(handover, target)
+        return str(target)
 
     # -- admit ---------------------------------------------------------------------------------
     def admit(self) -> None:

@@ -227,13 +227,17 @@ def run_job(job: WorkerJob, emit) -> int:
         backend = backends.get(job.backend)
         # torch only for a backend that uses it: the built-in backend runs in an interpreter
         # without torch (Blender's own Python with the extension's wheels, docs/blender.md).
-        torch = _import_torch() if backend.needs_torch else None
+        # The export process of the bounded export engine needs no torch either (it runs with
+        # the runner's own interpreter, e.g. Blender's Python with the bundled wheels).
+        exporting = job.mode == "export"
+        needs_torch = backend.export_needs_torch(job.options) if exporting \
+            else backend.needs_torch
+        torch = _import_torch() if needs_torch else None
         emit({"event": "worker", "state": "started", "pid": os.getpid(),
               "python": sys.executable, "torch": getattr(torch, "__version__", None)})
         if not backend.installed():
             raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                               "installed.", backend.install_hint or None)
-        exporting = job.mode == "export"
         image, info = (None, None) if exporting else load_image(job.image)
         module = _load_backend(backend)
         kwargs = job.backend_kwargs()

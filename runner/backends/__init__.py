@@ -67,6 +67,10 @@ class Backend:
     """True when the backend imports torch: only then does the worker import it (and fail with
     ``no_torch`` when it cannot). The built-in backend needs NumPy, Pillow, SciPy, trimesh and
     psutil only, so it runs in Blender's own Python with the extension's bundled wheels."""
+    torch_free_export: str | None = None
+    """``"module:function"`` taking the job options: True when the export process of such a
+    job needs no torch (the pixal3d backend's bounded export engine), so the worker in export
+    mode does not import it. None: the export process imports torch when ``needs_torch``."""
 
     def validate(self, *, texture_size: int | None, height_m: float | None,
                  options: dict) -> None:
@@ -145,6 +149,16 @@ class Backend:
             return False
         module, _, func = self.split_export.partition(":")
         return bool(getattr(importlib.import_module(module), func)(self.job_options(options)))
+
+    def export_needs_torch(self, options: dict) -> bool:
+        """Whether the export process of a job with ``options`` imports torch
+        (:attr:`torch_free_export`). Imports only that function's module, never torch."""
+        if not self.needs_torch:
+            return False
+        if not self.torch_free_export:
+            return True
+        module, _, func = self.torch_free_export.partition(":")
+        return not getattr(importlib.import_module(module), func)(self.job_options(options))
 
     def installed(self) -> bool:
         """True when the module can be found (without importing it)."""
@@ -238,6 +252,8 @@ BACKENDS: dict[str, Backend] = {
         precheck="runner.backends.pixal3d:precheck",
         # --export-process own (default): the export stage in a process of its own
         split_export="runner.backends.pixal3d:splits_export",
+        # --export-engine bounded (default): the export process runs without torch
+        torch_free_export="runner.backends.pixal3d:exports_without_torch",
     ),
 }
 

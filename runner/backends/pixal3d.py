@@ -55,8 +55,16 @@ def export_settings(export_profile: Optional[str] = "port", decimation_target=No
 
 
 def splits_export(options: dict) -> bool:
-    """True when the job's export runs in a process of its own (``--export-process own``)."""
-    return (options.get("export_process") or "own") == "own"
+    """True when the job's export runs in a process of its own (``--export-process own``; the
+    bounded export engine always does)."""
+    from .bounded_export import engine
+    return engine(options) == "bounded" or (options.get("export_process") or "own") == "own"
+
+
+def exports_without_torch(options: dict) -> bool:
+    """True when the job's export process needs no torch: the bounded export engine."""
+    from .bounded_export import engine
+    return engine(options) == "bounded"
 
 
 def _device(device: Optional[str]):
@@ -102,12 +110,20 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
                           f"Choose one of {', '.join(map(str, TEXTURE_SIZES))}.")
     if load not in ("staged", "eager"):
         raise RunnerError("usage", f"--load {load!r} is not staged or eager.", "Use --load staged or --load eager.")
+    from .bounded_export import check_options, engine
+    check_options({**export, "export_process": export_process})
+    bounded = engine(export) == "bounded"
     settings = export_settings(**export)
     from stageload.pixal3d import Pixal3DRun
     run = Pixal3DRun(pixal3d_dir or None, device=_device(device), load=load,
                      pipeline_type=pipeline_type or "1024_cascade", keep_resident=_bytes(keep_resident),
                      prefetch=(prefetch or "on") == "on",
                      events=emit)
+    if bounded and (handover is None or not getattr(run, "can_hand_over", True)):
+        run.close()  # the port's export must not stand in for the bounded engine unannounced
+        raise RunnerError("export_refused", "The bounded export engine needs the decoded asset "
+                          "handed over, and this port (or run) cannot write it.",
+                          "Use --export-engine port (the port's own export).")
     try:
         result = run.generate(image, output, seed=int(seed), texture_size=int(texture_size),
                               export=settings,
@@ -129,8 +145,14 @@ def export(handover: str, output, *, seed: int = 42, texture_size: int = 2048,
     """The export process: the decoded asset in ``handover`` (written by :func:`generate`) →
     the GLB at ``output`` through the port's own export, sub-steps reported to ``emit``.
     ``options``: the job's backend options (the export levers are used, the rest ignored).
-    Returns ``{"export_seconds", "export_substeps"}``. Raises ``PortError`` (e.g.
+    With ``--export-engine bounded`` (the default) this is ``bounded_export.export``: no torch,
+    no port. Returns ``{"export_seconds", "export_substeps"}``. Raises ``PortError`` (e.g.
     ``export_refused`` with the figure) before writing anything when export cannot go on."""
+    from .bounded_export import engine
+    if engine(options) == "bounded":
+        from . import bounded_export
+        return bounded_export.export(handover, output, texture_size=texture_size, emit=emit,
+                                     **options)
     import torch
 
     from stageload.pixal3d import open_port
@@ -163,6 +185,8 @@ def precheck(pixal3d_dir: Optional[str] = None, pipeline_type: Optional[str] = N
     from stageload.pixal3d.port import static_report
 
     from ..errors import RunnerError
+    from .bounded_export import check_options
+    check_options(_options)  # a combination the export engine refuses: before the port
     report = static_report(pixal3d_dir or None)
     if not report["ok"]:
         raise RunnerError(_kind(report["error"]), report["reason"], report["hint"],

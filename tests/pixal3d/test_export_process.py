@@ -1,5 +1,5 @@
-"""The export stage in a process of its own (``--export-process own``, the default) through the
-real runner on the stand-in port: a different pid from the model stages, the model process gone
+"""The port's export (``--export-engine port``) in a process of its own (``--export-process
+own``, the default) through the real runner on the stand-in port: a different pid from the model stages, the model process gone
 before export's ``ready``, sub-steps under export, the job folder never left behind (success,
 refusal, SIGKILL of the supervisor — then cleaned by the next run)."""
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
         standin_dir, env, rgb_image, tmp_path, repo_root):
     out = tmp_path / "own.glb"
     proc = _run([rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-                 "--texture-size", "512"], env, repo_root)
+                 "--texture-size", "512", "--export-engine", "port"], env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trace = _trace(out.with_suffix(".trace.jsonl"))
     stages = [e for e in trace if e.get("event") == "stage" and e.get("parent") is None]
@@ -68,7 +68,8 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
 
     inproc = tmp_path / "inproc.glb"
     proc = _run([rgb_image, "-o", inproc, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-                 "--texture-size", "512", "--export-process", "in-process"], env, repo_root)
+                 "--texture-size", "512", "--export-process", "in-process",
+                 "--export-engine", "port"], env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trace = _trace(inproc.with_suffix(".trace.jsonl"))
     pids = {e["stage"]: e["pid"] for e in trace if e.get("event") == "stage" and e.get("parent") is None}
@@ -81,7 +82,8 @@ def test_dense_grid_sample_is_refused_before_export_with_the_figure(
         standin_dir, env, rgb_image, tmp_path, repo_root):
     out = tmp_path / "dense.glb"
     proc = _run([rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-                 "--texture-size", "512"], {**env, "PIXAL3D_STANDIN_NO_FLEX_GEMM": "1"}, repo_root)
+                 "--texture-size", "512", "--export-engine", "port"],
+                {**env, "PIXAL3D_STANDIN_NO_FLEX_GEMM": "1"}, repo_root)
     last = json.loads(proc.stdout.splitlines()[-1])
     assert proc.returncode == 45 and last["kind"] == "export_refused", proc.stderr[-2000:]
     assert "25,769,803,776 bytes" in last["message"] and "--allow-dense-grid-sample" in last["hint"]
@@ -103,7 +105,8 @@ def _start_until_export_remeshes(standin_dir, env, rgb_image, out, repo_root):
     (supervisor Popen, its events so far (a list a thread keeps filling), the reader thread)."""
     sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
                             "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
-                            "--texture-size", "512"], stdout=subprocess.PIPE,
+                            "--texture-size", "512", "--export-engine", "port"],
+                           stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, cwd=repo_root,
                            env={**env, "PIXAL3D_STANDIN_EXPORT_SCALE": "0.002"})
     events: list[dict] = []

@@ -130,10 +130,15 @@ def test_pixal3d_entry_options():
     entry = backends.get("pixal3d")
     assert [o.flag for o in entry.options] == ["--pixal3d-dir", "--pipeline-type", "--load",
                                                "--keep-resident", "--prefetch", "--export-process",
-                                               "--export-profile", "--decimation-target",
+                                               "--export-profile", "--export-engine",
+                                               "--export-budget", "--keep-asset",
+                                               "--decimation-target",
                                                "--remesh", "--remesh-resolution",
                                                "--allow-dense-grid-sample"]
-    assert entry.splits_export({}) and not entry.splits_export({"export_process": "in-process"})
+    assert entry.splits_export({})
+    assert not entry.splits_export({"export_process": "in-process", "export_engine": "port"})
+    # the bounded engine (the default) exports without torch, the port's with it
+    assert not entry.export_needs_torch({}) and entry.export_needs_torch({"export_engine": "port"})
     assert not backends.get("builtin").splits_export({})
 
 

@@ -1,0 +1,184 @@
+"""``python -m runner export ASSET.npz -o OUT.glb``: export a saved asset again (a Pixal3D run's
+``--keep-asset`` file, or the port's ``--save-mesh``) with the bounded export engine, through
+the same supervisor as a run: the guard's admission, the export process in its own process
+group (``runner.worker`` in export mode, no torch), its memory sampled from outside, the trace,
+and the same events as a run's export — ``stage`` ``export`` (a one-stage plan, with the
+process's ``pid``), its sub-steps with ``parent`` ``export``, ``progress``, ``memory``, then
+``result`` or ``error``. No Pixal3D install is needed.
+
+Before anything runs the asset's size and headers are checked against the budget
+(``runner.export_engine.asset.inspect_asset``, ``budget.check_file``): a bad or too large asset
+is ``bad_asset`` (exit 18) with nothing written, no trace either.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .cancel import cancel_error
+from .cli import (EXIT_EPILOG, ArgumentParser, guard_config, internal_failure, report_success,
+                  setup, usage_failure)
+from .errors import RunnerError, explain
+from .job import Job, WorkerJob
+from .jobrun import JobRun
+from .jobtrace import log
+from .claims import claim_all
+from .outputs import (check_output, check_path_limits, check_trace, job_dir,
+                      sweep_stale_job_dirs, trace_conflict)
+from .protocol import make
+
+PLAN = ("export",)
+"""The export command's stage plan: one stage."""
+
+
+class ExportRun(JobRun):
+    """One asset → GLB job: ``JobRun`` with the asset in place of the image and only the
+    export process (``job.image`` is the asset; ``job.options`` the export levers)."""
+
+    def run(self):
+        try:
+            try:
+                self.validate()
+                self.admit()
+                info = self.outcome(self.spawn())
+                from .outputs import commit
+
+                commit(self.partial, self.output, self.job.overwrite)
+                self.partial = None
+            except RunnerError as err:
+                return self.finish(err)
+            return self.finish(None, info)
+        finally:
+            self.close()
+
+    def validate(self) -> None:
+        """The asset (size and headers, against the budget), the output and the trace; then
+        opens the trace and publishes ``asset``."""
+        job = self.job
+        trace_conflict(job.resolved_trace(), job.image, job.output)
+        facts = check_asset(Path(job.image), job.options.get("export_budget"))
+        self.output = check_output(job.output, job.overwrite)
+        trace_path = job.resolved_trace()
+        check_path_limits(trace_path, "trace")
+        self.claims = claim_all([self.output, trace_path])
+        check_output(self.output, job.overwrite)
+        self.trace.open(check_trace(trace_path, job.overwrite), job.overwrite)
+        self.publish(make("asset", **facts))
+        if self.cancel:
+            raise cancel_error(self.cancel, "before the export process started")
+
+    def spawn(self):
+        """The export process on the asset, writing a partial GLB in a private job folder."""
+        for stale in sweep_stale_job_dirs(self.output.parent):
+            log(f"removed {stale.name}, left by a runner that was killed")
+        try:
+            self.job_dir = job_dir(self.output)
+        except OSError as exc:
+            raise RunnerError("output_unwritable", f"Cannot create a temporary folder next to "
+                              f"{self.output} ({exc.strerror or exc}).") from None
+        self.partial = self.job_dir / f"{self.output.stem}.glb"
+        job = self.job
+        options = {k: v for k, v in job.options.items() if v is not None}
+        work = WorkerJob(backend="pixal3d", image=str(Path(job.image).absolute()),
+                         output=str(self.partial), texture_size=job.texture_size, mode="export",
+                         handover=str(Path(job.image).absolute()),
+                         options={**options, "export_engine": "bounded", "stages": list(PLAN)})
+        return self.launch("export", work, "the export process",
+                           hint="Check the interpreter path.")
+
+
+def check_asset(path: Path, budget) -> dict:
+    """The ``asset`` event's facts (``path``, ``bytes``, ``faces``, ``vertices``, ``voxels``)
+    after the cheap checks (no array read). Raises ``RunnerError`` ``input_missing`` or
+    ``bad_asset`` (the engine's message, naming the key)."""
+    from .backends import parse_size
+    from .export_engine import BadAsset
+    from .export_engine.asset import inspect_asset
+    from .export_engine.budget import check_file
+
+    path = path.expanduser().absolute()
+    if not path.exists():
+        raise RunnerError("input_missing", f"The asset {path} does not exist.",
+                          "Check the path of the asset (.npz).")
+    try:
+        if not path.is_file():
+            raise BadAsset(None, f"{path} is not a file")
+        check_file(path.stat().st_size, None if budget is None else parse_size(budget))
+        members = inspect_asset(path)
+    except BadAsset as err:
+        raise RunnerError("bad_asset", err.message, err.hint,
+                          **({"key": err.key} if err.key else {})) from None
+    return {"path": str(path), "bytes": path.stat().st_size,
+            "faces": members["faces"].shape[0], "vertices": members["vertices"].shape[0],
+            "voxels": members["coords"].shape[0]}
+
+
+def build_parser() -> ArgumentParser:
+    """Parser of ``python -m runner export`` (the export levers from the options table, the
+    guard's options)."""
+    from stageload.guard import add_guard_arguments
+
+    from .cli import DEFAULT_GRACE
+    from .options import add_arguments
+
+    parser = ArgumentParser(
+        prog="python -m runner export", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A saved asset (.npz: a Pixal3D run's --keep-asset, the port's --save-mesh)\n"
+                    "→ textured GLB with the bounded export engine, in a guarded process;\n"
+                    "NDJSON events on stdout (runner/PROTOCOL.md).", epilog=EXIT_EPILOG)
+    parser.add_argument("asset", help="the asset (.npz) to export")
+    parser.add_argument("-o", "--output", required=True, help="the GLB to write (…/name.glb)")
+    parser.add_argument("--trace", default=None,
+                        help="JSONL trace path (default: OUT.trace.jsonl next to the output)")
+    add_arguments(parser, "export")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing output file and trace (default: refuse)")
+    parser.add_argument("--cancel-on-stdin-eof", action="store_true",
+                        help="cancel when stdin (a pipe the caller keeps open) reaches EOF")
+    add_guard_arguments(parser)
+    parser.set_defaults(guard_grace=DEFAULT_GRACE)
+    return parser
+
+
+def export_options(ns: argparse.Namespace) -> dict:
+    """The levers as the runner passes them, checked now (``RunnerError('usage')``)."""
+    from .backends.bounded_export import levers
+
+    levers(ns.texture_size, ns.decimation_target, ns.export_budget)
+    return {"decimation_target": ns.decimation_target, "export_budget": ns.export_budget}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m runner export ASSET -o OUT.glb …``: returns the exit status."""
+    from .supervisor import RUNNER_VERSION
+
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        options = export_options(ns)
+        config = guard_config(ns)
+    except RunnerError as err:
+        return usage_failure(err, "export")
+    emitter, cancel = setup(ns)
+    job = Job(image=Path(ns.asset), output=Path(ns.output), backend="pixal3d",
+              trace=Path(ns.trace) if ns.trace else None, texture_size=ns.texture_size,
+              overwrite=ns.overwrite, options=options)
+    hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="export",
+                 backend="pixal3d", image=None, asset=str(Path(ns.asset).absolute()),
+                 output=str(Path(ns.output).expanduser().absolute()),
+                 trace=str(job.resolved_trace()), stages=list(PLAN), python=sys.executable)
+    emitter.emit(hello)
+    try:
+        outcome = ExportRun(job, emitter.emit, cancel, config, preamble=[hello]).run()
+    except Exception as exc:  # a bug: one error event, the traceback on stderr only
+        return internal_failure(emitter, exc)
+    finally:
+        cancel.uninstall()
+    if outcome.ok:
+        report_success(outcome)
+    else:
+        explain(outcome.final)
+    emitter.emit(outcome.final)
+    return outcome.exit_code

@@ -1,0 +1,200 @@
+"""The bounded export engine through the real runner: a stand-in Pixal3D run exports with it by
+default, in a process of its own that imports no torch; ``--keep-asset`` keeps the hand-over
+beside the GLB and ``python -m runner export`` re-exports it with other levers (the same
+events as a run's export); the port's levers are refused with the bounded engine before
+anything runs; a bad asset is ``bad_asset`` with nothing written; a cancel stops the export."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from runner.export_engine import SUBSTEPS
+from stageload.pixal3d import plan_for
+
+
+def _run(args, env, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "runner", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def _events(proc):
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def _trace(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def _faces(glb):
+    import trimesh
+
+    return len(trimesh.load(glb, force="mesh", process=False).faces)
+
+
+@pytest.fixture
+def env(standin_weights):
+    return {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
+            "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
+
+
+@pytest.fixture(scope="module")
+def kept(standin_weights, standin_dir, rgb_image, tmp_path_factory, repo_root):
+    """One stand-in run with the defaults and --keep-asset: (output folder, completed proc)."""
+    env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
+           "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
+    folder = tmp_path_factory.mktemp("bounded")
+    proc = _run([rgb_image, "-o", folder / "char.glb", "--backend", "pixal3d", "--pixal3d-dir",
+                 standin_dir, "--texture-size", "512", "--keep-asset"], env, repo_root)
+    return folder, proc
+
+
+@pytest.mark.slow
+def test_a_pixal3d_run_exports_with_the_bounded_engine_in_its_own_torch_free_process(kept):
+    folder, proc = kept
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trace = _trace(folder / "char.trace.jsonl")
+    stages = [e for e in trace if e.get("event") == "stage" and e.get("parent") is None]
+    assert [e["stage"] for e in stages] == list(plan_for("1024_cascade"))
+    pids = {e["stage"]: e["pid"] for e in stages}
+    assert pids["export"] != pids["decode"]
+    started = [e for e in trace if e.get("event") == "export_worker"]
+    assert started and started[0]["torch"] is None  # no torch in the export process
+    subs = [e for e in trace if e.get("event") == "stage" and e.get("parent") == "export"]
+    assert [e["stage"] for e in subs] == list(SUBSTEPS)
+    result = _events(proc)[-1]
+    assert result["event"] == "result" and result["info"]["export_engine"] == "bounded"
+    assert result["info"]["asset"] == str(folder / "char.asset.npz")
+    assert (folder / "char.asset.npz").is_file() and (folder / "char.glb").is_file()
+    assert not [p for p in folder.iterdir() if ".job-" in p.name]
+
+
+@pytest.mark.slow
+def test_runner_export_re_exports_the_kept_asset_with_other_levers(kept, env, repo_root):
+    folder, first = kept
+    assert first.returncode == 0, first.stderr[-3000:]
+    asset = folder / "char.asset.npz"
+    with np.load(asset) as data:
+        faces_in = len(data["faces"])
+    target = max(100, faces_in // 3)
+    out = folder / "again.glb"
+    proc = _run(["export", asset, "-o", out, "--decimation-target", target, "--texture-size",
+                 "1024", "--export-budget", "1G"], env, repo_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = _events(proc)
+    assert events[0]["event"] == "hello" and events[0]["mode"] == "export"
+    assert events[0]["stages"] == ["export"] and events[0]["asset"] == str(asset)
+    assert events[1]["event"] == "asset" and events[1]["faces"] == faces_in
+    top = [e for e in events if e["event"] == "stage" and e.get("parent") is None]
+    assert [(e["stage"], e["index"], e["count"]) for e in top] == [("export", 0, 1)]
+    assert [e["stage"] for e in events if e.get("parent") == "export"] == list(SUBSTEPS)
+    assert any(e["event"] == "memory" for e in events)
+    assert any(e["event"] == "guard" and e["state"] == "started" for e in events)
+    result = events[-1]
+    assert result["event"] == "result" and result["output"] == str(out)
+    info = result["info"]["export"]
+    assert info["texture_size"] == 1024 and info["budget"] == 1 << 30
+    assert abs(_faces(out) - target) <= 0.02 * target
+    assert _faces(out) == info["faces"]
+    summary = subprocess.run([sys.executable, "-m", "stageload", "summary",
+                              str(out.with_suffix(".trace.jsonl"))], capture_output=True,
+                             text=True, cwd=repo_root, timeout=60).stdout
+    rows = [line.split()[1] for line in summary.splitlines() if line.lstrip().startswith("·")]
+    assert rows == list(SUBSTEPS)
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--remesh", "on"], "--remesh on is a lever of the port's export"),
+    (["--remesh-resolution", "512"], "--remesh-resolution 512 is a lever of the port's"),
+    (["--export-profile", "fit"], "--export-profile fit is a lever of the port's export"),
+    (["--export-process", "in-process"], "runs in a process of its own"),
+    (["--export-engine", "port", "--export-budget", "2G"], "--export-budget applies to the "
+                                                            "bounded export engine"),
+])
+def test_port_levers_are_refused_with_the_bounded_engine_before_anything_runs(
+        extra, match, standin_dir, rgb_image, tmp_path, repo_root):
+    out = tmp_path / "x.glb"
+    proc = _run([rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
+                 *extra], dict(os.environ), repo_root, timeout=120)
+    events = _events(proc)
+    assert proc.returncode == 2 and events[-1]["kind"] == "usage", proc.stderr[-2000:]
+    assert match in events[-1]["message"]
+    assert [e["event"] for e in events] == ["hello", "error"]
+    assert os.listdir(tmp_path) == []
+
+
+def _bad_asset(path, **changes):
+    arrays = {"vertices": np.zeros((4, 3), np.float32), "faces": np.array([[0, 1, 2]], np.int32),
+              "coords": np.zeros((1, 3), np.int32), "attrs": np.zeros((1, 6), np.float32),
+              "origin": np.zeros(3, np.float32), "voxel_size": np.float32(0.1),
+              "resolution": np.int32(10)}
+    arrays.update(changes)
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return path
+
+
+def test_runner_export_refuses_a_bad_asset_and_writes_nothing(tmp_path, repo_root):
+    """What the headers show (a missing key, a wrong shape, not an npz) is refused right after
+    ``hello``, before the trace; what only the values show (faces past the vertices) is found
+    by the export process's ``load`` step: the same kind, no GLB either way."""
+    out = tmp_path / "bad.glb"
+    for name, changes, match in [
+            ("nokey.npz", {"attrs": None}, "'attrs': missing from the asset"),
+            ("shape.npz", {"attrs": np.zeros((1, 5), np.float32)}, "has 5 channels")]:
+        proc = _run(["export", _bad_asset(tmp_path / name, **changes), "-o", out],
+                    dict(os.environ), repo_root, timeout=120)
+        events = _events(proc)
+        assert proc.returncode == 18, proc.stderr[-2000:]
+        assert [e["event"] for e in events] == ["hello", "error"]
+        assert events[-1]["kind"] == "bad_asset" and match in events[-1]["message"]
+        assert "runner: bad_asset:" in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["nokey.npz", "shape.npz"]
+    text = tmp_path / "notes.npz"
+    text.write_text("not an archive")
+    proc = _run(["export", text, "-o", out], dict(os.environ), repo_root, timeout=120)
+    assert proc.returncode == 18 and "not an .npz file" in _events(proc)[-1]["message"]
+    past = _bad_asset(tmp_path / "past.npz", faces=np.array([[0, 1, 9]], np.int32))
+    proc = _run(["export", past, "-o", out], dict(os.environ), repo_root, timeout=120)
+    last = _events(proc)[-1]
+    assert proc.returncode == 18 and last["kind"] == "bad_asset", proc.stderr[-2000:]
+    assert "'faces'" in last["message"] and "indexes past the 4 vertices" in last["message"]
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".job-" in p]
+
+
+def test_runner_export_cancel_stops_the_export_process(tmp_path, repo_root):
+    """SIGTERM while the engine bakes: exit 130 within 2 s, no GLB, no job folder, no
+    process left."""
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "sphere.npz", subdivisions=5, resolution=96)
+    out = tmp_path / "sphere.glb"
+    sup = subprocess.Popen([sys.executable, "-m", "runner", "export", str(asset), "-o", str(out),
+                            "--texture-size", "4096", "--decimation-target", "8000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           cwd=repo_root)
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
+                              daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any(e.get("parent") == "export" and e.get("stage") == "bake" for e in events):
+        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
+        time.sleep(0.05)
+    family = psutil.Process(sup.pid).children(recursive=True)
+    sent = time.monotonic()
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(timeout=30) == 130
+    assert time.monotonic() - sent < 2.0
+    reader.join(timeout=10)
+    assert events[-1]["event"] == "error" and events[-1]["kind"] == "cancelled"
+    _gone, alive = psutil.wait_procs(family, timeout=15)
+    assert not alive and not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if ".job-" in p]
