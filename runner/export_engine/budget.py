@@ -4,8 +4,11 @@ figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere ass
 ``standin/sphere_asset.py`` (notes/engine.md has the runs):
 
 - the mesh steps hold the input mesh (12 B a vertex, 12 B a face) plus cleanup's temporaries
-  (sorting, grouping: ``CLEANUP_BYTES_PER_FACE``), and fast-simplification's own structures
-  (``DECIMATE_BYTES_PER_FACE`` of input faces: 5.24 M faces → 1 M grew the process by 1.5 GB);
+  (sorting, grouping, the vertex graph: ``CLEANUP_BYTES_PER_FACE``), and fast-simplification's
+  own structures (``DECIMATE_BYTES_PER_FACE`` of input faces: 5.24 M faces → 1 M grew the
+  process by 1.5 GB; on the 7.9 M-face asset of ``standin.asset`` at 1024 the decimation's
+  child process peaked at about 2.7 GB, the export's tree at 3.08 GiB). Both run in child
+  processes that read their input from files, so the export process holds no full mesh then;
 - the voxels are read only for the bake: ``VOXEL_BYTES`` each (x, y, z, six float32 attributes,
   the int64 sort key and its order);
 - the unwrap holds the decimated mesh and one batch of faces inside xatlas
@@ -34,8 +37,8 @@ DEFAULT_BUDGET = 3 * GIB
 MIN_BUDGET = 256 << 20
 PYTHON_BASE = 120 << 20           # the interpreter with numpy, scipy, trimesh, xatlas loaded
 MESH_BYTES_PER_FACE = 18          # float32 vertices (about F / 2 of them) + int32 faces
-CLEANUP_BYTES_PER_FACE = 60
-DECIMATE_BYTES_PER_FACE = 300
+CLEANUP_BYTES_PER_FACE = 200        # 7.9 M faces in one process: 2.06 GiB (before slicing)
+DECIMATE_BYTES_PER_FACE = 340       # 7.9 M faces: the child peaked at about 2.7 GB
 VOXEL_BYTES = 52
 UNWRAP_BYTES_PER_FACE = 400
 TEXTURE_BYTES_PER_TEXEL = 12
@@ -44,7 +47,7 @@ SEAM_BYTES_PER_TEXEL = 24
 OUT_BYTES_PER_FACE = 120          # the decimated, unwrapped mesh with UVs and normals
 UNWRAP_BATCH = (20_000, 250_000)
 HEADROOM = 0.25                   # share of the room left that one piece may take
-BAKE_CHUNK = (1 << 16, 1 << 18)  # at most ~0.5 s a chunk here: the cancel's latency
+BAKE_CHUNK = (1 << 15, 1 << 17)  # at most ~0.3 s a chunk here: the cancel's latency
 
 
 @dataclass(frozen=True)

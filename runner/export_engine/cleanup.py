@@ -7,6 +7,10 @@ and ``unique_faces`` work) and SciPy's ``connected_components`` on the vertex gr
 faces builds caches (face normals, adjacency) the engine does not need. Each operation is one
 pass over arrays of the mesh's size; the cancel flag is checked between them.
 
+In the engine this runs in a child process (``clean_file``, through ``stoppable``): it reads the
+mesh from the asset file itself, so the export process never holds the full mesh while it is
+cleaned and decimated, and a cancel kills it.
+
 The small-component threshold is the port's: o_voxel's ``remove_small_connected_components(
 1e-5)``, a component whose surface area is below ``1e-5`` (unit-box units², the asset's own).
 """
@@ -32,17 +36,22 @@ def drop_bad_faces(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
 
     ok = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])
     faces = faces[ok]
-    tri = vertices[faces]
-    cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-    faces = faces[np.einsum("ij,ij->i", cross, cross) > 0]
+    faces = faces[face_areas(vertices, faces) > 0]
     keep, _ = unique_rows(np.sort(faces, axis=1))
     return faces[np.sort(keep)]
 
 
+SLICE = 1 << 20  # faces per slice of the per-face temporaries (bounded memory)
+
+
 def face_areas(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    """Area of each face (float64 [F])."""
-    tri = vertices[faces].astype(np.float64)
-    return 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
+    """Area of each face (float64 [F]), computed in slices of ``SLICE`` faces."""
+    out = np.empty(len(faces), dtype=np.float64)
+    for start in range(0, len(faces), SLICE):
+        tri = vertices[faces[start:start + SLICE]].astype(np.float64)
+        cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+        out[start:start + SLICE] = 0.5 * np.sqrt(np.einsum("ij,ij->i", cross, cross))
+    return out
 
 
 def drop_small_components(vertices: np.ndarray, faces: np.ndarray,
@@ -81,3 +90,20 @@ def clean(vertices: np.ndarray, faces: np.ndarray, steps=None) -> tuple[np.ndarr
         if steps is not None:
             steps.progress((i + 1) / len(ops), force=True)
     return vertices, faces
+
+
+def clean_file(asset: str, out: str) -> dict:
+    """The child's work: the mesh of the (already validated) asset file ``asset`` cleaned and
+    written to ``out`` (``vertices``, ``faces``; uncompressed ``.npz``). Returns
+    ``{"faces_in", "faces"}``."""
+    import zipfile
+
+    from .asset import _read
+
+    with zipfile.ZipFile(asset) as archive:
+        vertices = _read(archive, "vertices").astype(np.float32, copy=False)
+        faces = _read(archive, "faces").astype(np.int32, copy=False)
+    count = len(faces)
+    vertices, faces = clean(vertices, faces)
+    np.savez(out, vertices=vertices, faces=faces)
+    return {"faces_in": np.int64(count), "faces": np.int64(len(faces))}

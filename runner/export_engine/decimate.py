@@ -2,7 +2,8 @@
 Sp4cerat's Fast-Quadric-Mesh-Simplification, as pyvista ships it), the QEM simplification the
 port's o_voxel does with cumesh's ``simplify``.
 
-The call runs in a child process (``stoppable``) so a cancel stops it. A mesh already at or
+The call runs in a child process (``simplify_file`` through ``stoppable``, reading and writing
+files in the export's work folder) so a cancel stops it. A mesh already at or
 below the target is left as it is. The library reaches the requested count exactly on the
 meshes measured (5.24 M → 1,000,000 faces); the result is checked by the caller's quality
 figures, not assumed.
@@ -22,15 +23,13 @@ def simplify(vertices: np.ndarray, faces: np.ndarray, target: int) -> dict:
     return {"vertices": np.asarray(v, np.float32), "faces": np.asarray(f, np.int32)}
 
 
-def decimate(vertices: np.ndarray, faces: np.ndarray, target: int, workdir, steps=None
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """(vertices float32, faces int32) with about ``target`` faces (the input when it has no
-    more). ``workdir``: a folder for the child's hand-over files. Raises ``ExportCancelled``
-    (the child killed) when ``steps``' cancel flag is set."""
-    from .stoppable import call
-
-    if len(faces) <= target:
-        return vertices, faces
-    out = call("runner.export_engine.decimate:simplify",
-               {"vertices": vertices, "faces": faces}, {"target": int(target)}, workdir, steps)
-    return out["vertices"], out["faces"]
+def simplify_file(inp: str, out: str, target: int) -> dict:
+    """The child's work on files: the mesh in ``inp`` decimated to ``target`` faces, written
+    to ``out``. Returns ``{"faces"}``."""
+    with np.load(inp) as data:
+        vertices, faces = data["vertices"], data["faces"]
+    result = simplify(vertices, faces, target) if len(faces) > target \
+        else {"vertices": vertices, "faces": faces}
+    del vertices, faces
+    np.savez(out, **result)
+    return {"faces": np.int64(len(result["faces"]))}

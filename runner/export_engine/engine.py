@@ -62,18 +62,32 @@ def _plan(path: Path, levers: ExportLevers):
 
 
 def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: Path):
-    from .cleanup import clean
-    from .decimate import decimate
+    """load (validate the mesh, then drop it), cleanup and decimate (each a child process
+    reading and writing files in ``workdir``: this process never holds the full mesh while
+    they run), uv_unwrap. Returns (asset without arrays, unwrapped mesh, normals, faces in)."""
+    import numpy as np
+
     from .glb import vertex_normals
+    from .stoppable import call
     from .unwrap import unwrap
 
-    asset = load_asset(path, voxels=False)
+    asset = load_asset(path, voxels=False)  # every value checked, then dropped
     faces_in = len(asset.faces)
-    steps.begin("cleanup")
-    vertices, faces = clean(asset.vertices, asset.faces, steps)
     asset.vertices = asset.faces = None
+    cleaned, decimated = workdir / "cleaned.npz", workdir / "decimated.npz"
+    steps.begin("cleanup")
+    steps.progress(0.0, force=True)
+    call("runner.export_engine.cleanup:clean_file", None,
+         {"asset": str(path), "out": str(cleaned)}, workdir, steps)
     steps.begin("decimate")
-    vertices, faces = decimate(vertices, faces, levers.decimation_target, workdir, steps)
+    steps.progress(0.0, force=True)
+    call("runner.export_engine.decimate:simplify_file", None,
+         {"inp": str(cleaned), "out": str(decimated), "target": levers.decimation_target},
+         workdir, steps)
+    cleaned.unlink()
+    with np.load(decimated) as data:
+        vertices, faces = data["vertices"], data["faces"]
+    decimated.unlink()
     steps.begin("uv_unwrap")
     mesh = unwrap(vertices, faces, levers.texture_size, plan.unwrap_batch_faces, workdir, steps)
     normals = vertex_normals(vertices, faces)[mesh.source]

@@ -14,6 +14,7 @@ from .errors import ExportCancelled
 PARENT = "export"
 SUBSTEPS = ("load", "cleanup", "decimate", "uv_unwrap", "bake", "seams", "write")
 PROGRESS_EVERY = 0.5  # seconds between progress events of one step
+HEARTBEAT = 2.0  # seconds between repeated progress events while a child process works
 #: each sub-step's share of the export's time at the defaults (measured on a 5 M-face asset,
 #: notes/engine.md): turns a step's own fraction into the export stage's fraction.
 WEIGHTS = {"load": 0.03, "cleanup": 0.07, "decimate": 0.2, "uv_unwrap": 0.35, "bake": 0.25,
@@ -35,6 +36,7 @@ class Steps:
         self.seconds: dict[str, float] = {}
         self._began = 0.0
         self._last_progress = 0.0
+        self._fraction = 0.0
 
     def cancelled(self) -> bool:
         flag = self._cancel
@@ -53,6 +55,7 @@ class Steps:
         self.end()
         self.current = step
         self._began = self._last_progress = time.perf_counter()
+        self._fraction = 0.0
         self.emit(make_event("stage", stage=step, index=SUBSTEPS.index(step),
                              count=len(SUBSTEPS), parent=PARENT))
 
@@ -65,10 +68,19 @@ class Steps:
         if force or now - self._last_progress >= PROGRESS_EVERY:
             self._last_progress = now
             own = min(max(float(fraction), 0.0), 1.0)
+            self._fraction = own
             done = sum(WEIGHTS[s] for s in SUBSTEPS[:SUBSTEPS.index(self.current)])
             whole = (done + WEIGHTS[self.current] * own) / sum(WEIGHTS.values())
             self.emit(make_event("progress", stage=PARENT, fraction=round(whole, 4),
                                  substep=self.current, substep_fraction=round(own, 4)))
+
+    def heartbeat(self) -> None:
+        """While a child process works (``stoppable``): a cancel check, and the last
+        ``progress`` again every ``HEARTBEAT`` s, so a reader (the runner's stall watch) sees
+        the export alive although this process itself uses no CPU."""
+        self.check()
+        if self.current is not None and time.perf_counter() - self._last_progress >= HEARTBEAT:
+            self.progress(self._fraction, force=True)
 
     def end(self) -> None:
         """Record the current step's seconds (idempotent)."""

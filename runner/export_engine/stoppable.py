@@ -37,9 +37,10 @@ def _child_env() -> dict:
     return env
 
 
-def call(target: str, arrays: dict, params: dict, workdir: Path, steps) -> dict:
+def call(target: str, arrays: dict | None, params: dict, workdir: Path, steps) -> dict:
     """``target`` (``"module:function"``, called as ``function(**arrays, **params)`` and
-    returning a dict of arrays) in a child process; returns that dict. ``steps``: the
+    returning a dict of arrays) in a child process; returns that dict. ``arrays`` None: the
+    function gets ``params`` only (it reads its inputs from files named there). ``steps``: the
     ``Steps`` whose cancel flag is polled (``ExportCancelled`` after killing the child).
     Raises ``RuntimeError`` with the child's last stderr lines when it fails."""
     workdir = Path(workdir)
@@ -47,7 +48,7 @@ def call(target: str, arrays: dict, params: dict, workdir: Path, steps) -> dict:
     inp, out = workdir / f"stoppable-in-{stamp}.npz", workdir / f"stoppable-out-{stamp}.npz"
     err = workdir / f"stoppable-err-{stamp}.txt"
     try:
-        np.savez(inp, **arrays)
+        np.savez(inp, **(arrays or {}))
         with open(err, "wb") as err_file:
             proc = subprocess.Popen([sys.executable, "-m", "runner.export_engine.stoppable",
                                      target, str(inp), str(out), json.dumps(params)],
@@ -71,6 +72,8 @@ def _wait(proc: subprocess.Popen, steps) -> None:
             proc.kill()
             proc.wait()
             raise ExportCancelled(steps.current or "export")
+        if steps is not None:
+            steps.heartbeat()
         try:
             proc.wait(timeout=POLL)
         except subprocess.TimeoutExpired:
