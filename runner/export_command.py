@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 from .cancel import cancel_error
+from .claims import claim_all
 from .cli import (EXIT_EPILOG, ArgumentParser, guard_config, internal_failure, report_success,
                   setup, usage_failure)
 from .errors import RunnerError, explain
 from .job import Job, WorkerJob
 from .jobrun import JobRun
 from .jobtrace import log
-from .claims import claim_all
 from .outputs import (check_output, check_path_limits, check_trace, job_dir,
                       sweep_stale_job_dirs, trace_conflict)
 from .protocol import make
@@ -58,7 +58,7 @@ class ExportRun(JobRun):
         opens the trace and publishes ``asset``."""
         job = self.job
         trace_conflict(job.resolved_trace(), job.image, job.output)
-        facts = check_asset(Path(job.image), job.options.get("export_budget"))
+        facts = check_asset(Path(job.image), job.options, job.texture_size)
         self.output = check_output(job.output, job.overwrite)
         trace_path = job.resolved_trace()
         check_path_limits(trace_path, "trace")
@@ -89,30 +89,37 @@ class ExportRun(JobRun):
                            hint="Check the interpreter path.")
 
 
-def check_asset(path: Path, budget) -> dict:
-    """The ``asset`` event's facts (``path``, ``bytes``, ``faces``, ``vertices``, ``voxels``)
-    after the cheap checks (no array read). Raises ``RunnerError`` ``input_missing`` or
-    ``bad_asset`` (the engine's message, naming the key)."""
-    from .backends import parse_size
+def check_asset(path: Path, options: dict, texture_size=None) -> dict:
+    """The ``asset`` event's facts (``path``, ``bytes``, ``faces``, ``vertices``, ``voxels``,
+    ``predicted_peak``) after the cheap checks — the file's size and headers, and the budget's
+    plan for the levers (``options``: ``decimation_target``, ``export_budget``), no array
+    read. Raises ``RunnerError`` ``input_missing`` or ``bad_asset`` (the engine's message,
+    naming the key)."""
+    from .backends.bounded_export import levers
     from .export_engine import BadAsset
     from .export_engine.asset import inspect_asset
-    from .export_engine.budget import check_file
+    from .export_engine.budget import check_file, plan
 
     path = path.expanduser().absolute()
     if not path.exists():
         raise RunnerError("input_missing", f"The asset {path} does not exist.",
                           "Check the path of the asset (.npz).")
+    chosen = levers(texture_size, options.get("decimation_target"), options.get("export_budget"))
     try:
         if not path.is_file():
             raise BadAsset(None, f"{path} is not a file")
-        check_file(path.stat().st_size, None if budget is None else parse_size(budget))
+        check_file(path.stat().st_size, chosen.budget)
         members = inspect_asset(path)
+        faces, voxels = members["faces"].shape[0], members["coords"].shape[0]
+        predicted = plan(faces=faces, voxels=voxels, target=chosen.decimation_target,
+                         texture=chosen.texture_size, file_bytes=path.stat().st_size,
+                         budget=chosen.budget).peak
     except BadAsset as err:
         raise RunnerError("bad_asset", err.message, err.hint,
                           **({"key": err.key} if err.key else {})) from None
-    return {"path": str(path), "bytes": path.stat().st_size,
-            "faces": members["faces"].shape[0], "vertices": members["vertices"].shape[0],
-            "voxels": members["coords"].shape[0]}
+    return {"path": str(path), "bytes": path.stat().st_size, "faces": faces,
+            "vertices": members["vertices"].shape[0], "voxels": voxels,
+            "predicted_peak": predicted}
 
 
 def build_parser() -> ArgumentParser:

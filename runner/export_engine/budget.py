@@ -108,8 +108,11 @@ def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
     result = Plan(budget, batch, chunk, peaks)
     if result.peak > budget:
         step = max(peaks, key=peaks.get)
+        need = -(-peaks[step] // GIB)  # whole GiB, rounded up
+        also = ("" if step in ("load", "cleanup", "decimate") else
+                " (or lower --texture-size / --decimation-target)")
         raise BadAsset(None, f"the asset ({faces:,} faces, {voxels:,} voxels) is too large for "
                        f"an export budget of {format_size(budget)}: its {step} step needs about "
-                       f"{format_size(peaks[step])}", "Raise --export-budget (or lower "
-                       "--texture-size / --decimation-target).")
+                       f"{format_size(peaks[step])}; it was not read",
+                       f"Give --export-budget {need}G or more{also}.")
     return result

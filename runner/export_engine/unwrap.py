@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 PATCH_FACES = 2500
-PAD = 2          # texels between charts (xatlas padding) and between batch atlases
+PAD = 1          # texels between charts (xatlas padding, plus its bilinear guard texel) and
+                 # between batch atlases
 FILL = 0.55      # expected share of the square that charts cover
 
 
@@ -136,15 +137,10 @@ def _chart(vertices, faces, group, tpu, workdir, steps) -> tuple:
             int(charts))
 
 
-def shelf_pack(sizes: list[tuple[float, float]], pad: float = PAD) -> tuple[np.ndarray, float]:
-    """Offsets [n, 2] (x, y, texels) for rectangles ``sizes`` (w, h) on shelves, tallest first,
-    ``pad`` apart, in a square-ish strip; and the side of the square that holds them all."""
-    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
-    area = float(((sizes[:, 0] + pad) * (sizes[:, 1] + pad)).sum())
-    width = max(float(np.sqrt(area) * 1.05), float(sizes[:, 0].max() + pad))
+def _shelves(sizes: np.ndarray, width: float, pad: float) -> tuple[np.ndarray, float]:
+    """Offsets for ``sizes`` on shelves of ``width``, tallest first; and the square's side."""
     offsets = np.zeros_like(sizes)
-    x = y = shelf = 0.0
-    used_w = 0.0
+    x = y = shelf = used_w = 0.0
     for i in np.argsort(-sizes[:, 1], kind="stable"):
         w, h = sizes[i]
         if x > 0 and x + w > width:
@@ -154,6 +150,21 @@ def shelf_pack(sizes: list[tuple[float, float]], pad: float = PAD) -> tuple[np.n
         used_w = max(used_w, x)
         shelf = max(shelf, h)
     return offsets, max(used_w, y + shelf)
+
+
+def shelf_pack(sizes: list[tuple[float, float]], pad: float = PAD) -> tuple[np.ndarray, float]:
+    """Offsets [n, 2] (x, y, texels) for rectangles ``sizes`` (w, h) on shelves, tallest first,
+    ``pad`` apart; of 32 strip widths from the widest rectangle to all in one row, the one
+    whose square is smallest. Returns (offsets, the side of that square)."""
+    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+    low = float(sizes[:, 0].max() + pad)
+    high = max(low, float((sizes[:, 0] + pad).sum()))
+    best = None
+    for width in np.linspace(low, high, 32):
+        offsets, side = _shelves(sizes, float(width), pad)
+        if best is None or side < best[1]:
+            best = (offsets, side)
+    return best
 
 
 def unwrap(vertices: np.ndarray, faces: np.ndarray, texture: int, batch_faces: int,

@@ -422,8 +422,8 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     assert v["export_parent"] == "VIEW3D_PT_image_to_mesh" and v["export_closed"]
     assert v["export_poll"] == {"pixal3d": True, "builtin": False}
     assert [e[1] for e in draws["export"] if e[0] == "prop"] == [
-        "export_process", "export_profile", "decimation_target", "remesh", "remesh_resolution",
-        "allow_dense_grid_sample"]
+        "export_process", "export_profile", "export_engine", "export_budget", "keep_asset",
+        "decimation_target", "remesh", "remesh_resolution", "allow_dense_grid_sample"]
     argv = v["export_argv"]
     for flag, value in (("--export-profile", "fit"), ("--decimation-target", "250000"),
                         ("--remesh", "off"),

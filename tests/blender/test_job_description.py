@@ -190,13 +190,15 @@ def test_headless_passes_its_export_and_guard_settings_to_the_runner(tmp_path, s
     done = subprocess.run(
         [sys.executable, str(HEADLESS), str(shared_images[0]), "--glb", str(tmp_path / "a.glb"),
          "--python", str(fake), "--backend", "pixal3d", "--pixal3d-dir", str(tmp_path / "none"),
-         "--decimation-target", "250000", "--export-profile", "fit", "--remesh", "off",
+         "--decimation-target", "250000", "--export-engine", "port", "--export-profile", "fit",
+         "--remesh", "off",
          "--wait-free-percent", "5", "--kill-free-percent", "0"],
         capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     argv = record.read_text().splitlines()
     assert argv[:2] == ["-m", "runner"]
     assert argv[argv.index("--decimation-target") + 1] == "250000"
     assert argv[argv.index("--export-profile") + 1] == "fit"
+    assert argv[argv.index("--export-engine") + 1] == "port"
     assert argv[argv.index("--remesh") + 1] == "off"
     assert argv[argv.index("--wait-free") + 1] == "5%"
     assert argv[argv.index("--kill-free") + 1] == "off"
