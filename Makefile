@@ -17,11 +17,13 @@ DEMO_OUT ?= out/demo
 .PHONY: setup setup-bpy5 wheels test demo build bench clean
 
 # torch==2.13.0 first: a bare "torch" requirement would pull a multi-GB CUDA build on Linux.
+# The cluster extra (Ray) is for the cluster tests (tests/runner/test_cluster.py); the product
+# needs it only for `batch --cluster`.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,cluster]'
 	touch $@
 
 setup: $(VENV)/.installed

@@ -98,14 +98,27 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m runner batch DIR -o OUTDIR …``: returns 0 when every image is done or
     skipped, ``batch_failed`` (5) when any failed, another kind's code for a batch-level error
     (missing folder, cancel …)."""
+    parser = build_parser()
     try:
-        ns = build_parser().parse_args(argv)
+        from .cluster.placement import record_raw
+
+        raw = record_raw(parser)  # the option texts a cluster node's job is given
+        ns = parser.parse_args(argv)
         options = validate_job(ns)
         config = guard_config(ns)
+        if ns.cluster is not None:
+            from .cluster.batch import check_cluster_options
+
+            check_cluster_options(ns)
     except RunnerError as err:
         return usage_failure(err, "batch")
     emitter, cancel = setup(ns)
-    batch = Batch(ns, options, config, emitter, cancel)
+    if ns.cluster is not None:
+        from .cluster.batch import ClusterBatch
+
+        batch = ClusterBatch(ns, options, config, emitter, cancel, parser=parser, raw=raw)
+    else:
+        batch = Batch(ns, options, config, emitter, cancel)
     try:
         return batch.run()
     except RunnerError as err:
@@ -158,6 +171,11 @@ class Batch:
             if self.cancel:
                 break
             self.item(index, len(images), image, names[image])
+        return self.conclude(images)
+
+    def conclude(self, images: list[Path]) -> int:
+        """After the last image: the cancel error, or the manifest's header, the summary line
+        and ``batch_done``; returns the exit status."""
         if self.cancel:
             raise RunnerError("cancelled", f"Batch cancelled ({self.cancel.reason}); the "
                               "manifest records what was finished.")
@@ -204,6 +222,17 @@ class Batch:
     def item(self, index: int, count: int, image: Path, stem: str) -> None:
         """One image: skipped when the manifest says it is done and unchanged, else run as a
         job; recorded in the manifest and reported as ``batch_item``."""
+        planned = self.plan(index, count, image, stem)
+        if planned is None:
+            return
+        job, digest = planned
+        began = time.time()
+        outcome = self.run_job(job, index)
+        self.record(index, count, image, job.output, outcome, digest, began)
+
+    def plan(self, index: int, count: int, image: Path, stem: str) -> tuple[Job, str | None] | None:
+        """The image's ``Job`` and input digest, or None when it is skipped (reported as a
+        ``batch_item`` with ``status: "skipped"``)."""
         ns = self.ns
         output = self.out_dir / f"{stem}.glb"
         trace = self.out_dir / f"{stem}.trace.jsonl"
@@ -218,7 +247,7 @@ class Batch:
             self.emitter.event("batch_item", index=index, count=count, image=str(image),
                                status="skipped", output=str(output), trace=entry.get("trace"),
                                seconds=0.0, peak=entry.get("peak"), error=None)
-            return
+            return None
         # A changed image or changed options: this batch may replace what it wrote itself
         # (a GLB recorded as done, a trace recorded for this image), nothing else.
         job = Job(image=image, output=output, backend=ns.backend, trace=trace, seed=ns.seed,
@@ -226,9 +255,7 @@ class Batch:
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
                   options=self.options, stall_timeout=ns.stall_timeout,
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
-        began = time.time()
-        outcome = self.run_job(job, index)
-        self.record(index, count, image, output, outcome, digest, began)
+        return job, digest
 
     def run_job(self, job: Job, index: int) -> Outcome:
         """Run one image's job (tagged with ``item``); a bug becomes an ``internal`` outcome
@@ -266,10 +293,11 @@ class Batch:
                  "status": status, "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
                  "error": error, "notes": list(outcome.notes), "sha256": digest,
                  "options": self.fingerprint,
-                 "finished": time.time()}
+                 "finished": time.time(), **outcome.extra}
         update_manifest(self.manifest_path, {**self.header, "updated": time.time()},
                         image.name, entry, since=began)
         self.emitter.event("batch_item", index=index, count=count, image=str(image),
                            status=status,
                            output=str(output) if outcome.ok else None, trace=outcome.trace,
-                           seconds=round(outcome.seconds, 3), peak=outcome.peak, error=error)
+                           seconds=round(outcome.seconds, 3), peak=outcome.peak, error=error,
+                           **outcome.extra)

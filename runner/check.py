@@ -38,6 +38,8 @@ exit status (runner/PROTOCOL.md):
   32, 33   the Pixal3D folder is missing or incomplete / of an unknown version
   34       this Python lacks Pillow, NumPy or psutil
   35, 36   a Pixal3D weight file is damaged / missing (the check lists every missing file)
+  37       --cluster: Ray missing, the cluster unreachable, or no node can run the
+           requested backends (docs/cluster.md)
   42       the probe subprocess gave no answer
 """
 
@@ -88,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=backends.names(), action="append",
                         help="backend(s) whose readiness sets the exit status (default: builtin)")
     add_table_arguments(parser, "check")
+    from .cluster.placement import record_raw
+
+    raw = record_raw(parser)  # the option texts each node's own check is given
     try:
         ns = parser.parse_args(argv)
         check_backend_options(ns)
@@ -96,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             err.hint = "Run `python -m runner check --help` for the options."
         return usage_failure(err, "check")
     emitter = Emitter()
+    if ns.cluster is not None:
+        return _cluster(parser, ns, raw, emitter)
     try:
         result = probe(backend_options(ns))
     except RunnerError as err:
@@ -113,6 +120,20 @@ def main(argv: list[str] | None = None) -> int:
                                              if b in backends.BACKENDS):
         return RunnerError("no_torch", "").exit_code
     return verdict_exit_code(result["backends"], wanted)
+
+
+def _cluster(parser, ns, raw: dict, emitter: Emitter) -> int:
+    """``check --cluster ADDRESS`` (``runner.cluster.check``); an unreachable cluster is one
+    ``error`` line."""
+    from .cluster.check import cluster_check
+    from .cluster.placement import node_argv
+
+    try:
+        return cluster_check(ns.cluster, node_argv(parser, ns, raw, None),
+                             ns.backend or [backends.DEFAULT], emitter)
+    except RunnerError as err:
+        emitter.event("error", **err.fields())
+        return err.exit_code
 
 
 def check_backend_options(ns) -> None:

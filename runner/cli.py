@@ -98,6 +98,8 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   30-36    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
            missing Pillow/NumPy/psutil, Pixal3D weights damaged or missing
            (`python -m runner check` says what)
+  37       batch/check --cluster: Ray missing, the cluster unreachable or without a node
+           that could run a job (docs/cluster.md)
   40-49    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
            mesh (Pixal3D), out of memory, a system limit (open files, threads), stalled

@@ -85,6 +85,11 @@ KINDS: dict[str, Kind] = {
                                 "access, or `huggingface-cli download TencentARC/Pixal3D`), then "
                                 "run again.",
                             "a weight file the run needs is not in the weights cache"),
+    "cluster_unavailable": Kind(37, "Start the Ray head and the nodes (docs/cluster.md), check "
+                                    "the address and the firewall, or install Ray into the "
+                                    "runner's Python (pip install 'image-to-mesh[cluster]').",
+                                "--cluster: Ray is not installed, or the cluster cannot be "
+                                "reached or has no node that could run a job"),
     "backend_failed": Kind(40, "See the log on stderr and the trace; try another image or "
                                "backend.", "the backend raised an unexpected error"),
     "worker_killed": Kind(41, "The job was killed from outside (often the system running out of "

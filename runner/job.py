@@ -144,3 +144,6 @@ class Outcome:
     peak: int | None
     error: RunnerError | None = None
     notes: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    """Fields a batch adds to the image's manifest record and ``batch_item`` (a cluster batch:
+    ``node``, ``retries``)."""

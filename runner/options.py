@@ -271,6 +271,10 @@ TABLE: tuple[Option, ...] = (
            "seconds (default: off; a Pixal3D stage can run minutes without an event)",
            kind="float", low=1.0, unit="s", metavar="SECONDS", group="job",
            affects_output=False),
+    Option("cluster", "run every image as a guarded job on a node of this Ray cluster "
+           "(batch), or check its nodes (check): auto, HOST:6379 or ray://HOST:10001; needs "
+           "the cluster extra (docs/cluster.md)", kind="text", metavar="ADDRESS", group="job",
+           commands=("batch", "check"), affects_output=False),
     Option("pixal3d_dir", "folder of the Pixal3D-mac checkout (default: $PIXAL3D_DIR)",
            kind="path", metavar="DIR", backends=PIXAL3D, commands=JOB_AND_CHECK,
            panel=Panel("Pixal3D-mac folder", where="preferences", default="", unset="")),

@@ -118,6 +118,20 @@ class Live:
             if ev["event"] == name:
                 return ev
 
+    def wait_for_any(self, names, timeout: float = 120) -> dict:
+        """Block until an event whose name is in ``names`` arrives (see ``wait_for``)."""
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            assert left > 0, f"no {names} event within {timeout} s: {[e['event'] for e in self.events]}"
+            try:
+                ev = self.queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            assert ev is not None, f"stream ended before {names}; stderr: {self.stderr[-2000:]}"
+            if ev["event"] in names:
+                return ev
+
     def finish(self, timeout: float = 60) -> Finished:
         self.proc.wait(timeout=timeout)
         self._out.join(timeout=10)

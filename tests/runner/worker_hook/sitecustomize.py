@@ -6,7 +6,9 @@ test make a real worker do what a backend might (start a helper process, crash),
 real supervisor at a chosen point as heavy load would."""
 import os
 
-_guarded = any(name.startswith("STAGELOAD_GUARD_") for name in os.environ)
+# the marker is STAGELOAD_GUARD_<token>; STAGELOAD_GUARD_DIR (the reservations' folder) is not one
+_guarded = any(name.startswith("STAGELOAD_GUARD_") and name != "STAGELOAD_GUARD_DIR"
+               for name in os.environ)
 _code = os.environ.get("RUNNER_TEST_WORKER_HOOK" if _guarded else "RUNNER_TEST_SUPERVISOR_HOOK")
 if _code:
     exec(compile(_code, "runner test hook", "exec"))

@@ -1,0 +1,167 @@
+"""``ClusterBatch``: ``python -m runner batch DIR -o OUTDIR --cluster ADDRESS`` on the head.
+
+The same command as a local batch (``runner.batch.Batch``: the folder, the output names, the
+resume rules, the manifest merged under the folder's lock, ``batch_item``/``batch_done``), with
+the images run at once as Ray tasks (``runner.cluster.remote.RemoteJob``, one thread each) instead
+of one after another here. Each record in the manifest and each ``batch_item`` also carries
+``node`` (``{"id", "host"}``, the node that ran the image's last attempt, null when it never
+ran) and ``retries`` (``[{"node", "reason"}]``, the attempts given back: node lost, or no room
+in time).
+
+Order: ``hello`` → connect (``cluster_unavailable`` before any image is touched) → the folder
+→ the skips (name order, as planned: the manifest is read once per image when it is planned,
+not when its node starts it) → per image ``placed`` then its job's events (``item``, ``node``)
+and ``batch_item``, in the order the nodes finish → ``batch_done``.
+
+Cancel (SIGTERM, SIGINT, SIGHUP, a closed stdin with ``--cancel-on-stdin-eof``, the parent
+gone): every task is cancelled with ``ray.cancel`` (the running ones get KeyboardInterrupt and
+stop their runner, see ``runner.cluster.node``), those still running after ``FORCE_AFTER``
+seconds are cancelled with ``force=True`` (the worker process is killed; its runner stops its
+job on its parent's death); nothing is written for an image that did not finish; the images
+that were running are recorded ``cancelled``; the batch ends with ``error`` ``cancelled`` (130).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ..batch import Batch, output_names
+from ..errors import RunnerError
+from ..jobtrace import log
+from ..protocol import make
+
+FORCE_AFTER = 2.0
+"""Seconds between the gentle ``ray.cancel`` and ``force=True`` for tasks still running."""
+MAX_THREADS = 64
+"""At most this many images are in flight (submitted to Ray) at once."""
+
+
+def check_cluster_options(ns) -> None:
+    """Options that cannot apply on a cluster. Raises ``RunnerError('usage')``."""
+    from .connect import parse_address
+
+    parse_address(ns.cluster)
+    if getattr(ns, "guard_log", None):
+        raise RunnerError("usage", "--log names a file on this machine; the guards of a "
+                          "cluster batch run on the nodes.", "Leave --log out with --cluster: "
+                          "each image's trace holds its guard's decisions.")
+
+
+class ClusterBatch(Batch):
+    """A batch on the Ray cluster at ``ns.cluster``. ``parser``/``raw``: the batch parser and
+    the option texts ``runner.cluster.placement.record_raw`` kept (the nodes' job options)."""
+
+    def __init__(self, ns, options: dict, config, emitter, cancel, *, parser, raw):
+        super().__init__(ns, options, config, emitter, cancel)
+        from .placement import node_argv
+
+        self.address = ns.cluster
+        self.need = config.need
+        self.node_argv = node_argv(parser, ns, raw, config.need)
+        self.lock = threading.RLock()  # OUTDIR's files, the manifest, the counts
+        self.ray = None
+        self.remote = None
+        self.nodes: list = []
+        self._inflight: dict[int, object] = {}
+        self._finished = threading.Event()
+
+    def run(self) -> int:
+        from .connect import alive_nodes, connect, require_room, shield_stdout
+        from .node import node_job
+
+        shield_stdout(self.emitter)
+        self.ray = connect(self.address)
+        try:
+            self.nodes = alive_nodes(self.ray)
+            require_room(self.nodes, self.address, self.need)
+            slots = sum(n.slots for n in self.nodes)
+            log(f"cluster {self.address}: {len(self.nodes)} node(s), {slots} slot(s)")
+            self.remote = self.ray.remote(node_job)
+            images = self.images()
+            self.open_manifest()
+            names = output_names(images)
+            planned = []
+            for index, image in enumerate(images, 1):
+                plan = self.plan(index, len(images), image, names[image])
+                if plan is not None:
+                    planned.append((index, image, *plan))
+            self._watch_cancel()
+            if planned and not self.cancel:
+                with ThreadPoolExecutor(min(len(planned), MAX_THREADS),
+                                        thread_name_prefix="runner-cluster-image") as pool:
+                    for _ in pool.map(lambda p: self.remote_item(len(images), *p), planned):
+                        pass
+            return self.conclude(images)
+        finally:
+            self._finished.set()
+            self.ray.shutdown()
+
+    def remote_item(self, count: int, index: int, image, job, digest) -> None:
+        """Run one planned image on the cluster and record it (not when the batch was
+        cancelled before it was placed)."""
+        from .remote import RemoteJob
+
+        began = time.time()
+        try:
+            outcome = RemoteJob(self, job, index).run()
+        except Exception as exc:  # a bug on this image must not stop the others
+            import sys
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
+            from ..job import Outcome
+
+            outcome = Outcome(ok=False, final=make("error", **err.fields()),
+                              exit_code=err.exit_code, output=None, trace=None,
+                              seconds=time.time() - began, peak=None, error=err)
+        if outcome is not None:
+            with self.lock:
+                self.record(index, count, image, job.output, outcome, digest, began)
+
+    def refresh_nodes(self) -> None:
+        """Read the alive nodes again (after one was lost)."""
+        from .connect import alive_nodes
+
+        try:
+            self.nodes = alive_nodes(self.ray)
+        except Exception as exc:  # keep the old list; placement still works without it
+            log(f"cluster: could not list the nodes ({exc})")
+
+    # -- in-flight tasks and cancel ------------------------------------------------------------
+    def track(self, index: int, gen) -> None:
+        with self.lock:
+            self._inflight[index] = gen
+        if self.cancel:
+            self._cancel_tasks(force=False)
+
+    def untrack(self, index: int) -> None:
+        with self.lock:
+            self._inflight.pop(index, None)
+
+    def _cancel_tasks(self, force: bool) -> None:
+        with self.lock:
+            gens = list(self._inflight.values())
+        for gen in gens:
+            try:
+                self.ray.cancel(gen, force=force, recursive=True)
+            except Exception as exc:  # already finished, or its node is gone
+                log(f"cluster: cancel: {type(exc).__name__}: {exc}")
+
+    def _watch_cancel(self) -> None:
+        """A thread that, once cancelled, cancels every task (gently, then by force)."""
+
+        def watch() -> None:
+            while not self.cancel.wait(0.2):
+                if self._finished.is_set():
+                    return
+            log(f"cluster: cancelling {len(self._inflight)} task(s)")
+            self._cancel_tasks(force=False)
+            end = time.monotonic() + FORCE_AFTER
+            while self._inflight and time.monotonic() < end:
+                time.sleep(0.1)
+            if self._inflight:
+                self._cancel_tasks(force=True)
+
+        threading.Thread(target=watch, name="runner-cluster-cancel", daemon=True).start()

@@ -1,0 +1,161 @@
+"""Reach a Ray cluster: import Ray (optional: the ``cluster`` extra), check the address answers,
+``ray.init`` with a time limit, and read the nodes. Every way this can fail is one
+``RunnerError('cluster_unavailable')`` naming the address and what to do, raised before any
+image is touched.
+
+Ray prints to the driver's stdout in places (worker logs, C++ messages): :func:`shield_stdout`
+moves the protocol's stream to a private copy of fd 1 and points fd 1 at stderr first, so
+stdout keeps carrying only events.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+
+from ..errors import RunnerError
+from . import SLOT
+
+CONNECT_TIMEOUT = 30.0
+"""Seconds ``ray.init`` may take once the address answered (Ray itself retries for minutes)."""
+PORT_TIMEOUT = 5.0
+"""Seconds to wait for a TCP connection to the head's port before calling it unreachable."""
+
+_SETUP_HINT = ("Start the head with `ray start --head --port=6379 --resources='{\"image_to_mesh\": "
+               "0}'` and each Mac with `ray start --address=HEAD:6379 --resources="
+               "'{\"image_to_mesh\": 1}'` (docs/cluster.md); check the address and that the "
+               "firewall lets the port through.")
+
+
+def _unavailable(address: str, message: str, hint: str = _SETUP_HINT) -> RunnerError:
+    return RunnerError("cluster_unavailable", message, hint, address=address)
+
+
+def parse_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``
+    (Ray finds the local cluster). Raises ``RunnerError('usage')`` for anything else."""
+    if address == "auto":
+        return None
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RunnerError("usage", f"--cluster {address!r} is not a Ray address.",
+                          "Give auto, HOST:PORT (e.g. 192.168.1.20:6379) or ray://HOST:10001.")
+    return host.strip("[]"), int(port)
+
+
+def import_ray(address: str):
+    """The ``ray`` module. Raises ``cluster_unavailable`` when this Python cannot import it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise _unavailable(address, f"Ray is not installed in {sys.executable} ({exc}), so the "
+                           f"cluster at {address} cannot be used.",
+                           f"Install it into the runner's Python: {sys.executable} -m pip "
+                           "install 'image-to-mesh[cluster]' (ray[client]==2.60.0), or leave "
+                           "--cluster out to run the batch on this machine.") from None
+    return ray
+
+
+def check_port(address: str, host: str, port: int) -> None:
+    """Raise ``cluster_unavailable`` unless a TCP connection to ``host:port`` succeeds within
+    ``PORT_TIMEOUT`` seconds (Ray's own connect would retry for minutes)."""
+    try:
+        with socket.create_connection((host, port), timeout=PORT_TIMEOUT):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise _unavailable(address, f"Nothing answers at {host}:{port} ({reason}): no Ray "
+                           f"cluster at {address}.") from None
+
+
+def shield_stdout(emitter) -> None:
+    """Give ``emitter`` a private duplicate of fd 1 and point fd 1 (and ``sys.stdout``) at
+    stderr, so whatever Ray or a native library prints cannot corrupt the protocol."""
+    with emitter._lock:
+        emitter.stream.flush()
+        emitter.stream = os.fdopen(os.dup(1), "wb", buffering=0)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+
+
+def connect(address: str):
+    """Import Ray and connect to the cluster at ``address``; returns the ``ray`` module.
+    Raises ``RunnerError``: ``usage`` (not an address), ``cluster_unavailable``."""
+    where = parse_address(address)
+    ray = import_ray(address)
+    if where is not None:
+        check_port(address, *where)
+    outcome: dict = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            outcome["ok"] = True
+        except BaseException as exc:  # Ray raises ConnectionError, RuntimeError, ValueError …
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=init, name="runner-ray-init", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT)
+    if "ok" in outcome:
+        return ray
+    if "error" in outcome:
+        exc = outcome["error"]
+        raise _unavailable(address, f"Could not connect to the Ray cluster at {address} "
+                           f"({type(exc).__name__}: {str(exc).strip()[:300]}).") from None
+    raise _unavailable(address, f"{address} answered but no Ray cluster connected within "
+                       f"{CONNECT_TIMEOUT:.0f} s.")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One alive node: Ray ``id`` (hex), ``host`` (its host name), ``ip``, logical ``memory``
+    (bytes Ray may admit there), ``slots`` (``image_to_mesh`` units), ``cpus``."""
+
+    id: str
+    host: str
+    ip: str
+    memory: int
+    slots: int
+    cpus: float
+
+    def label(self) -> dict:
+        """The ``node`` field of events and manifest records: ``{"id", "host"}``."""
+        return {"id": self.id, "host": self.host}
+
+
+def alive_nodes(ray) -> list[NodeInfo]:
+    """The cluster's alive nodes (``ray.nodes()``), in Ray's order."""
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources") or {}
+        out.append(NodeInfo(id=n["NodeID"], host=n.get("NodeManagerHostname") or "?",
+                            ip=n.get("NodeManagerAddress") or "?",
+                            memory=int(res.get("memory", 0)), slots=int(res.get(SLOT, 0)),
+                            cpus=float(res.get("CPU", 0))))
+    return out
+
+
+def require_room(nodes: list[NodeInfo], address: str, need: int | None) -> None:
+    """Raise ``cluster_unavailable`` unless some node offers a slot (and, with ``need`` in
+    bytes, that much memory): otherwise every task would wait for ever."""
+    from stageload.units import format_size
+
+    slotted = [n for n in nodes if n.slots >= 1]
+    if not slotted:
+        raise _unavailable(address, f"No node of the cluster at {address} offers the {SLOT} "
+                           f"resource ({len(nodes)} node(s) alive), so no image could run.",
+                           "Start each node that should run jobs with `ray start --address="
+                           "HEAD:6379 --resources='{\"image_to_mesh\": 1}'` (docs/cluster.md).")
+    if need and not any(n.memory >= need for n in slotted):
+        best = max(n.memory for n in slotted)
+        raise _unavailable(address, f"No node offering {SLOT} has the {format_size(need)} "
+                           f"--need asks for (the most any offers is {format_size(best)}).",
+                           "Lower --need, or start a node with more memory for Ray (`ray "
+                           "start --memory BYTES`).")
