@@ -6,7 +6,7 @@ that node (``NodeAffinitySchedulingStrategy(soft=False)``, no CPU asked for).
 One ``check`` line on stdout: ``cluster`` {``address``, ``nodes``: [{``id``, ``host``, ``ip``,
 ``memory``, ``slots``, ``cpus``, ``backends`` (the node's verdicts) or ``error``}]},
 ``requested`` and ``ok`` (some node with a slot can run every requested backend). Exit 0 when
-ok, else ``cluster_unavailable`` (35); an unreachable cluster is an ``error`` line (35).
+ok, else ``cluster_unavailable`` (37); an unreachable cluster is an ``error`` line (37).
 """
 from __future__ import annotations
 

@@ -214,7 +214,8 @@ class RemoteJob:
         peak = final.get("peak") if isinstance(final.get("peak"), int) else self.peak
         return Outcome(ok=ok, final=final, exit_code=code, output=output, trace=trace,
                        seconds=time.time() - self.began, peak=peak, error=error,
-                       notes=list(self.notes), extra={"node": self.node, "retries": list(self.retries)})
+                       notes=list(self.notes),
+                       extra={"node": self.node, "retries": list(self.retries)})
 
     def failed(self, err: RunnerError) -> Outcome:
         return self.outcome(False, make("error", **err.fields()), err.exit_code, None, err)

@@ -188,7 +188,7 @@ def test_check_lists_the_nodes(nodes):
 
 
 def test_cluster_unavailable_wrong_address_and_no_ray(tmp_path):
-    """Nothing answers at the address → cluster_unavailable (35) naming it, before the output
+    """Nothing answers at the address → cluster_unavailable (37) naming it, before the output
     folder is made; the same with Ray hidden from the runner's Python."""
     import socket
 
@@ -198,7 +198,7 @@ def test_cluster_unavailable_wrong_address_and_no_ray(tmp_path):
         port = s.getsockname()[1]  # closed again below: nothing listens there
     address = f"127.0.0.1:{port}"
     r = batch([src, "-o", tmp_path / "out", "--cluster", address])
-    assert r.returncode == 35, r.stderr[-2000:]
+    assert r.returncode == 37, r.stderr[-2000:]
     assert r.kinds() == ["hello", "error"] and r.last()["kind"] == "cluster_unavailable"
     assert address in r.last()["message"] and "docs/cluster.md" in r.last()["hint"]
     assert not (tmp_path / "out").exists()
@@ -208,7 +208,7 @@ def test_cluster_unavailable_wrong_address_and_no_ray(tmp_path):
                            str(tmp_path / "out"), "--cluster", "10.0.0.1:6379"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     ev = parse_stdout(proc.stdout)
-    assert proc.returncode == 35 and ev[-1]["kind"] == "cluster_unavailable", proc.stderr
+    assert proc.returncode == 37 and ev[-1]["kind"] == "cluster_unavailable", proc.stderr
     assert "not installed" in ev[-1]["message"] and "10.0.0.1:6379" in ev[-1]["message"]
     assert "image-to-mesh[cluster]" in ev[-1]["hint"]
     assert not (tmp_path / "out").exists()
