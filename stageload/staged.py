@@ -12,7 +12,8 @@ One object serves many inputs: after the last stage, ``enter(first_stage)`` star
 
 Prefetch: given ``files`` (name → the files its loader reads), once a stage is ready a
 background reader (``stageload.prefetch.Prefetcher``) asks the OS to read ahead into its file
-cache the files of the models the *next* stage lists and that are not loaded now; it is
+cache the files of the models the *next* stage lists that are neither loaded now nor listed
+by the current stage (which loads those itself); it is
 stopped at once by the next ``enter``, by ``close`` and by ``cancel_prefetch``. It holds no
 tensors and emits one ``prefetch`` event per model; a ``load``/``reload`` event says
 ``prefetched: true`` when that model's files were read ahead completely before it.
@@ -346,8 +347,11 @@ class StagedModels(MutableMapping):
         if self._prefetcher is None or self._index is None or self._index + 1 >= len(self._order):
             return
         after = self._order[self._index + 1]
-        wanted = [name for name in self._plan[after]
-                  if name not in self._loaded and self._loaders.get(name) is not None]
+        # not those loaded now, nor those this stage lists (it loads them itself, and they
+        # stay loaded into the next stage)
+        here = set(self._plan[self._stage])
+        wanted = [name for name in self._plan[after] if name not in self._loaded
+                  and name not in here and self._loaders.get(name) is not None]
         for name in wanted:
             if name not in self._files:
                 emit(self._sink, "prefetch", model=name, stage=self._stage, for_stage=after,

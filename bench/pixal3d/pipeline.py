@@ -21,6 +21,7 @@ edited.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -105,7 +106,8 @@ def run(args, working, emit) -> dict:
             current["stage"] = event["stage"]
         emit(event)
 
-    pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink)
+    pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink,
+                          prefetch=getattr(args, "prefetch", "on") == "on")
     if pipeline.runtime_note is not None:
         note = pipeline.runtime_note
         emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules, rss_bytes=note.rss_bytes))
@@ -122,14 +124,32 @@ def run(args, working, emit) -> dict:
         result = pipeline.generate(args.image, Path(tmp) / "out.glb", seed=42, texture_size=512,
                                    steps=args.steps)
         stage_end()  # export's working memory, inside the export window
+        out = Path(tmp) / "out.glb"
+        glb_sha256 = hashlib.sha256(out.read_bytes()).hexdigest() if out.is_file() else None
     hook.remove()
     pipeline.close()
     done = make_event("bench_done", mode=args.mode, load=load, keep_resident=keep,
                       resident_bytes=result["resident_bytes"], kept=result["kept"],
                       share_stats=pipeline.share_stats, vertices=result["vertices"],
-                      faces=result["faces"], seconds=result["seconds"])
+                      faces=result["faces"], seconds=result["seconds"],
+                      latents_sha256=_sha256_of_latents(pipeline), glb_sha256=glb_sha256)
     emit(done)
     return done
+
+
+def _sha256_of_latents(pipeline) -> str | None:
+    """SHA-256 over every sampler output the run kept (``last_latents``: tensors, or sparse
+    tensors' ``feats`` and ``coords``, in key order): equal digests = bit-identical latents."""
+    import torch
+    digest = hashlib.sha256()
+    latents = getattr(pipeline, "last_latents", None) or {}
+    for key in sorted(latents):
+        value = latents[key]
+        parts = [value] if isinstance(value, torch.Tensor) else [value.feats, value.coords]
+        for part in parts:
+            digest.update(key.encode())
+            digest.update(part.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest() if latents else None
 
 
 def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dict:

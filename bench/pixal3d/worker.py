@@ -56,13 +56,18 @@ def main(argv=None) -> int:
     p.add_argument("--image", help="input image for the pipeline modes")
     p.add_argument("--steps", type=int, default=None,
                    help="sampler steps (default: the port's own, from pipeline.json)")
+    p.add_argument("--prefetch", choices=["on", "off"], default="on",
+                   help="staged modes: read the next stage's files ahead (stageload.prefetch)")
+    p.add_argument("--working-scale", type=float, default=None,
+                   help="size factor of the working memory (default: --scale)")
     args = p.parse_args(argv)
     _hello(args.mode)
 
     from . import pipeline, sizes
     from .working import WorkingMemory
 
-    working = WorkingMemory(sizes.scaled_working_bytes(args.scale), args.hold)
+    scale = args.working_scale if args.working_scale is not None else args.scale
+    working = WorkingMemory(sizes.scaled_working_bytes(scale), args.hold)
     if args.mode == "alone":
         runtime = pipeline.open_port_only(args)  # same imports and setup as staged
         from stageload.events import make_event

@@ -258,3 +258,18 @@ def test_summary_splits_load_seconds_by_the_cache_hit(tmp_path):
     text = format_text(summary)
     assert "in 2 loads whose files were read ahead" in text and "in 1 without" in text
     assert "prefetch: 2 done" in text
+
+
+def test_a_model_the_current_stage_lists_is_not_read_ahead_for_the_next(tmp_path):
+    events = []
+    paths = {}
+    for name in "xy":
+        paths[name] = tmp_path / f"{name}.safetensors"
+        _write(paths[name], 1)
+    models = StagedModels({"x": lambda: nn.Linear(2, 2), "y": lambda: nn.Linear(2, 2)},
+                          {"a": ["x"], "b": ["x", "y"]}, events=events.append, files=paths,
+                          prefetch_floor=0)
+    models.enter("a")
+    assert models.prefetcher.wait(30)
+    assert [e["model"] for e in _of(events, "prefetch")] == ["y"]
+    models.close()
