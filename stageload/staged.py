@@ -10,7 +10,8 @@ take seconds, and that memory belongs to the previous stage).
 One object serves many inputs: after the last stage, ``enter(first_stage)`` starts the next run
 (re-armed, not rebuilt); models released in between are loaded again on access (``reload``).
 
-Prefetch: given ``files`` (name → the files its loader reads), once a stage is ready a
+Prefetch: given ``files`` (name → the files its loader reads), once a stage is ready and has
+loaded the models it lists (or reports ``progress``: it computes), a
 background reader (``stageload.prefetch.Prefetcher``) asks the OS to read ahead into its file
 cache the files of the models the *next* stage lists that are neither loaded now nor listed
 by the current stage (which loads those itself); it is
@@ -131,6 +132,7 @@ class StagedModels(MutableMapping):
         self._emit_lock = threading.Lock()
         self._files = _checked_files(files, self._loaders)
         self._prefetcher: Optional[Prefetcher] = None
+        self._prefetch_pending = False
         if isinstance(prefetch, Prefetcher):
             self._prefetcher = prefetch
         elif prefetch and self._files:
@@ -219,6 +221,8 @@ class StagedModels(MutableMapping):
             self.outside_stage.append((name, self._stage))
         emit(self._sink, kind, model=name, stage=self._stage, bytes=module_bytes(module),
              seconds=seconds, outside_stage=outside, prefetched=prefetched)
+        if self._prefetch_pending and self._stage_loaded():
+            self._start_prefetch()  # the stage's own loads are done
         return module
 
     def _is_outside(self, name: str) -> bool:
@@ -307,6 +311,7 @@ class StagedModels(MutableMapping):
             raise UnknownStageError(f"stage {stage!r} is not in the plan; stages: "
                                     f"{', '.join(map(repr, self._order)) or 'none'}")
         self.cancel_prefetch("stage change")
+        self._prefetch_pending = False
         start = time.perf_counter()
         self._stage = stage
         self._index = self._order.index(stage)
@@ -318,7 +323,9 @@ class StagedModels(MutableMapping):
         empty_allocator_cache()
         emit(self._sink, "ready", stage=stage, seconds=time.perf_counter() - start,
              released_bytes=released)
-        self._start_prefetch()
+        self._prefetch_pending = self._prefetcher is not None
+        if self._stage_loaded():
+            self._start_prefetch()
         if preload:
             for name in self._plan[stage]:
                 if self._present(name):
@@ -342,8 +349,17 @@ class StagedModels(MutableMapping):
         if self._prefetcher is not None:
             self._prefetcher.stop(reason)
 
+    def _stage_loaded(self) -> bool:
+        """Every model the current stage lists (that has a loader) is loaded."""
+        return all(name in self._loaded or self._loaders.get(name) is None
+                   for name in self._plan.get(self._stage, ()))
+
     def _start_prefetch(self) -> None:
-        """After ``ready``: read ahead the files of the next stage's models not loaded now."""
+        """Read ahead the files of the next stage's models not loaded now — once per stage,
+        after its ``ready`` and its own loads (so it does not compete with them)."""
+        if not self._prefetch_pending:
+            return
+        self._prefetch_pending = False
         if self._prefetcher is None or self._index is None or self._index + 1 >= len(self._order):
             return
         after = self._order[self._index + 1]
@@ -362,6 +378,7 @@ class StagedModels(MutableMapping):
 
     def progress(self, fraction: float) -> None:
         """Emit a ``progress`` event (``fraction`` 0..1, clamped) for the current stage."""
+        self._start_prefetch()  # the stage computes: its own loads are done
         emit(self._sink, "progress", stage=self._stage, fraction=min(1.0, max(0.0, float(fraction))))
 
     def release(self, name: str) -> int:
@@ -404,6 +421,7 @@ class StagedModels(MutableMapping):
         object stays usable: indexing reloads, ``enter`` starts a new run.
         """
         self.cancel_prefetch("close")
+        self._prefetch_pending = False
         released = 0
         for name in list(self._loaded):
             released += self._release(name, self._stage)

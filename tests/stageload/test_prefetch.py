@@ -67,6 +67,13 @@ def _models(tmp_path, sizes, events, **kw):
     return StagedModels(loaders, plan, events=events.append, files=files, **kw), files
 
 
+def _enter(models, stage):
+    """Enter ``stage`` and load what it lists: its prefetch starts after its own loads."""
+    models.enter(stage)
+    for name in models.stages[stage]:
+        models[name]
+
+
 def _prefetch_threads():
     return [t for t in threading.enumerate() if t.name == "stageload-prefetch"]
 
@@ -83,9 +90,11 @@ def test_prefetch_reads_the_next_stage_files_after_ready(tmp_path, method):
                             prefetch=Prefetcher(method=method, floor=0))
     assert _resident(files["y"]) in (None, 0)
     models.enter("a")
+    assert not models.prefetcher.running and not _of(events, "prefetch")  # x not loaded yet
+    models["x"]
     assert models.prefetcher.wait(30)
     kinds = [e["event"] for e in events]
-    assert kinds[:2] == ["stage", "ready"] and kinds[2:] == ["prefetch"]
+    assert kinds == ["stage", "ready", "load", "prefetch"]
     pre = _of(events, "prefetch")[0]
     size = files["y"].stat().st_size
     assert (pre["model"], pre["stage"], pre["for_stage"], pre["state"]) == ("y", "a", "b", "done")
@@ -97,8 +106,7 @@ def test_prefetch_reads_the_next_stage_files_after_ready(tmp_path, method):
             time.sleep(0.05)  # (the last, partial page may not be read ahead)
         assert _resident(files["y"]) >= size - 8192
         assert _resident(files["z"]) == 0  # only the next stage's model
-    models.enter("b")
-    models["y"]
+    _enter(models, "b")
     load = [e for e in _of(events, "load") if e["model"] == "y"][0]
     assert load["prefetched"] is True
     models.close()
@@ -124,13 +132,13 @@ def _slow(tmp_path, events, **kw):
 def test_prefetch_stops_at_once(tmp_path, how):
     events = []
     models, files, started = _slow(tmp_path, events)
-    models.enter("a")
+    _enter(models, "a")
     assert started.wait(10)
     reading = _prefetch_threads()
     assert len(reading) == 1
     t0 = time.perf_counter()
     if how == "stage change":
-        models.enter("b")
+        models.enter("b")  # (b's own prefetch waits for b's loads: none here)
     elif how == "cancel":
         models.cancel_prefetch()
     else:
@@ -144,7 +152,8 @@ def test_prefetch_stops_at_once(tmp_path, how):
     assert stopped_in < 2.0  # one 64 KiB chunk, not the 16 MiB file (≈ 5 s at this pace)
     if how == "stage change":  # the stop comes before the new stage's events
         kinds = [e["event"] for e in events]
-        assert kinds.index("prefetch") < len(kinds) - 2 and kinds[-2:] == ["stage", "ready"]
+        assert kinds[3:] == ["prefetch", "stage", "release", "ready"], kinds
+        assert not _prefetch_threads()
     models.close()
     assert not _prefetch_threads()
 
@@ -158,7 +167,7 @@ def test_prefetch_never_runs_below_the_floor_and_runs_once_it_is_lowered(tmp_pat
     # floor + the file's bytes above what is available: skipped, nothing asked
     models.prefetcher.available = lambda: available
     models.prefetcher.floor = available - size + 1
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     pre = _of(events, "prefetch")
     assert [(p["model"], p["state"], p["bytes"]) for p in pre] == [("y", "skipped", 0)]
@@ -167,20 +176,20 @@ def test_prefetch_never_runs_below_the_floor_and_runs_once_it_is_lowered(tmp_pat
     assert _resident(files["y"]) in (None, 0)
     # the threshold lowered to exactly fit: done
     models.prefetcher.floor = available - size
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     assert _of(events, "prefetch")[-1]["state"] == "done"
     # available memory falling while reading: stopped part-way
     readings = iter([available] * 2 + [0] * 1000)
     models.prefetcher.available = lambda: next(readings)
     models.prefetcher.chunk = MiB
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     last = _of(events, "prefetch")[-1]
     assert last["state"] == "stopped" and last["bytes"] == 2 * MiB, (last["reason"], last["bytes"])
     # unknown available memory: skipped
     models.prefetcher.available = lambda: None
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     assert _of(events, "prefetch")[-1]["reason"] == "available memory is unknown"
     models.close()
@@ -204,7 +213,7 @@ def test_models_without_files_are_reported_skipped(tmp_path):
     models = StagedModels({"x": lambda: nn.Linear(2, 2), "y": lambda: nn.Linear(2, 2),
                            "w": lambda: nn.Linear(2, 2)}, {"a": ["x"], "b": ["y", "w"]},
                           events=events.append, files={"y": path}, prefetch_floor=0)
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     states = {e["model"]: (e["state"], e["reason"]) for e in _of(events, "prefetch")}
     assert states["w"] == ("skipped", "no files known for this model")
@@ -228,7 +237,7 @@ def test_missing_file_is_skipped_not_a_dead_thread(tmp_path):
     models = StagedModels({"x": lambda: nn.Linear(2, 2), "y": lambda: nn.Linear(2, 2)},
                           {"a": ["x"], "b": ["y"]}, events=events.append,
                           files={"y": tmp_path / "gone.safetensors"}, prefetch_floor=0)
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     pre = _of(events, "prefetch")[0]
     assert pre["state"] == "skipped" and "cannot read its files" in pre["reason"]
@@ -241,8 +250,7 @@ def test_summary_splits_load_seconds_by_the_cache_hit(tmp_path):
     events = []
     models, files = _models(tmp_path, (1, 2, 1), events, prefetch=Prefetcher(floor=0))
     for stage in ("a", "b", "c"):
-        models.enter(stage)
-        models[{"a": "x", "b": "y", "c": "z"}[stage]]
+        _enter(models, stage)
         assert models.prefetcher.wait(30)
     models.close()
     loads = {e["model"]: e for e in _of(events, "load")}
@@ -269,7 +277,20 @@ def test_a_model_the_current_stage_lists_is_not_read_ahead_for_the_next(tmp_path
     models = StagedModels({"x": lambda: nn.Linear(2, 2), "y": lambda: nn.Linear(2, 2)},
                           {"a": ["x"], "b": ["x", "y"]}, events=events.append, files=paths,
                           prefetch_floor=0)
-    models.enter("a")
+    _enter(models, "a")
     assert models.prefetcher.wait(30)
     assert [e["model"] for e in _of(events, "prefetch")] == ["y"]
+    models.close()
+
+
+def test_the_prefetch_waits_for_the_stages_own_loads_or_its_progress(tmp_path):
+    events = []
+    models, _ = _models(tmp_path, (1, 1, 1), events, prefetch=Prefetcher(floor=0))
+    models.enter("a")
+    assert not _of(events, "prefetch") and not _prefetch_threads()
+    models.progress(0.1)  # the stage computes without loading x: start now
+    assert models.prefetcher.wait(30)
+    assert [e["model"] for e in _of(events, "prefetch")] == ["y"]
+    models["x"]  # once per stage: no second prefetch
+    assert models.prefetcher.wait(30) and len(_of(events, "prefetch")) == 1
     models.close()
