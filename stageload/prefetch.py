@@ -35,8 +35,8 @@ the thread; so it returns after at most one chunk's call (``CHUNK`` = 32 MiB). E
 :meth:`start` stops the previous reading first; no thread outlives :meth:`stop`.
 
 Events (one ``prefetch`` per model, from the reader's thread: the sink must be thread-safe;
-``StagedModels`` serialises its own): ``model``, ``stage`` (the stage whose ``ready`` started
-it), ``for_stage`` (the stage that needs it), ``bytes`` (bytes read ahead), ``file_bytes`` (its
+``StagedModels`` serialises its own): ``model``, ``stage`` (the stage during which it ran),
+``for_stage`` (the stage that needs it), ``bytes`` (bytes read ahead), ``file_bytes`` (its
 files' size), ``seconds``, ``state`` (``"done"``, ``"stopped"`` or ``"skipped"``), ``reason``
 (None when done), ``method``.
 """

@@ -302,7 +302,9 @@ class StagedModels(MutableMapping):
         ``ready`` with ``seconds`` (from the start of ``enter`` to ready) and
         ``released_bytes``. With ``preload=True`` the stage's models are loaded after
         ``ready`` (a prefetch policy) instead of on first access. Entering the first stage
-        again starts the next run.
+        again starts the next run. First of all it stops a prefetch in progress; the next
+        stage's prefetch starts once this stage has loaded what it lists (at once when it lists
+        nothing to load) or calls :meth:`progress`.
 
         Returns the bytes released. Raises ``UnknownStageError`` (state unchanged) for a stage
         not in the plan.

@@ -45,7 +45,8 @@ def load_seconds(events: list[dict], skip: int) -> float:
     for e in events:
         if e.get("event") == "stage" and e.get("parent") is None:
             stage_index = e.get("index")
-        elif e.get("event") in ("load", "reload") and stage_index is not None and stage_index >= skip:
+        elif (e.get("event") in ("load", "reload") and stage_index is not None
+              and stage_index >= skip):
             total += float(e.get("seconds") or 0)
     return total
 
@@ -82,9 +83,9 @@ def compare(runs: list[dict]) -> dict:
     on = [r["figures"] for r in runs if r["prefetch"] == "on"]
     off = [r["figures"] for r in runs if r["prefetch"] == "off"]
     ratio = [a["load_seconds_after_first"] / b["load_seconds_after_first"]
-             for a, b in zip(on, off) if b["load_seconds_after_first"] > 0]
+             for a, b in zip(on, off, strict=False) if b["load_seconds_after_first"] > 0]
     peaks = {}
-    for a, b in zip(on, off):
+    for a, b in zip(on, off, strict=False):
         for stage, value in a["stage_peaks"].items():
             other = b["stage_peaks"].get(stage)
             if value and other:
@@ -93,7 +94,8 @@ def compare(runs: list[dict]) -> dict:
     return {"load_after_first_on_over_off": ratio,
             "load_after_first_loading_on_over_off": [
                 a["load_seconds_after_first_loading"] / b["load_seconds_after_first_loading"]
-                for a, b in zip(on, off) if b["load_seconds_after_first_loading"] > 0],
+                for a, b in zip(on, off, strict=False)
+                if b["load_seconds_after_first_loading"] > 0],
             "stage_peak_on_over_off": peaks,
             "worst_peak_deviation": max((abs(v - 1) for vs in peaks.values() for v in vs),
                                         default=None),
@@ -146,7 +148,8 @@ def main(argv=None) -> int:
               "working_scale": args.working_scale, "hold": args.hold,
               "model_bytes": weights["model_bytes"], "cpus": os.cpu_count(),
               "drop_caches_writable": disk.drop_caches_allowed(),
-              "eviction": "per file: fsync + posix_fadvise(POSIX_FADV_DONTNEED), verified by fincore",
+              "eviction": "per file: fsync + posix_fadvise(POSIX_FADV_DONTNEED), verified by "
+                          "fincore",
               "runs": runs, "summary": compare(runs), "time": time.time()}
     (out / "prefetch.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result["summary"], indent=1))
