@@ -110,7 +110,7 @@ def _peak(x) -> bool:
 _COMMON = {"v": _int, "t": number}
 #: event → field → check, for every field the add-on reads (others pass untouched).
 FIELDS: dict[str, dict] = {
-    "hello": {"backend": _str, "output": _opt(_str), "trace": _opt(_str), "pid": _opt(_int),
+    "hello": {"backend": _opt(_str), "output": _opt(_str), "trace": _opt(_str), "pid": _opt(_int),
               "stages": _str_list, "image": _opt(_str)},
     "guard": {"state": _str, "reason": _opt(_str), "readings": _dict},
     "stage": {"stage": _str, "index": _int, "count": _int, "parent": _name},

@@ -170,7 +170,11 @@ def _interpreter(ns, config, inside_blender: bool):
             return config.Interpreter(config.resolve_interpreter(
                 ns.python, name="--python", where="--python", base_dir=os.getcwd()),
                 (), "--python")
-        if not inside_blender:  # an ordinary interpreter with bpy runs the runner
+        # Inside an installed extension (its runtime/ folder) the script is what Blender's
+        # `-P` runs, whether bpy was imported first or not: the panel's choice, with the wheels
+        # Blender installed. From a checkout, an ordinary interpreter with bpy runs the runner.
+        installed = config.runtime_dir() == config.PACKAGE_DIR / "runtime"
+        if not inside_blender and not installed:
             return config.Interpreter(sys.executable, (), "the Python running this script")
         import bpy
         return config.choose_interpreter(ns.backend, "", ns.pixal3d_dir, sys.executable,

@@ -357,6 +357,12 @@ def sc_headless_inside(zip_path, work, image):
     verdict(**facts)
 
 
+def sc_install_only(zip_path, work):
+    """Install the zip with Blender's own installer (its wheels go to the user extensions
+    folder's .local site-packages) and stop: a later process runs the installed script."""
+    verdict(**install(zip_path, work))
+
+
 def sc_output_dir(zip_path, work, image):
     """Output folder preferences that are relative, ``//`` in an unsaved file, or inside the
     add-on are refused before anything spawns; ``//`` in a saved file becomes an absolute folder

@@ -247,6 +247,27 @@ def test_headless_inside_blender_needs_nothing_installed(built_zip, tmp_path, sh
     assert v["children_alive"] == []
 
 
+def test_installed_headless_run_by_a_bpy_only_python_uses_the_bundled_wheels(built_zip, tmp_path,
+                                                                            shared_images):
+    """``python <installed extension>/headless.py IMAGE --glb …`` with the venv holding only bpy
+    (no Pillow, psutil …), bpy not imported before the script: the runner runs with that Python
+    and the wheels Blender installed, as the panel does — not exit 34 asking for `pip install
+    -e`, and no warning about the runner's hello (issue 23 item 9)."""
+    v = scenario("install_only", built_zip, tmp_path, python=bpy5_python(), timeout=300)
+    assert v["enabled"], v
+    env = dict(os.environ, BLENDER_USER_RESOURCES=str(tmp_path / "user"),
+               HOME=str(tmp_path / "home"))
+    script = tmp_path / "repo" / "image_to_mesh" / "headless.py"
+    glb = tmp_path / "out" / "h.glb"
+    glb.parent.mkdir()
+    proc = subprocess.run([str(bpy5_python()), str(script), image(shared_images,
+                           "typical_humanoid_goblin"), "--glb", str(glb), "--texture-size", "512"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert glb.stat().st_size > 10_000
+    assert "warning" not in proc.stderr and "pip install" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_cancel_mid_run_leaves_nothing(built_zip, tmp_path, shared_images, bpy_python):
     v = scenario("cancel", built_zip, tmp_path, image(shared_images, "typical_humanoid_goblin"),
                  python=bpy_python)
