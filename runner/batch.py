@@ -12,7 +12,8 @@ records)::
                                 "peak": bytes | null, "error": {kind, message, hint, exit_code} | null,
                                 "sha256": hex digest of the input file's bytes,
                                 "options": {the options that shape the output},
-                                "finished": <time.time()>}}}
+                                "finished": <time.time()>,
+                                "warnings": [the job's warning records: fallbacks, advice]}}}
 
 Resuming: an image is skipped only when its entry says ``done``, its GLB still exists, and both
 the input's ``sha256`` and the output-shaping ``options`` (``job_fingerprint``) are the same as
@@ -293,11 +294,12 @@ class Batch:
                  "status": status, "seconds": round(outcome.seconds, 3), "peak": outcome.peak,
                  "error": error, "notes": list(outcome.notes), "sha256": digest,
                  "options": self.fingerprint,
-                 "finished": time.time(), **outcome.extra}
+                 "finished": time.time(), "warnings": list(outcome.warnings),
+                 **outcome.extra}
         update_manifest(self.manifest_path, {**self.header, "updated": time.time()},
                         image.name, entry, since=began)
         self.emitter.event("batch_item", index=index, count=count, image=str(image),
                            status=status,
                            output=str(output) if outcome.ok else None, trace=outcome.trace,
                            seconds=round(outcome.seconds, 3), peak=outcome.peak, error=error,
-                           **outcome.extra)
+                           warnings=list(outcome.warnings), **outcome.extra)

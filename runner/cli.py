@@ -100,10 +100,10 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
            (`python -m runner check` says what)
   37       batch/check --cluster: Ray missing, the cluster unreachable or without a node
            that could run a job (docs/cluster.md)
-  40-49    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
+  40-50    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
            mesh (Pixal3D), out of memory, a system limit (open files, threads), stalled
-           for --stall-timeout
+           for --stall-timeout, export fallback refused (--strict-export)
   130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
 """
 """``python -m runner --help``'s epilog: the exit statuses grouped (tests/runner/

@@ -123,6 +123,11 @@ KINDS: dict[str, Kind] = {
                         "that long, raise --stall-timeout or leave it out.",
                     "--stall-timeout: the worker was stalled (stopped, or no CPU time and no "
                     "event) for that long"),
+    "export_fallback": Kind(50, "The port's native export failed (the message says why): free "
+                                "memory or disk space and run again, or run without "
+                                "--strict-export to accept its fallback export.",
+                            "--strict-export: the port's native export failed and it would "
+                            "have written its fallback export instead"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),

@@ -133,7 +133,9 @@ class Outcome:
     """How a job ended. ``final`` is the ``result`` or ``error`` event (already in the trace,
     not yet on stdout); ``peak`` is the peak footprint in bytes (None if never sampled);
     ``seconds`` wall time of the job; ``notes``: the input's notes (conversions applied to the
-    image, as in the ``input`` event; empty when the input was never read)."""
+    image, as in the ``input`` event; empty when the input was never read);
+    ``warnings``: the job's ``warning`` events as :func:`warning_record` gives them (a
+    fallback the output was made with, advice)."""
 
     ok: bool
     final: dict
@@ -147,3 +149,24 @@ class Outcome:
     extra: dict = field(default_factory=dict)
     """Fields a batch adds to the image's manifest record and ``batch_item`` (a cluster batch:
     ``node``, ``retries``)."""
+    warnings: list = field(default_factory=list)
+
+
+#: Fields of a ``warning`` event kept in the result, the outcome and the batch manifest.
+WARNING_FIELDS = ("message", "source", "fallback", "cause", "differs", "model")
+
+
+def warning_record(event: dict) -> dict:
+    """The person-facing fields of a ``warning`` event (those it has of ``WARNING_FIELDS``)."""
+    return {k: event[k] for k in WARNING_FIELDS if event.get(k) is not None}
+
+
+def explain_warning(event: dict) -> None:
+    """One stderr line for a ``warning`` event, ``runner: warning: message`` (runner/
+    PROTOCOL.md); a closed stderr is ignored."""
+    import sys
+
+    try:
+        print(f"runner: warning: {event.get('message')}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass

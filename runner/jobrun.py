@@ -24,7 +24,7 @@ from .child import Child, Supervision
 from .claims import claim_all, release_all
 from .errors import KINDS, RunnerError
 from .inputs import probe_image
-from .job import Job, Outcome, WorkerJob
+from .job import Job, Outcome, WorkerJob, explain_warning, warning_record
 from .jobtrace import JobTrace, log, summarize_trace
 from .limits import resource_error
 from .memory import MemoryTracker
@@ -119,6 +119,7 @@ class JobRun:
         self.children: list[Child] = []
         self.claims: list = []
         self.notes: list[str] = []
+        self.warnings: list[dict] = []  # every warning event of the job (job.warning_record)
         self._order = threading.RLock()  # re-entrant: emit's broken-pipe callback may publish
 
     def publish(self, obj: dict) -> None:
@@ -128,6 +129,9 @@ class JobRun:
         with self._order:
             self.trace(obj)
             self.emit(obj)
+            if obj.get("event") == "warning":
+                self.warnings.append(warning_record(obj))
+                explain_warning(obj)
 
     def run(self) -> Outcome:
         """Run every step; never raises for a job failure (the ``Outcome`` says it)."""
@@ -368,13 +372,16 @@ class JobRun:
                 final["trace_error"] = self.trace.error
         else:
             final = make("error", **error.fields(), trace=trace_path, seconds=round(seconds, 3))
+        if self.warnings:
+            final["warnings"] = list(self.warnings)
         final.update(self.tag)
         self.trace(final)
         self.trace.close()
         return Outcome(ok=error is None, final=final,
                        exit_code=0 if error is None else error.exit_code,
                        output=str(self.output) if error is None else None, trace=trace_path,
-                       seconds=seconds, peak=peak, error=error, notes=list(self.notes))
+                       seconds=seconds, peak=peak, error=error, notes=list(self.notes),
+                       warnings=list(self.warnings))
 
     def close(self) -> None:
         """Remove an uncommitted partial GLB and release the guard (idempotent)."""

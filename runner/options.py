@@ -327,6 +327,9 @@ TABLE: tuple[Option, ...] = (
          "the reason where the port cannot do it")))),
     _shared("allow_dense_grid_sample", affects_output=False,
             panel=Panel("Allow dense grid sample", section="export", default=False)),
+    Option("strict_export", "fail (export_fallback) instead of writing the port's fallback "
+           "export when its native export fails (without it: a warning event says so)",
+           kind="switch", backends=PIXAL3D, commands=JOB_AND_CHECK, affects_output=False),
     # The guard's own options (stageload.guard.add_guard_arguments defines their command line
     # and defaults); here how the add-on's preferences set them.
     Option("wait_free_percent", "Start only when this much of total memory is available",

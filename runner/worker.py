@@ -166,7 +166,9 @@ def _describe(exc: BaseException) -> str:
 
 def _classify(exc: BaseException, module) -> RunnerError:
     """Turn a backend's exception into a ``RunnerError``. The exception's own kind (a
-    ``RunnerError``, a ``kind`` attribute, the module's ``ERRORS`` table) wins; otherwise the
+    ``RunnerError``, a ``kind`` attribute, the module's ``ERRORS`` table — on it or on the first
+    exception of its cause chain that has one, e.g. ``BadWeights`` inside the staged models'
+    ``LoaderError``) wins, with that exception's message, hint and ``details``; otherwise the
     whole cause chain is walked to its root: ``ENOSPC``/``EDQUOT`` → ``disk_full``, an
     out-of-memory error (``_is_out_of_memory``) → ``out_of_memory``; else ``backend_failed``
     naming the root cause. The exception's ``hint`` (if any) is kept."""
@@ -177,11 +179,16 @@ def _classify(exc: BaseException, module) -> RunnerError:
                            f"{exc.code!r}): code that calls sys.exit() or argparse's parse_args() "
                            "while the job runs.", "See the log on stderr for where it was "
                            "raised; that code must not exit a process it does not own.")
-    text = _describe(exc)
-    kind = _own_kind(exc, module)
-    if kind is not None:
-        return RunnerError(kind, text, getattr(exc, "hint", None))
     chain = _chain(exc)
+    # the exception's own kind, or one in its cause chain (a loader error wrapping BadWeights)
+    own = next(((cur, _own_kind(cur, module)) for cur in chain
+                if _own_kind(cur, module) is not None), None)
+    if own is not None:
+        cur, kind = own
+        details = getattr(cur, "details", None)
+        return RunnerError(kind, _describe(cur), getattr(cur, "hint", None),
+                           **(details if isinstance(details, dict) else {}))
+    text = _describe(exc)
     for cur in chain:
         if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
             return RunnerError("disk_full", f"No space left on the drive while writing "

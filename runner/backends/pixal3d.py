@@ -19,6 +19,7 @@ TEXTURE_SIZES = (512, 1024, 2048, 4096)
 ERRORS = {"PortMissing": "pixal3d_missing", "PortVersionError": "pixal3d_version",
           "KnobRefused": "usage", "EmptyMeshError": "empty_mesh", "ExportRefused": "export_refused",
           "BadWeights": "bad_weights", "WeightsMissing": "weights_missing",
+          "ExportFallbackRefused": "export_fallback",
           "PortError": "pixal3d_missing"}
 
 
@@ -35,7 +36,8 @@ def _bytes(value) -> int:
 
 
 def export_settings(export_profile: Optional[str] = "port", decimation_target=None, remesh=None,
-                    remesh_resolution=None, allow_dense_grid_sample=None, **_other):
+                    remesh_resolution=None, allow_dense_grid_sample=None, strict_export=None,
+                    **_other):
     """The export levers as the runner passes them (strings from the command line, None = not
     given) → ``stageload.pixal3d.export.ResolvedExport``. Raises ``RunnerError('usage')``."""
     from stageload.pixal3d.export import ExportOptions
@@ -48,7 +50,8 @@ def export_settings(export_profile: Optional[str] = "port", decimation_target=No
             remesh=None if remesh is None else remesh in (True, "on"),
             remesh_resolution=remesh_resolution,
             profile=None if export_profile in (None, "port") else export_profile,
-            allow_dense_grid_sample=bool(allow_dense_grid_sample))
+            allow_dense_grid_sample=bool(allow_dense_grid_sample),
+            strict=bool(strict_export))
         return options.resolve()
     except ValueError as exc:
         raise RunnerError("usage", f"Export options: {exc}.") from None

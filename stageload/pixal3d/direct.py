@@ -29,12 +29,20 @@ builds the same class instead as follows:
    the dtype the built module gave that name (what the port's ``copy_`` does; e.g. a model that
    converts its blocks to fp16 in ``__init__``), then ``load_state_dict(state, strict=False,
    assign=True)`` — ``strict=False`` as the port's ``from_pretrained`` defaults to.
-5. Any parameter, buffer or plain tensor attribute still on ``meta`` (a buffer computed from the
-   parameters' device and not saved in the checkpoint, a name missing from it), or a
-   constructor that cannot run this way: the half-built module is dropped and ``fallback()`` —
-   the port's own ``from_pretrained`` on the device — builds this model instead. The reason is
-   returned (the adapter logs it and adds it to the model's ``load`` event). A loaded model
-   never keeps a meta tensor.
+5. Before anything is read, the checkpoint is checked against the built module
+   (:func:`check_checkpoint`, the safetensors header only): a parameter the model has that the
+   file lacks, a tensor of another shape, or a floating tensor where the model's is not (or the
+   reverse) is :class:`~stageload.pixal3d.errors.BadWeights` naming the file and the tensors.
+   The port's own loader (``load_state_dict(strict=False)``) would keep that parameter's random
+   initialisation and give a different model without a word (issue 22 item 1), so this is
+   never a reason to fall back.
+6. Any buffer or plain tensor attribute still on ``meta`` (a buffer computed from the
+   parameters' device and not saved in the checkpoint), or a constructor that cannot run this
+   way: the half-built module is dropped and ``fallback()`` — the port's own
+   ``from_pretrained`` on the device — builds this model instead; it is checked the same way.
+   These are limits of the technique, not of the file: the port's loader computes the same
+   tensors. The reason is returned (the adapter reports it as a ``warning`` event and adds it to
+   the model's ``load`` event). A loaded model never keeps a meta tensor.
 
 The first initialiser run on a meta tensor in a process imports ``torch._dynamo`` (a one-time
 runtime cost, ~70 MB and 1.5-2.5 s); :func:`prepare_meta_runtime` pays it up front and the
@@ -42,16 +50,17 @@ adapter calls it in ``setup`` (see its docstring).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
-import contextlib
 from typing import Callable, Optional, TypeVar, Union
 
 import torch
 from torch import nn
 
 from ..loading import init_on_meta, read_state
+from .errors import BadWeights
 
 T = TypeVar("T")
 
@@ -180,7 +189,8 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
             ``from_pretrained`` on the device (used for this model only).
 
     Returns ``(module, note)``; the module has every tensor on ``device`` (call ``.eval()``).
-    Raises what resolving the files raises (``FileNotFoundError``), ``ValueError`` for a config
+    Raises what resolving the files raises (``FileNotFoundError``), ``BadWeights`` (the file does
+    not fit the model: :func:`check_checkpoint`), ``ValueError`` for a config
     without ``name``/``args``, and what ``fallback()`` raises.
     """
     device = torch.device(device)
@@ -195,7 +205,8 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
             module = cls(**(config.get("args") or {}))
     except Exception as exc:
         return _fallback(fallback, f"building {config['name']} with parameters on meta failed: "
-                                   f"{type(exc).__name__}: {exc}", model_file)
+                                   f"{type(exc).__name__}: {exc}", model_file, config["name"])
+    check_checkpoint(module, model_file, config["name"])
     # fresh (aligned) CPU memory, as the port's own loader gives: see loading.read_state
     state = read_state(model_file, device, fresh_cpu_memory=True)
     targets = module.state_dict(keep_vars=True)
@@ -211,36 +222,116 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
         del module
         shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
         return _fallback(fallback, f"{config['name']} has tensors that are not in {os.path.basename(model_file)} "
-                                   f"and were computed from meta parameters: {shown}", model_file)
+                                   f"and were computed from meta parameters: {shown}", model_file,
+                         config["name"])
     return module, LoadNote(METHOD_META, None, model_file)
 
 
-def _fallback(fallback: Callable[[], nn.Module], reason: str, model_file: Optional[str]):
+def _fallback(fallback: Callable[[], nn.Module], reason: str, model_file: Optional[str],
+              class_name: str = ""):
     module = fallback()
     left = meta_tensors(module)
     if left:
         raise RuntimeError(f"the port's own loader left tensors on meta: {', '.join(left[:6])}")
+    if model_file is not None:
+        check_checkpoint(module, model_file, class_name or type(module).__name__)
     return module, LoadNote(METHOD_PORT, reason, model_file)
 
 
-def with_bare_fallback(load: Callable[[str], "T"], path: str, bare: Optional[str]) -> "T":
+def _is_float(dtype: str) -> bool:
+    # safetensors header dtypes: F64/F32/F16/BF16/F8_*, I*, U*, BOOL (safetensors format spec)
+    return dtype.startswith("F") or dtype == "BF16"
+
+
+def checkpoint_layout(model_file: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Tensor name → ``(shape, safetensors dtype)`` from the header of ``model_file`` (nothing
+    else is read). Raises :class:`BadWeights` when the file is not a readable safetensors file."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(model_file, framework="pt") as f:
+            return {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype())
+                    for k in f.keys()}
+    except Exception as exc:  # the library raises its own SafetensorError or OSError
+        raise BadWeights(f"{model_file} is not a readable safetensors file ({exc}).",
+                         _BAD_WEIGHTS_HINT, (), model_file) from exc
+
+
+_BAD_WEIGHTS_HINT = ("The weight file is incomplete or belongs to another model version: download "
+                     "the Pixal3D weights again (the file named above), then run again.")
+
+
+def check_checkpoint(module: nn.Module, model_file: str, class_name: str = "") -> None:
+    """Check ``model_file`` against ``module`` (built on meta or for real): every parameter of
+    the module must be in the file, and every tensor both have must agree in shape and in being
+    floating point. Buffers missing from the file are left to the caller (the port keeps what
+    ``__init__`` computed). Raises :class:`BadWeights` naming the file and the tensors."""
+    layout = checkpoint_layout(model_file)
+    params = {name for name, _ in module.named_parameters()}
+    missing, wrong = [], []
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        if name not in layout:
+            if name in params:
+                missing.append(name)
+            continue
+        shape, dtype = layout[name]
+        if shape != tuple(tensor.shape) or _is_float(dtype) != tensor.is_floating_point():
+            wrong.append(f"{name} ({dtype} {list(shape)} in the file, the model has "
+                         f"{str(tensor.dtype).replace('torch.', '')} {list(tensor.shape)})")
+    if not missing and not wrong:
+        return
+    what = class_name or type(module).__name__
+    parts = []
+    if missing:
+        parts.append(f"lacks {len(missing)} tensor(s) {what} has: {_listed(missing)}")
+    if wrong:
+        parts.append(f"holds {len(wrong)} tensor(s) that do not fit {what}: {_listed(wrong)}")
+    raise BadWeights(f"{model_file} " + "; ".join(parts) + ".", _BAD_WEIGHTS_HINT,
+                     tuple(missing) + tuple(w.split(" ")[0] for w in wrong), model_file)
+
+
+def _listed(names: list) -> str:
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def load_checked(from_pretrained: Callable[[str], nn.Module], path: str) -> nn.Module:
+    """``from_pretrained(path)`` (the port's own loader), then :func:`check_checkpoint` of the
+    module against the file it read (resolved as :func:`checkpoint_files` does): the port loads
+    with ``strict=False`` and would keep a missing parameter's random initialisation. Raises
+    what the loader raises and ``BadWeights``."""
+    module = from_pretrained(path)
+    if isinstance(module, nn.Module):
+        check_checkpoint(module, checkpoint_files(path)[1])
+    return module
+
+
+def with_bare_fallback(load: Callable[[str], "T"], path: str, bare: Optional[str],
+                       on_fallback: Optional[Callable[[str], None]] = None) -> "T":
     """``load(path)``; when it raises anything and ``bare`` is given, ``load(bare)`` — what the
     port's ``Pipeline.from_pretrained`` does for each model (``try: from_pretrained(
     f"{path}/{ckpt}") except Exception: from_pretrained(ckpt)``, read in ``TencentARC/Pixal3D``
     pipelines/base.py at 0660b18a). So every ``huggingface_hub`` miss falls back alike:
     ``EntryNotFoundError`` (a plain ``Exception`` in huggingface_hub 2.x),
     ``RepositoryNotFoundError`` (an ``OSError``), ``LocalEntryNotFoundError`` (offline, a
-    ``FileNotFoundError``). Raises what ``load(bare)`` raises (the first error chained), or the
-    first error when there is no ``bare``."""
+    ``FileNotFoundError``). ``BadWeights`` is not retried (a file that was found and does not
+    fit). When ``bare`` was used, ``on_fallback(reason)`` is called (the adapter makes it a
+    ``warning`` event: another checkpoint than the one asked for). Raises what ``load(bare)``
+    raises (the first error chained), or the first error when there is no ``bare``."""
     try:
         return load(path)
+    except BadWeights:
+        raise  # the file was found and does not fit: no other checkpoint may stand in for it
     except Exception as first:
         if bare is None:
             raise
         try:
-            return load(bare)
+            result = load(bare)
         except Exception as second:
             raise second from first
+        if on_fallback is not None:
+            on_fallback(f"{path} could not be loaded ({type(first).__name__}: {first}); the "
+                        f"port's fallback loaded {bare!r} instead")
+        return result
 
 
 def build_with_cpu_retry(build: Callable[[], nn.Module], device: Union[str, torch.device],
@@ -256,6 +347,8 @@ def build_with_cpu_retry(build: Callable[[], nn.Module], device: Union[str, torc
     try:
         with building(device):
             return build(), None
+    except BadWeights:
+        raise
     except Exception as exc:
         if device.type == "cpu":
             raise

@@ -21,6 +21,24 @@ class TimedLoads:
     def __init__(self, run):
         self.run = run
         self.counts: dict[str, int] = {}
+        self.bad: list = []  # BadWeights met (the port's base class retries under the bare name)
+
+    def checked(self, fn: Callable) -> Callable:
+        """``fn`` (the port's ``models.from_pretrained``), its module checked against the file
+        it read (``direct.load_checked``): the port loads with ``strict=False``, so a missing
+        parameter would keep its random initialisation. A ``BadWeights`` is kept in ``bad``
+        (re-raised by :func:`build_eager` even when the port's retry hid it)."""
+        from .direct import load_checked
+        from .errors import BadWeights
+
+        def loader(path, *args, **kwargs):
+            module = fn(path, *args, **kwargs)
+            try:
+                return load_checked(lambda _path: module, str(path))
+            except BadWeights as exc:
+                self.bad.append(exc)
+                raise
+        return loader
 
     def wrap(self, fn: Callable, name_of: Callable[..., str]) -> Callable:
         """``fn``, timed; ``name_of(*args, **kwargs)`` names the model a call loads."""
@@ -54,14 +72,21 @@ def build_eager(run) -> None:
         return ckpt_names.setdefault(path, Path(str(path)).name)
 
     backbone = port.icp.DINOv3ViTModel
-    with patched(port.models, "from_pretrained", timed.wrap(port.models.from_pretrained,
-                                                            ckpt_name)), \
-            patched(torch.hub, "load", timed.wrap(torch.hub.load, lambda *a, **k: "naf")), \
-            patched(backbone, "from_pretrained",
-                    staticmethod(timed.wrap(backbone.from_pretrained,
-                                            lambda *a, **k: "image_cond_backbone"))):
-        run.pipeline = (run.gm.load_pipeline(run.args, run.device) if run.entry_points
-                        else run.gm.init_pipeline(run.model_path, run.device))
+    models_load = timed.wrap(timed.checked(port.models.from_pretrained), ckpt_name)
+    try:
+        with patched(port.models, "from_pretrained", models_load), \
+                patched(torch.hub, "load", timed.wrap(torch.hub.load, lambda *a, **k: "naf")), \
+                patched(backbone, "from_pretrained",
+                        staticmethod(timed.wrap(backbone.from_pretrained,
+                                                lambda *a, **k: "image_cond_backbone"))):
+            run.pipeline = (run.gm.load_pipeline(run.args, run.device) if run.entry_points
+                            else run.gm.init_pipeline(run.model_path, run.device))
+    except Exception as exc:
+        if timed.bad:
+            raise timed.bad[0] from exc
+        raise
+    if timed.bad:  # the port's bare-name retry loaded something else in its place
+        raise timed.bad[0]
     rembg = getattr(run.pipeline.rembg_model, "model", None)
     if isinstance(rembg, nn.Module):
         run.emit("load", model="rembg_model", stage="setup", bytes=module_bytes(rembg),

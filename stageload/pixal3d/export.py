@@ -16,7 +16,9 @@ Levers (``ExportOptions``; ``None`` keeps the port's own default):
   Explicit values win over the profile's;
 - ``allow_dense_grid_sample``: without it, export is refused before it starts when the port's
   o_voxel lacks flex_gemm's sparse grid sample and would build a dense
-  ``channels × grid³`` float32 volume (6 × 1024³ × 4 B = 24.0 GiB).
+  ``channels × grid³`` float32 volume (6 × 1024³ × 4 B = 24.0 GiB);
+- ``strict``: any fallback export the port takes by itself (``export_fallbacks``) is an error
+  instead of a ``warning`` event.
 
 The hand-over (``save_asset`` / ``load_asset``) is the port's own mesh checkpoint — the
 ``--save-mesh`` / ``--load-mesh`` ``.npz`` of ``save_mesh_checkpoint`` /
@@ -48,7 +50,7 @@ class ExportRefused(PortError):
 class ResolvedExport:
     """Resolved levers: ``decimation_target`` (int or None), ``remesh`` (bool or None),
     ``remesh_limit`` (int or None: remesh at ``min(limit, grid)``), ``free_between_steps``,
-    ``allow_dense_grid_sample``, ``profile`` (name or None)."""
+    ``allow_dense_grid_sample``, ``profile`` (name or None), ``strict`` (refuse fallbacks)."""
 
     decimation_target: Optional[int] = None
     remesh: Optional[bool] = None
@@ -56,6 +58,7 @@ class ResolvedExport:
     free_between_steps: bool = False
     allow_dense_grid_sample: bool = False
     profile: Optional[str] = None
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class ExportOptions:
     remesh_resolution: Optional[Any] = None
     profile: Optional[str] = None
     allow_dense_grid_sample: bool = False
+    strict: bool = False
 
     def resolve(self) -> ResolvedExport:
         if self.profile is not None and self.profile not in PROFILES:
@@ -95,7 +99,7 @@ class ExportOptions:
                               remesh_limit=None if resolution == "grid" else int(resolution),
                               free_between_steps=bool(preset.get("free_between_steps", False)),
                               allow_dense_grid_sample=bool(self.allow_dense_grid_sample),
-                              profile=self.profile)
+                              profile=self.profile, strict=bool(self.strict))
 
 
 def port_argv(settings: ResolvedExport) -> list[str]:
@@ -189,8 +193,11 @@ def load_asset(gm, path: os.PathLike | str):
 def run_export(gm, asset, output: Path, args, settings: ResolvedExport,
                emit: Callable[[dict], None], device) -> None:
     """Check, then export ``asset`` with the port's ``asset_to_glb(asset, output, args)`` while
-    ``ExportSteps`` reports the sub-steps to ``emit``. Raises ``ExportRefused`` before anything
-    is written when ``check_export`` refuses."""
+    ``ExportSteps`` reports the sub-steps to ``emit`` and ``FallbackWatch`` reports (or, with
+    ``settings.strict``, refuses) the port's fallback exports. Raises ``ExportRefused`` before
+    anything is written when ``check_export`` refuses, ``ExportFallbackRefused`` (strict) and
+    the ``OSError`` of a disk that filled during the native export."""
+    from .export_fallbacks import FallbackWatch
     from .export_steps import ExportSteps, freer
 
     postprocess = import_postprocess() if _native_in_process(args) else None
@@ -198,7 +205,7 @@ def run_export(gm, asset, output: Path, args, settings: ResolvedExport,
     steps = ExportSteps(emit, postprocess, remesh=bool(args.native_remesh),
                         remesh_limit=settings.remesh_limit,
                         free=freer(gm, device) if settings.free_between_steps else None)
-    with steps:
+    with steps, FallbackWatch(gm, args, emit, settings.strict):
         gm.asset_to_glb(asset, output, args)
 
 

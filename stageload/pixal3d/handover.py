@@ -52,7 +52,10 @@ def export_here(run, asset, output: Path, args, settings: ResolvedExport) -> Non
             raise RuntimeError(f"the port's asset_to_glb wrote no GLB at {output}: "
                                f"{exc.code}") from None
     else:
-        legacy_export(run.gm, asset, output, args)
+        from .export_fallbacks import FallbackWatch
+
+        with FallbackWatch(run.gm, args, run.relay, settings.strict):
+            legacy_export(run.gm, asset, output, args)
     if not output.is_file() or output.stat().st_size == 0:
         raise RuntimeError(f"the port's export wrote no GLB at {output}")
     run.resident_bytes["export"] = run.loaded_bytes()

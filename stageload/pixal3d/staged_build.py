@@ -40,13 +40,26 @@ from torch import nn
 from ..patching import patched
 from ..sharing import share
 from ..staged import StagedModels
-from .direct import (METHOD_PORT, LoadNote, build_with_cpu_retry, load_port_model,
-                     prepare_meta_runtime, with_bare_fallback)
+from .direct import (METHOD_PORT, LoadNote, build_with_cpu_retry, load_checked,
+                     load_port_model, prepare_meta_runtime, with_bare_fallback)
 from .errors import PortVersionError
 from .port import EXTRACTOR_KEYS
 from .prefetch_files import model_files
 
 log = logging.getLogger(__name__)
+
+#: ``source`` of the warning event a model loaded another way than asked gets (issue 22 item 1).
+LOAD_FALLBACK_SOURCE = "stageload.pixal3d.direct (the adapter's loader; docs/pixal3d.md, Fallbacks)"
+
+
+def warn_fallback(run, name: str, reason: str) -> None:
+    """The ``warning`` event for a model of ``run`` loaded another way than the direct path
+    (the port's own loader, another checkpoint, built on the CPU): ``fallback: model_load``,
+    ``cause``, ``differs``, ``model``."""
+    run.emit("warning", message=f"{name} was loaded another way: {reason}",
+             source=LOAD_FALLBACK_SOURCE, fallback="model_load", cause=reason,
+             differs="how the weights were loaded (the port's own loader, another checkpoint "
+                     "or device); the weights were checked against the model", model=name)
 
 _EAGER = "Use --load eager with this port version."
 
@@ -276,10 +289,13 @@ class StagedBuild:
         prefix = f"{run.model_path}/"
         bare = path[len(prefix):] if path.startswith(prefix) else None
 
+        bare_used: list = []  # the port's bare-name retry, when it was taken (a warning)
+
         def port_load() -> nn.Module:
             device = run.device if run.direct_to_device else torch.device("cpu")
             module, reason = build_with_cpu_retry(
-                lambda: with_bare_fallback(from_pretrained, path, bare), device, on_device)
+                lambda: with_bare_fallback(lambda p: load_checked(from_pretrained, p), path,
+                                           bare, bare_used.append), device, on_device)
             if reason is not None:
                 log.warning("%s: %s", name, reason)
                 self._cpu_built[name] = reason
@@ -289,16 +305,19 @@ class StagedBuild:
             if run.direct_to_device:
                 model, note = with_bare_fallback(
                     lambda p: load_port_model(run.port.models, p, run.device, port_load),
-                    path, bare)
+                    path, bare, bare_used.append)
             else:
                 model, note = port_load(), LoadNote(METHOD_PORT, None, None)
             cpu = self._cpu_built.pop(name, None)
-            if cpu is not None:
-                note = LoadNote(note.method, "; ".join(r for r in (note.fallback, cpu) if r),
+            extra = [r for r in (cpu, *bare_used) if r]
+            bare_used.clear()
+            if extra:
+                note = LoadNote(note.method, "; ".join(r for r in (note.fallback, *extra) if r),
                                 note.checkpoint)
             if note.fallback:
                 log.warning("%s: loaded with the port's own from_pretrained instead: %s", name,
                             note.fallback)
+                warn_fallback(run, name, note.fallback)
             run.load_notes[name] = note
             model.eval()
             return model.to(run.device)

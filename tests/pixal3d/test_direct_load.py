@@ -107,7 +107,7 @@ def _write(tmp_path, cls, name):
     return str(tmp_path / name), model
 
 
-@pytest.mark.parametrize("cls,missing", [(_TableModel, "table"), (_Extra, "extra")])
+@pytest.mark.parametrize("cls,missing", [(_TableModel, "table")])
 def test_a_tensor_left_on_meta_falls_back_to_the_ports_loader(tmp_path, cls, missing):
     namespace = types.SimpleNamespace(**{cls.__name__: cls})
     path, original = _write(tmp_path, cls, "m")

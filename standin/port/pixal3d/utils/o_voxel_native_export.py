@@ -49,6 +49,24 @@ def parse_args(argv=None):
     return args
 
 
+FAULT_ENV = "PIXAL3D_STANDIN_BRIDGE_FAULT"
+
+
+def _injected_fault(output) -> None:
+    """Tests' fault injection (not in the real bridge): ``$PIXAL3D_STANDIN_BRIDGE_FAULT`` =
+    ``memory`` raises ``MemoryError``, ``nospace`` ``OSError(ENOSPC)`` where the real bridge
+    meets them (the bake done, the GLB about to be written) — the failures issue 22 saw with an
+    address-space limit and a nearly full disk, made deterministic."""
+    import errno
+    import os
+
+    fault = os.environ.get(FAULT_ENV, "").strip()
+    if fault == "memory":
+        raise MemoryError("stand-in bridge: injected MemoryError")
+    if fault == "nospace":
+        raise OSError(errno.ENOSPC, "No space left on device (stand-in: injected)", str(output))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from o_voxel import postprocess
@@ -60,6 +78,7 @@ def main(argv=None) -> int:
                                   texture_size=args.texture_size, remesh=args.remesh,
                                   remesh_band=args.remesh_band, remesh_project=args.remesh_project,
                                   verbose=args.verbose, use_tqdm=not args.no_tqdm)
+    _injected_fault(args.output)
     matrix = OUTPUT_TRANSFORMS[args.output_transform]
     textured.apply_transform(matrix)
     if np.linalg.det(matrix[:3, :3]) < 0:
