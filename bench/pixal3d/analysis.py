@@ -27,10 +27,11 @@ def split(records: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def stage_windows(events: list[dict], end: float) -> list[dict]:
-    """One dict per ``stage`` event in order: ``stage``, ``start`` (the stage event's t),
+    """One dict per ``stage`` event in order (sub-steps, which have a ``parent``, stay in
+    their stage): ``stage``, ``start`` (the stage event's t),
     ``ready`` (its ready event's t, or None when none came), ``end`` (next stage's t or
     ``end``), ``release_seconds`` (the ready event's ``seconds``), ``released_bytes``."""
-    stages = [e for e in events if e["event"] == "stage"]
+    stages = [e for e in events if e["event"] == "stage" and e.get("parent") is None]
     out = []
     for i, ev in enumerate(stages):
         stop = stages[i + 1]["t"] if i + 1 < len(stages) else end
@@ -135,7 +136,7 @@ def resident_weights(records: list[dict]) -> dict:
 
     for e in events:
         kind = e["event"]
-        if kind == "stage":
+        if kind == "stage" and e.get("parent") is None:  # a sub-step stays in its stage
             current = e["stage"]
         elif kind == "ready":
             note()  # after the stage's releases: what the stage starts with

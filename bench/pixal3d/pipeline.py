@@ -82,6 +82,15 @@ def open_port_only(args) -> dict:
     return {"seconds": note.seconds, "modules": note.modules, "rss_bytes": note.rss_bytes}
 
 
+def top_stage(event: dict):
+    """The stage a ``stage`` event enters, or None: for other events and for sub-steps (a
+    ``stage`` event with a ``parent``, e.g. the export's ``write``), which stay inside their
+    parent stage — the product writes them so (runner/PROTOCOL.md)."""
+    if event.get("event") != "stage" or event.get("parent") is not None:
+        return None
+    return event.get("stage")
+
+
 def run(args, working, emit) -> dict:
     """One image through the stand-in port in ``args.mode`` (eager / staged / budget).
 
@@ -102,8 +111,9 @@ def run(args, working, emit) -> dict:
     current = {"stage": None}
 
     def sink(event: dict) -> None:
-        if event.get("event") == "stage":
-            current["stage"] = event["stage"]
+        stage = top_stage(event)
+        if stage is not None:
+            current["stage"] = stage
         emit(event)
 
     pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink,
@@ -128,6 +138,8 @@ def run(args, working, emit) -> dict:
         glb_sha256 = hashlib.sha256(out.read_bytes()).hexdigest() if out.is_file() else None
     hook.remove()
     pipeline.close()
+    from stageload.pixal3d.plan import STAGES
+    working.check(STAGES)  # a stage whose share was never allocated fails the benchmark
     done = make_event("bench_done", mode=args.mode, load=load, keep_resident=keep,
                       resident_bytes=result["resident_bytes"], kept=result["kept"],
                       share_stats=pipeline.share_stats, vertices=result["vertices"],

@@ -26,8 +26,11 @@ class WorkingMemory:
 
     Methods: ``allocate(stage)`` frees any previous buffer, then allocates ``sizes[stage]``
     bytes and writes them (a ``torch.uint8`` tensor filled with ones); ``finish()`` sleeps
-    ``hold`` seconds and frees the buffer; ``held`` is the bytes held now. Raises
-    ``ValueError`` for a negative ``hold`` or size.
+    ``hold`` seconds and frees the buffer; ``held`` is the bytes held now; ``allocated``:
+    stage → bytes allocated for it (the last time); ``check(stages)`` raises when one of them
+    got no allocation. Raises ``ValueError`` for a negative ``hold`` or size, and from
+    ``allocate`` for a stage that is not in ``sizes`` (a sub-step or a renamed stage: its
+    share would silently be 0 and the figure would shrink instead of failing; issue 22 item 10).
     """
 
     def __init__(self, sizes: dict[str, int], hold: float):
@@ -40,6 +43,7 @@ class WorkingMemory:
         self.hold = float(hold)
         self._buffer: torch.Tensor | None = None
         self.stage: str | None = None
+        self.allocated: dict[str, int] = {}
 
     @property
     def held(self) -> int:
@@ -49,11 +53,23 @@ class WorkingMemory:
     def allocate(self, stage: str) -> int:
         """Free the previous buffer, allocate and touch this stage's; return its bytes."""
         self.free()
+        if stage not in self.sizes:
+            raise ValueError(f"no working memory is known for stage {stage!r} (stages: "
+                             f"{', '.join(self.sizes)}); a sub-step taken for a stage?")
         self.stage = stage
-        n = int(self.sizes.get(stage, 0))
+        n = int(self.sizes[stage])
         if n > 0:
             self._buffer = torch.ones(n, dtype=torch.uint8)  # ones: every page written
+        self.allocated[stage] = n
         return n
+
+    def check(self, stages) -> None:
+        """Raise ``RuntimeError`` naming every stage of ``stages`` with a working share in
+        ``sizes`` that was never allocated (the benchmark would under-state its peak)."""
+        missing = [s for s in stages if self.sizes.get(s, 0) > 0 and s not in self.allocated]
+        if missing:
+            raise RuntimeError(f"working memory was never allocated for {', '.join(missing)}: "
+                               "the benchmark did not measure these stages")
 
     def free(self) -> None:
         """Drop the buffer now (no hold). The tensor's only reference goes, so its memory is
