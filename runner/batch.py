@@ -228,7 +228,7 @@ class Batch:
             return
         job, digest = planned
         began = time.time()
-        outcome = self.run_job(job, index)
+        outcome = self.run_job(job, index, digest)
         self.record(index, count, image, job.output, outcome, digest, began)
 
     def plan(self, index: int, count: int, image: Path, stem: str) -> tuple[Job, str | None] | None:
@@ -258,13 +258,16 @@ class Batch:
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
         return job, digest
 
-    def run_job(self, job: Job, index: int) -> Outcome:
+    def run_job(self, job: Job, index: int, digest: str | None = None) -> Outcome:
         """Run one image's job (tagged with ``item``); a bug becomes an ``internal`` outcome
-        so that the other images still run."""
+        so that the other images still run. The item's ``hello`` (the trace's first line)
+        carries the input's ``sha256`` and the ``options`` fingerprint, so a damaged manifest
+        can be rebuilt from the traces (``manifest_recovery``)."""
         from .supervisor import run_job
 
         item_hello = {**self.hello, "mode": "batch_item", "image": str(job.image),
-                      "output": str(job.output), "trace": str(job.trace), "item": index}
+                      "output": str(job.output), "trace": str(job.trace), "item": index,
+                      "sha256": digest, "options": self.fingerprint}
         began = time.time()
         try:
             return run_job(job, self.emitter.emit, self.cancel, self.config,

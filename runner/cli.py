@@ -94,7 +94,8 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   3, 4     the guard stopped the job / never admitted it (--start-timeout)
   10-17    the input image: missing, empty, not an image, truncated, too large or small …
   18       the asset of `runner export` is not the port's saved asset, or too large
-  20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
+  20-24    the output: exists (add --overwrite), cannot be written, disk full, not .glb,
+           a batch manifest from a newer runner
   30-36    this machine: no torch, backend unavailable, Pixal3D folder missing or unknown,
            missing Pillow/NumPy/psutil, Pixal3D weights damaged or missing
            (`python -m runner check` says what)

@@ -65,6 +65,9 @@ KINDS: dict[str, Kind] = {
                           "run again.", "no space left on the output (or trace) drive"),
     "output_invalid": Kind(23, "Give an output path ending in .glb that is not a folder.",
                            "the output path is not a .glb file path"),
+    "manifest_newer": Kind(24, "Use the newer runner for this output folder, or choose another "
+                               "folder (-o); the manifest was left as it is.",
+                           "batch: the folder's manifest was written by a newer runner"),
     "no_torch": Kind(30, "Install PyTorch into that interpreter, or point the runner at a Python "
                          "that has it.", "the worker's interpreter cannot import torch"),
     "backend_unavailable": Kind(31, "Run `python -m runner check` to see what each backend needs.",

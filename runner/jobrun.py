@@ -300,7 +300,25 @@ class JobRun:
 
         self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
         self._wait_for_admission(" the export")
-        return self.launch("export", self.worker_job("export", handover), "the export process")
+        return self.launch("export", self.worker_job("export", handover), "the export process",
+                           announce=self.announce_export)
+
+    def announce_export(self, child: Child) -> None:
+        """Enter the ``export`` stage as the export process starts, before it is sampled:
+        ``stage`` (with its ``pid``), ``ready`` (the model process has exited: nothing left to
+        release) and the sub-step ``handover`` (its interpreter's start, imports and the
+        hand-over's load, until its own first sub-step). So the new process's first seconds
+        count in ``export``, never in ``decode`` (issue 22 item 9)."""
+        from stageload.pixal3d.plan import STAGES  # torch-free: the one stage list
+
+        start, pid = time.perf_counter(), child.proc.pid
+        for ev in (make("stage", stage="export", index=STAGES.index("export"), count=len(STAGES),
+                        pid=pid),
+                   make("ready", stage="export", seconds=time.perf_counter() - start,
+                        released_bytes=0),
+                   make("stage", stage="handover", parent="export", pid=pid)):
+            self.tracker.on_event(ev)  # the live memory events' stage, as for relayed ones
+            self.publish(ev)
 
     def supervision(self) -> Supervision:
         """What this job lends each of its children: guard, cancel, trace, publish, tracker
@@ -309,11 +327,13 @@ class JobRun:
                            publish=self.publish, tracker=self.tracker,
                            stall_timeout=self.job.stall_timeout)
 
-    def launch(self, name: str, job: WorkerJob, what: str, hint: str | None = None) -> Child:
+    def launch(self, name: str, job: WorkerJob, what: str, hint: str | None = None,
+               announce: Callable[[Child], None] | None = None) -> Child:
         """Start ``runner.worker`` with ``job`` as the child ``name`` under the guard, then
         relay and sample it until it ends (:meth:`run_child`); returns the finished
         ``Child``. ``what`` (e.g. "the worker") and ``hint`` word the ``no_torch`` error
-        raised when the interpreter cannot be started."""
+        raised when the interpreter cannot be started. ``announce(child)`` runs once it is
+        started, before its events are relayed and it is sampled."""
         child = Child(self.supervision(), name)
         try:
             child.spawn(lambda fd: worker_argv(self.python, fd, job))
@@ -323,6 +343,8 @@ class JobRun:
                 raise limited from None
             raise RunnerError("no_torch", f"Could not start {what} with {self.python} "
                               f"({exc.strerror or exc}).", hint) from None
+        if announce is not None:
+            announce(child)
         self.run_child(child)
         return child
 

@@ -9,6 +9,10 @@ folder, then ``os.replace``). Readers need no lock: they see the old or the new 
 
 File names that are not valid UTF-8 (Python holds them with lone surrogates) are written as
 ``\\udcXX`` JSON escapes, which read back as the very same names.
+
+A manifest that cannot be read is never silently replaced: it is kept beside it (renamed) and
+rebuilt from the GLBs and traces in the folder (``runner/manifest_recovery.py``); one written
+by a newer runner is refused (``manifest_newer``) and left as it is.
 """
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ import errno
 import fcntl
 import json
 import os
-import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,15 +30,49 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 
 
-def load_manifest(path: Path) -> dict:
-    """The manifest at ``path``; an empty one when missing or unreadable (logged)."""
-    if not path.exists():
-        return {}
+class ManifestDamaged(ValueError):
+    """The manifest file exists but is not a manifest this runner can read (corrupt or cut-off
+    JSON, not an object, ``images`` not an object, no integer ``version``); the text says
+    why."""
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest at ``path`` (``{}`` when there is none). Raises :class:`ManifestDamaged`
+    for a file that cannot be read as a manifest, and ``RunnerError('manifest_newer')`` for one
+    a newer runner wrote (``version`` above ``MANIFEST_VERSION``: its fields would be lost)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError) as exc:
-        print(f"runner: ignoring unreadable manifest {path}: {exc}", file=sys.stderr)
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+        raise ManifestDamaged(f"it cannot be read ({exc})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ManifestDamaged(f"it is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ManifestDamaged("it is not a JSON object")
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ManifestDamaged(f"its version is {version!r}, not a whole number")
+    if version > MANIFEST_VERSION:
+        raise RunnerError("manifest_newer", f"The manifest {path} was written by a newer runner "
+                          f"(manifest version {version}; this runner reads version "
+                          f"{MANIFEST_VERSION}). Nothing was changed.",
+                          "Use the newer runner for this folder, or choose another output "
+                          "folder (-o).", version=version)
+    if not isinstance(data.get("images", {}), dict):
+        raise ManifestDamaged("its images are not a JSON object")
+    return data
+
+
+def load_manifest(path: Path) -> dict:
+    """The manifest at ``path`` for reading an entry: ``{}`` when missing or damaged (the
+    next :func:`update_manifest` keeps and replaces a damaged one). Raises
+    ``RunnerError('manifest_newer')``."""
+    try:
+        return read_manifest(path)
+    except ManifestDamaged:
         return {}
 
 
@@ -115,10 +152,16 @@ def update_manifest(path: Path, header: dict, name: str | None = None,
     """Merge one image's ``entry`` (under the key ``name``; None: header only) and the
     ``header`` fields into the manifest on disk, under the folder's lock; returns the merged
     manifest. An entry on disk that another batch finished as ``done`` at or after ``since``
-    (seconds, when this batch began the image) wins over a failure of ours. Raises
-    ``RunnerError`` like ``write_manifest``."""
+    (seconds, when this batch began the image) wins over a failure of ours. A damaged manifest
+    is kept beside it and rebuilt first (``manifest_recovery.recover``). Raises
+    ``RunnerError`` like ``write_manifest``, and ``manifest_newer`` (touching nothing)."""
     with folder_lock(path.parent):
-        data = load_manifest(path)
+        try:
+            data = read_manifest(path)
+        except ManifestDamaged as why:
+            from .manifest_recovery import recover
+
+            data = recover(path, str(why))
         entries = manifest_entries(data)
         if name is not None:
             theirs = entries.get(name)

@@ -232,24 +232,18 @@ def port_args(gm, output: Path, *, seed: int, texture_size: int, pipeline_type: 
 def export_handover(port, handover: os.PathLike | str, output: os.PathLike | str, *, seed: int,
                     texture_size: int, pipeline_type: str, settings: ResolvedExport,
                     emit: Callable[[dict], None], device) -> dict:
-    """The export process's work: announce the ``export`` stage (``stage`` with this process's
-    ``pid``, then ``ready``), rebuild the asset from the hand-over file with the port's loader,
-    export it (``run_export``). ``port``: an opened ``Port``; ``output`` must not exist.
-    Returns ``{"output", "vertices", "faces", "resolution", "seconds", "substeps"}`` (the
-    decoded mesh's counts)."""
+    """The export process's work: rebuild the asset from the hand-over file with the port's
+    loader, export it (``run_export``). The ``export`` stage (and its ``handover`` sub-step)
+    was entered by whoever started this process, as it started (the runner's supervisor:
+    ``JobRun.announce_export``), so its start-up counts in export. ``port``: an opened
+    ``Port``; ``output`` must not exist. Returns ``{"output", "vertices", "faces",
+    "resolution", "seconds", "substeps"}`` (the decoded mesh's counts)."""
     import time
-
-    from ..events import make_event
-    from .plan import STAGES
 
     start = time.perf_counter()
     output = Path(output)
     if output.exists():
         raise FileExistsError(f"{output} exists; the adapter never overwrites a file")
-    emit(make_event("stage", stage="export", index=STAGES.index("export"), count=len(STAGES),
-                    pid=os.getpid()))
-    emit(make_event("ready", stage="export", seconds=time.perf_counter() - start,
-                    released_bytes=0))
     asset = load_asset(port.gm, handover)
     args = port_args(port.gm, output, seed=seed, texture_size=texture_size,
                      pipeline_type=pipeline_type, settings=settings)

@@ -56,14 +56,21 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
     assert model_exit["t"] < export_ready["t"]
     assert not psutil.pid_exists(pids["decode"]) or psutil.Process(pids["decode"]).status() == "zombie"
     subs = [e for e in trace if e.get("event") == "stage" and e.get("parent") == "export"]
-    assert [e["stage"] for e in subs] == list(SUBSTEPS)
-    assert all(e["t"] > export_ready["t"] for e in subs)
+    assert [e["stage"] for e in subs] == ["handover", *SUBSTEPS]
+    assert all(e["t"] >= export_ready["t"] for e in subs)
+    # issue 22 item 9: the export process's start (imports, the asset load) is in export's
+    # window — its handover sub-step — and none of its samples falls in decode's
+    export_stage = next(e for e in stages if e["stage"] == "export")
+    samples = [e for e in trace if e.get("event") == "sample" and e.get("pid") == pids["export"]]
+    assert samples and all(e["t"] >= export_stage["t"] for e in samples)
+    assert trace.index(export_stage) < trace.index(samples[0])
+    assert subs[0]["stage"] == "handover" and subs[0]["pid"] == pids["export"]
     admissions = [e for e in trace if e.get("event") == "guard" and e.get("state") == "started"]
     assert len(admissions) == 2  # the guard admitted the export process too
     text = subprocess.run([sys.executable, "-m", "stageload", "summary", str(out.with_suffix(".trace.jsonl"))],
                           capture_output=True, text=True, cwd=repo_root, timeout=60).stdout
     rows = [line.split()[1] for line in text.splitlines() if line.lstrip().startswith("·")]
-    assert rows == list(SUBSTEPS)
+    assert rows == ["handover", *SUBSTEPS]
     assert out.is_file() and _job_dirs(tmp_path) == []
 
     inproc = tmp_path / "inproc.glb"

@@ -134,7 +134,7 @@ def test_pixal3d_entry_options():
                                                "--export-budget", "--keep-asset",
                                                "--decimation-target",
                                                "--remesh", "--remesh-resolution",
-                                               "--allow-dense-grid-sample"]
+                                               "--allow-dense-grid-sample", "--strict-export"]
     assert entry.splits_export({})
     assert not entry.splits_export({"export_process": "in-process", "export_engine": "port"})
     # the bounded engine (the default) exports without torch, the port's with it

@@ -64,7 +64,7 @@ def test_good_values_pass_validation():
         "keep_resident": "0", "prefetch": "on", "export_process": "own", "export_profile": "port",
         "export_engine": "bounded", "export_budget": None, "keep_asset": None,
         "decimation_target": None, "remesh": None, "remesh_resolution": None,
-        "allow_dense_grid_sample": None}
+        "allow_dense_grid_sample": None, "strict_export": None}
 
 
 def test_registry_ranges_match_the_backends():

@@ -1,0 +1,71 @@
+"""Issue 22 items 4-5: a damaged batch manifest is kept beside it (renamed, said on stderr) and
+rebuilt from the GLBs and their traces, so the images already done are skipped, not failed
+with ``output_exists``; a manifest from a newer version is refused with ``manifest_newer``,
+touching nothing."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+
+def _items(fin) -> dict:
+    return {os.path.basename(e["image"]): e for e in fin.events if e["event"] == "batch_item"}
+
+
+def _folder(shared_images, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(shared_images[0], src / "one.png")
+    shutil.copy(shared_images[1], src / "two.png")
+    return src, tmp_path / "out"
+
+
+@pytest.mark.parametrize("damage", [
+    lambda text: text[: len(text) // 2],           # cut off mid-write
+    lambda text: "{\"version\": 1, \"images\": [}",  # corrupt JSON
+    lambda text: "[1, 2, 3]\n",                    # JSON, but not a manifest
+])
+def test_a_damaged_manifest_is_kept_and_rebuilt_from_glbs_and_traces(rt, shared_images, tmp_path,
+                                                                     damage):
+    src, out = _folder(shared_images, tmp_path)
+    first = rt.run(["batch", src, "-o", out], timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = out / "manifest.json"
+    before = json.loads(manifest.read_text())["images"]
+    damaged = damage(manifest.read_text())
+    manifest.write_text(damaged)
+    (out / "two.glb").unlink()  # not provable any more: it must run again
+
+    again = rt.run(["batch", src, "-o", out], timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {k: v["status"] for k, v in _items(again).items()} == {"one.png": "skipped",
+                                                                   "two.png": "done"}
+    (kept,) = [p for p in out.iterdir() if p.name.startswith("manifest.json.damaged-")]
+    assert kept.read_text() == damaged  # the damaged file, byte for byte
+    assert f"kept as {kept.name}" in again.stderr and "rebuilt 1 finished image" in again.stderr
+    after = json.loads(manifest.read_text())
+    one = after["images"]["one.png"]
+    assert one["status"] == "done" and one["rebuilt"] is True
+    for key in ("output", "trace", "sha256", "options"):
+        assert one[key] == before["one.png"][key], key
+    assert after["images"]["two.png"]["status"] == "done"
+
+
+def test_a_manifest_from_a_newer_version_is_refused_touching_nothing(rt, shared_images, tmp_path):
+    src, out = _folder(shared_images, tmp_path)
+    out.mkdir()
+    newer = {"version": 99, "images": {"one.png": {"status": "done", "future": [1, 2]}},
+             "added_in_v99": True}
+    text = json.dumps(newer)
+    (out / "manifest.json").write_text(text)
+    before = sorted(p.name for p in out.iterdir())
+    proc = rt.run(["batch", src, "-o", out], timeout=120)
+    assert proc.returncode == 24, proc.stderr[-3000:]
+    error = proc.events[-1]
+    assert error["event"] == "error" and error["kind"] == "manifest_newer"
+    assert "version 99" in error["message"] and "runner: manifest_newer:" in proc.stderr
+    assert (out / "manifest.json").read_text() == text
+    assert sorted(p.name for p in out.iterdir()) == before
