@@ -82,6 +82,15 @@ class Guard:
         self._admission: tuple[Verdict, dict] | None = None
         self._next_refresh = 0.0
         self.admission = Admission()  # reservations of admitted needs, machine-wide
+        if config.need is not None:  # a need is only honoured with usable reservations
+            try:
+                self.admission.reservations.check()
+            except OSError as exc:
+                raise ConfigError(
+                    f"--need: the guards' reservations cannot be used: {exc}. Without them "
+                    "guards started together could each admit the same free memory; set "
+                    "$STAGELOAD_GUARD_DIR to a folder only you can use (it is made 0700), or "
+                    "drop --need") from None
         self.peers = Peers()
         self.peers.register()  # from the start: other guards must not count this one as busy
         self.exit_code: int | None = None
@@ -334,12 +343,33 @@ class Guard:
         """
         try:
             code, by = self._run(argv, popen_kwargs)
+            self._release_watch()
             self.exit_code = code
             self._record({"event": "guard", "t": time.time(), "state": "exited",
                           "exit_code": code, "by": by})
             return code
         finally:
+            self._release_watch()
             self.close()
+
+    def _watch_death(self) -> None:
+        """Start the watcher that stops the command's group if this guard dies (SIGKILL
+        included; ``stageload.guard.deathwatch``). A watcher that cannot start is said on
+        stderr; the command runs on, watched by this guard as before."""
+        from .deathwatch import DeathWatch
+
+        try:
+            self._deathwatch = DeathWatch(self.tree.pgid, self.config.grace).start()
+        except OSError as exc:
+            self._deathwatch = None
+            self._say(f"guard: no watcher for the guard's own death ({exc.strerror or exc}); "
+                      "if this guard is killed, its command keeps running")
+
+    def _release_watch(self) -> None:
+        watch = getattr(self, "_deathwatch", None)
+        if watch is not None:
+            watch.release()
+            self._deathwatch = None
 
     def _run(self, argv: list[str], popen_kwargs: dict) -> tuple[int, str]:
         """:meth:`run` without the final record: (exit code, "command" | "guard")."""
@@ -356,6 +386,7 @@ class Guard:
         except OSError as exc:
             self._say(f"guard: cannot start {argv[0]!r}: {exc.strerror or exc}{_start_hint(argv[0], exc)}")
             return EXIT_CANNOT_START, "guard"
+        self._watch_death()
         next_check = time.monotonic() + self.config.poll
         while True:
             code = self.tree.poll()

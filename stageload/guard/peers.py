@@ -36,6 +36,8 @@ from typing import Iterable
 
 import psutil
 
+from . import private
+
 _SLACK = 0.05  # seconds; psutil creation times are rounded to clock ticks
 _counter = itertools.count()
 
@@ -83,15 +85,15 @@ def looks_like_guard(argv: list[str]) -> bool:
 
 def registry_dir() -> Path:
     """``$STAGELOAD_GUARD_DIR`` when set (guards that should see each other share it; a
-    separate one isolates a group of guards, e.g. a test's), else
-    ``/tmp/stageload-guards-<uid>`` (``/tmp`` rather than ``$TMPDIR``, which differs per
-    terminal on macOS; falls back to the temp folder where ``/tmp`` is missing)."""
-    import tempfile
-
+    separate one isolates a group of guards, e.g. a test's), else this user's private folder
+    (``stageload.guard.private.default_dir``: under ``$XDG_RUNTIME_DIR`` or the user's cache
+    folder, not a guessable ``/tmp`` name; not ``$TMPDIR``, which differs per terminal on
+    macOS). Whoever uses it makes and checks it with ``private.ensure``."""
     if os.environ.get("STAGELOAD_GUARD_DIR"):
         return Path(os.environ["STAGELOAD_GUARD_DIR"])
-    base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
-    return base / f"stageload-guards-{os.getuid()}"
+    from .private import default_dir
+
+    return default_dir()
 
 
 class Peers:
@@ -112,7 +114,7 @@ class Peers:
         if self._entry is not None:
             return
         try:
-            self.folder.mkdir(mode=0o700, exist_ok=True)
+            private.ensure(self.folder)  # 0700, this user's (FolderUnusable is an OSError)
             entry = self.folder / f"{os.getpid()}-{next(_counter)}"
             entry.write_text(repr(psutil.Process().create_time()))
             self._entry = entry
@@ -163,7 +165,7 @@ class Peers:
         if self._lock_fd is not None:
             return True
         try:
-            self.folder.mkdir(mode=0o700, exist_ok=True)
+            private.ensure(self.folder)  # 0700, this user's (FolderUnusable is an OSError)
             fd = os.open(self.folder / "start.lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             return True

@@ -14,8 +14,12 @@ Records are small JSON files in ``<registry>/reservations/`` (``registry_dir()``
 creation time (a file left by a killed guard, or one whose pid was reused, is stale and
 removed), the need in bytes and the command's pid (None before it starts). The lock is an
 ``fcntl.flock`` on ``reservations.lock`` there. Written by hand for the same reason as the
-registry (no dependency offers a cross-process one); POSIX only. A folder that cannot be
-written means no reservations (the old snapshot behaviour), never a guard that cannot start.
+registry (no dependency offers a cross-process one); POSIX only. The registry and this folder
+are private (``stageload.guard.private``: ``0700``, this user's, checked on every use). When
+they cannot be used, a guard with a ``need`` refuses: at its start (:meth:`Reservations.check`,
+a ``ConfigError`` naming the folder and why), and at each admission (a refusal saying so) —
+never an admission without reservations (issue 22 item 6). A guard without a need never uses
+them.
 """
 from __future__ import annotations
 
@@ -65,15 +69,29 @@ class Reservations:
         self.folder = folder
         self.mine: Path | None = None
         self._record: dict | None = None
+        self.unusable: str | None = None
+
+    def check(self) -> None:
+        """Make (``0700``) and check the registry folder and this one
+        (``stageload.guard.private.ensure``). Raises ``FolderUnusable`` (an ``OSError``)
+        naming the folder and why it cannot be used."""
+        from .private import ensure
+
+        ensure(self.folder.parent)
+        ensure(self.folder)
 
     @contextmanager
     def locked(self):
         """Hold the machine-wide reservation lock (blocking; the sections under it are
-        short). Yields True, or False when the folder cannot be used (no lock, no records)."""
+        short). Yields True, or False when the folder cannot be used (not private, no lock;
+        ``self.unusable`` then says why)."""
+        self.unusable = None
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.folder / "reservations.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
+            self.check()
+            fd = os.open(self.folder / "reservations.lock",
+                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            self.unusable = str(exc)
             yield False
             return
         try:
@@ -177,8 +195,17 @@ class Admission:
         if config.need is None:
             return decide((0, 0))
         with self.reservations.locked() as usable:
-            decision = decide(self.reservations.held_by_others() if usable else (0, 0))
-            if decision.verdict.ok and usable:
+            if not usable:  # never an admission with a need that nobody else can see
+                from dataclasses import replace
+
+                from .admission import Verdict
+
+                decision = decide((0, 0))
+                return replace(decision, verdict=Verdict(
+                    False, f"the reservations cannot be used: {self.reservations.unusable}",
+                    ("reservations",)))
+            decision = decide(self.reservations.held_by_others())
+            if decision.verdict.ok:
                 self.reservations.reserve(config.need)
         return decision
 

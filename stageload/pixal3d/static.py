@@ -94,14 +94,50 @@ def _in_order(have: tuple, want: tuple) -> bool:
     return all(any(name == h for h in it) for name in want)
 
 
+def _bare(param: str) -> str:
+    return param.lstrip("*").rstrip("=")
+
+
+def _required(param: str) -> bool:
+    return not param.endswith("=") and not param.startswith("*")
+
+
+def changes(want: tuple, have: tuple) -> list:
+    """What turned ``want`` (a signature as :func:`signature` writes it) into ``have``, for
+    people: ``gained required parameter x``, ``gained optional parameter x``, ``lost parameter
+    x``, ``x lost its default``, ``x gained a default``, ``parameters reordered``, in that
+    order (empty when equal)."""
+    wants, haves = {_bare(p): p for p in want}, {_bare(p): p for p in have}
+    out = [f"gained {'required' if _required(p) else 'optional'} parameter {n}"
+           for n, p in haves.items() if n not in wants and n]
+    out += [f"lost parameter {n}" for n in wants if n not in haves and n]
+    for n, p in wants.items():
+        if n in haves and p != haves[n] and not p.startswith("*"):
+            out.append(f"{n} lost its default" if p.endswith("=") else f"{n} gained a default")
+    shared = [n for n in wants if n in haves]
+    if shared != [n for n in haves if n in wants]:
+        out.append("parameters reordered")
+    return out
+
+
 def _signature_drift(owner: str, have_all: dict, want_all: dict) -> list:
+    """One item per function of ``want_all`` that ``have_all`` lacks (``(missing)``, with the
+    likely new name when one close to it appeared) or has with another signature (both
+    signatures and what changed: a gained required parameter breaks every call the adapter's
+    hooks and the port's own callers make)."""
+    import difflib
+
     out = []
+    new_names = [n for n in have_all if n not in want_all]
     for name, want in want_all.items():
         have = have_all.get(name)
         if have is None:
-            out.append(f"{owner}.{name} (missing)")
+            close = difflib.get_close_matches(name, new_names, n=1, cutoff=0.8)
+            out.append(f"{owner}.{name} (missing" + (f"; renamed to {close[0]}?)" if close
+                                                     else ")"))
         elif have != want:
-            out.append(f"{owner}.{name}({', '.join(want)}) (the port has ({', '.join(have)}))")
+            out.append(f"{owner}.{name}({', '.join(want)}) (the port has ({', '.join(have)}): "
+                       f"{', '.join(changes(want, have))})")
     return out
 
 

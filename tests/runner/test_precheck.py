@@ -113,4 +113,5 @@ def test_precheck_reads_only_the_file_system(tmp_path):
                           capture_output=True, text=True, timeout=60, env=env)
     out = json.loads(proc.stdout)
     assert out["bad"][:2] == ["pixal3d_version", 33] and out["torch"] is False
-    assert out["bad"][2]["missing"] == ["Pixal3DImageTo3DPipeline.decode_latent (missing)"]
+    assert out["bad"][2]["missing"] == [
+        "Pixal3DImageTo3DPipeline.decode_latent (missing; renamed to decode_latents?)"]
