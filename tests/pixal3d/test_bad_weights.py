@@ -145,25 +145,26 @@ class _Table(nn.Module):
 
 
 def test_the_adapters_remaining_fallback_is_a_warning_event(tmp_path):
-    """The adapter's loader of one pipeline model (the real method on a bare run object): the
-    direct path's fallback to the port's loader is a ``warning`` event naming the model."""
-    from stageload.pixal3d.adapter import Pixal3DRun
+    """The adapter's loader of one pipeline model (the real ``StagedBuild.model_loader`` on a
+    bare run): the direct path's fallback to the port's loader is a ``warning`` event."""
+    from stageload.events import make_event
+    from stageload.pixal3d.staged_build import StagedBuild
 
     torch.manual_seed(0)
     save_file({k: v.contiguous() for k, v in _Table().state_dict().items()}, str(tmp_path / "t.safetensors"))
     (tmp_path / "t.json").write_text(json.dumps({"name": "_Table", "args": {"width": 8}}))
-    run = object.__new__(Pixal3DRun)
     events = []
-    run.port = types.SimpleNamespace(models=types.SimpleNamespace(_Table=_Table))
-    run.device, run.model_path, run.direct_to_device = torch.device("cpu"), str(tmp_path), True
-    run._cpu_built, run.load_notes, run._events = {}, {}, events.append
+    run = types.SimpleNamespace(
+        port=types.SimpleNamespace(models=types.SimpleNamespace(_Table=_Table)),
+        device=torch.device("cpu"), model_path=str(tmp_path), direct_to_device=True,
+        load_notes={}, emit=lambda kind, **fields: events.append(make_event(kind, **fields)))
 
     def from_pretrained(p):
         model = _Table()
         model.load_state_dict(load_file(f"{p}.safetensors"), strict=False)
         return model
 
-    module = run._model_loader("table_model", from_pretrained, str(tmp_path / "t"))()
+    module = StagedBuild(run).model_loader("table_model", from_pretrained, str(tmp_path / "t"))()
     assert run.load_notes["table_model"].method == METHOD_PORT
     (warning,) = [e for e in events if e["event"] == "warning"]
     assert warning["fallback"] == "model_load" and warning["model"] == "table_model"
