@@ -108,7 +108,8 @@ def damaged_weights(tmp_path, standin_weights):
     """A copy of the stand-in weights with ``t_embed.fc.weight`` removed from one model."""
     root = tmp_path / "weights"
     shutil.copytree(standin_weights.root, root)
-    ckpt = root / "hf" / "hub" / "models--TencentARC--Pixal3D" / "ckpts" / "sparse_structure_flow_model.safetensors"
+    ckpts = root / standin_weights.model_dir.relative_to(standin_weights.root) / "ckpts"
+    ckpt = ckpts / "sparse_structure_flow_model.safetensors"
     state = load_file(str(ckpt))
     del state["t_embed.fc.weight"]
     save_file(state, str(ckpt))

@@ -96,7 +96,8 @@ def test_dense_grid_sample_is_refused_before_export_with_the_figure(
     assert "25,769,803,776 bytes" in last["message"] and "--allow-dense-grid-sample" in last["hint"]
     assert not out.exists() and _job_dirs(tmp_path) == []
     trace = _trace(out.with_suffix(".trace.jsonl"))
-    assert not [e for e in trace if e.get("parent") == "export" and e["stage"] != "prepare"]
+    assert not [e for e in trace if e.get("parent") == "export"
+                and e["stage"] not in ("handover", "prepare")]
 
 
 def _read_events(stream, events):
