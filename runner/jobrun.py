@@ -300,8 +300,10 @@ class JobRun:
 
         self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
         self._wait_for_admission(" the export")
-        return self.launch("export", self.worker_job("export", handover), "the export process",
-                           announce=self.announce_export)
+        job = self.worker_job("export", handover)
+        # the supervisor enters the stage (announce_export): the process must not enter it again
+        job = replace(job, options={**job.options, "stage_announced": True})
+        return self.launch("export", job, "the export process", announce=self.announce_export)
 
     def announce_export(self, child: Child) -> None:
         """Enter the ``export`` stage as the export process starts, before it is sampled:

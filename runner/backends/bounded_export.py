@@ -74,9 +74,11 @@ def levers(texture_size=None, decimation_target=None, export_budget=None):
 
 
 def export(handover: str, output, *, texture_size=None, emit: Callable[[dict], None] | None = None,
-           stages=None, decimation_target=None, export_budget=None, **_other) -> dict:
+           stages=None, decimation_target=None, export_budget=None, stage_announced=False,
+           **_other) -> dict:
     """The export process's work: the ``export`` stage (``stage`` with this process's pid,
-    then ``ready``; ``stages``: the plan it belongs to, default the Pixal3D plan), then
+    then ``ready``; ``stages``: the plan it belongs to, default the Pixal3D plan; not when
+    ``stage_announced``: a run's supervisor entered it as it started this process), then
     ``runner.export_engine.export_asset`` from ``handover`` to ``output`` (sub-steps with
     ``parent`` "export"). Returns ``{"export_engine", "export_seconds", "export_substeps",
     "export"}`` (the engine's result). Raises ``BadAsset`` (kind ``bad_asset``)."""
@@ -89,10 +91,11 @@ def export(handover: str, output, *, texture_size=None, emit: Callable[[dict], N
     plan = list(stages or STAGES)
     chosen = levers(texture_size, decimation_target, export_budget)
     emit = emit or (lambda event: None)
-    emit(make_event("stage", stage="export", index=plan.index("export"), count=len(plan),
-                    pid=os.getpid()))
-    emit(make_event("ready", stage="export", seconds=time.perf_counter() - start,
-                    released_bytes=0))
+    if not stage_announced:
+        emit(make_event("stage", stage="export", index=plan.index("export"), count=len(plan),
+                        pid=os.getpid()))
+        emit(make_event("ready", stage="export", seconds=time.perf_counter() - start,
+                        released_bytes=0))
     info = export_asset(handover, output, chosen, emit=emit)
     return {"export_engine": "bounded", "export_seconds": info["seconds"],
             "export_substeps": list(info["step_seconds"]), "export": info}

@@ -69,7 +69,9 @@ def test_a_pixal3d_run_exports_with_the_bounded_engine_in_its_own_torch_free_pro
     started = [e for e in trace if e.get("event") == "export_worker"]
     assert started and started[0]["torch"] is None  # no torch in the export process
     subs = [e for e in trace if e.get("event") == "stage" and e.get("parent") == "export"]
-    assert [e["stage"] for e in subs] == list(SUBSTEPS)
+    # the supervisor enters export as it starts the process (its start-up: "handover")
+    assert [e["stage"] for e in subs] == ["handover", *SUBSTEPS]
+    assert len([e for e in trace if e.get("event") == "ready" and e["stage"] == "export"]) == 1
     result = _events(proc)[-1]
     assert result["event"] == "result" and result["info"]["export_engine"] == "bounded"
     assert result["info"]["asset"] == str(folder / "char.asset.npz")

@@ -30,7 +30,7 @@ def env(standin_weights):
 
 def _args(rgb_image, out, standin_dir, *extra):
     return [rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-            "--texture-size", "512", *extra]
+            "--texture-size", "512", "--export-engine", "port", *extra]  # the port's fallbacks
 
 
 @pytest.mark.parametrize("process", ["own", "in-process"])
@@ -79,7 +79,7 @@ def test_the_batch_manifest_records_the_fallback(standin_dir, rgb_image, tmp_pat
     (folder / "a.png").write_bytes(rgb_image.read_bytes())
     env = {**env, "PIXAL3D_STANDIN_BRIDGE_FAULT": "memory"}
     proc = _run(["batch", folder, "-o", out_dir, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-                 "--texture-size", "512"], env, repo_root)
+                 "--texture-size", "512", "--export-engine", "port"], env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     item = next(e for e in _events(proc) if e["event"] == "batch_item")
     assert [w["fallback"] for w in item["warnings"]] == ["fallback_baker"]
