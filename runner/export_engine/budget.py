@@ -14,7 +14,8 @@ figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere ass
 - the unwrap holds the decimated mesh and one batch of faces inside xatlas
   (``UNWRAP_BYTES_PER_FACE``, measured 1.31 M faces in one atlas: 0.5 GB);
 - the bake holds the texture planes (``TEXTURE_BYTES_PER_TEXEL``: six uint8 channels, the
-  coverage mask, the face id) and one chunk of texels in flight (``BAKE_BYTES_PER_TEXEL``:
+  coverage masks, the writer's border distance) and one chunk of texels in flight
+  (``BAKE_BYTES_PER_TEXEL``:
   surface point, eight corner keys, look-ups and weights, the sampled attributes);
 - the seam fill's distance transform holds ``SEAM_BYTES_PER_TEXEL`` over the whole texture.
 
@@ -41,13 +42,13 @@ CLEANUP_BYTES_PER_FACE = 200        # 7.9 M faces in one process: 2.06 GiB (befo
 DECIMATE_BYTES_PER_FACE = 340       # 7.9 M faces: the child peaked at about 2.7 GB
 VOXEL_BYTES = 52
 UNWRAP_BYTES_PER_FACE = 400
-TEXTURE_BYTES_PER_TEXEL = 12
+TEXTURE_BYTES_PER_TEXEL = 16
 BAKE_BYTES_PER_TEXEL = 400
 SEAM_BYTES_PER_TEXEL = 24
 OUT_BYTES_PER_FACE = 120          # the decimated, unwrapped mesh with UVs and normals
 UNWRAP_BATCH = (20_000, 250_000)
 HEADROOM = 0.25                   # share of the room left that one piece may take
-BAKE_CHUNK = (1 << 15, 1 << 17)  # at most ~0.3 s a chunk here: the cancel's latency
+BAKE_CHUNK = (1 << 14, 1 << 16)  # at most ~0.2 s a chunk here: the cancel's latency
 
 
 @dataclass(frozen=True)

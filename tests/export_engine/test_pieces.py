@@ -58,7 +58,8 @@ def test_raster_covers_each_texel_once_with_exact_barycentrics():
     faces = np.array([[0, 1, 2], [0, 2, 3]])
     size = 16
     hits = np.zeros((size, size), int)
-    for face_ids, rows, cols, bary in chunks(uv, faces, size, chunk_texels=50):
+    for face_ids, rows, cols, bary, outside in chunks(uv, faces, size, chunk_texels=50):
+        assert (outside == 0).all()
         np.add.at(hits, (rows, cols), 1)
         corners = uv[faces[face_ids]].astype(np.float64) * size
         point = np.einsum("kj,kjd->kd", bary, corners)
@@ -66,6 +67,28 @@ def test_raster_covers_each_texel_once_with_exact_barycentrics():
     # texels on the diagonal are inside both triangles (edges included), the rest in one
     expected = np.ones((size, size), int) + np.eye(size, dtype=int)
     np.testing.assert_array_equal(hits, expected)
+
+
+def test_raster_border_texels_lie_within_grow_of_the_face():
+    """With ``grow`` the texels whose centre is within that many texels outside the triangle
+    come too, with their true distance, and barycentrics that extrapolate the plane."""
+    uv = np.array([[0.25, 0.25], [0.75, 0.25], [0.25, 0.75]], np.float32)
+    size = 32
+    (ids, rows, cols, bary, outside), = list(chunks(uv, np.array([[0, 1, 2]]), size, 10_000,
+                                                   grow=1.0))
+    centre = np.column_stack([cols, rows]) + 0.5
+    np.testing.assert_allclose(bary @ (uv.astype(np.float64) * size), centre, atol=1e-9)
+    inside = (bary >= -1e-7).all(axis=1)
+    assert (outside[inside] == 0).all() and (outside[~inside] > 0).all()
+    assert (outside <= 1.0).all() and (~inside).sum() > 0
+    # beyond one edge only: the distance to that edge's line — the hypotenuse x + y = 32
+    # (opposite corner 0) and the bottom edge y = 8 (opposite corner 2), in texels
+    hyp = ~inside & (bary[:, 0] < 0) & (bary[:, 1] > 0) & (bary[:, 2] > 0)
+    np.testing.assert_allclose(outside[hyp], (centre[hyp].sum(axis=1) - 32) / np.sqrt(2),
+                               atol=1e-9)
+    low = ~inside & (bary[:, 0] > 0) & (bary[:, 1] > 0) & (bary[:, 2] < 0)
+    np.testing.assert_allclose(outside[low], 8 - centre[low, 1], atol=1e-9)
+    assert hyp.sum() > 0 and low.sum() > 0
 
 
 def test_patches_partition_the_faces_within_the_limit():
@@ -107,8 +130,10 @@ def test_a_smaller_budget_gives_smaller_pieces():
     common = {"faces": 1_000_000, "voxels": 2_000_000, "target": 1_000_000, "texture": 2048,
               "file_bytes": 100 << 20}
     small, large = budget.plan(budget=520 << 20, **common), budget.plan(budget=8 << 30, **common)
-    assert small.bake_chunk_texels < large.bake_chunk_texels
+    assert small.bake_chunk_texels <= large.bake_chunk_texels
     assert small.unwrap_batch_faces <= large.unwrap_batch_faces
+    assert (small.bake_chunk_texels < large.bake_chunk_texels
+            or small.unwrap_batch_faces < large.unwrap_batch_faces)
     assert small.peak <= 520 << 20
     common["faces"] = 5_000_000
     assert budget.plan(budget=2 << 30, **common).peak <= 2 << 30
