@@ -103,6 +103,13 @@ def _dict(x) -> bool:
     return isinstance(x, dict)
 
 
+def _thresholds(x) -> bool:
+    """The guard's ``thresholds``: condition → ``{"required": bytes, "percent": number|null}``."""
+    return isinstance(x, dict) and all(
+        isinstance(v, dict) and size(v.get("required"))
+        and (v.get("percent") is None or number(v.get("percent"))) for v in x.values())
+
+
 def _peak(x) -> bool:
     return size(x) or (isinstance(x, dict) and size(x.get("bytes")))
 
@@ -112,7 +119,8 @@ _COMMON = {"v": _int, "t": number}
 FIELDS: dict[str, dict] = {
     "hello": {"backend": _opt(_str), "output": _opt(_str), "trace": _opt(_str), "pid": _opt(_int),
               "stages": _str_list, "image": _opt(_str)},
-    "guard": {"state": _str, "reason": _opt(_str), "readings": _dict},
+    "guard": {"state": _str, "reason": _opt(_str), "readings": _dict,
+              "thresholds": _opt(_thresholds)},
     "stage": {"stage": _str, "index": _int, "count": _int, "parent": _name},
     "progress": {"stage": _opt(_str), "fraction": _fraction},
     "load": {"model": _str, "bytes": _opt(size)},

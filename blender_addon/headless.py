@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import shutil
 import signal
@@ -54,7 +53,7 @@ def _package():
         sys.path.insert(0, str(PACKAGE_DIR.parent))
     name = PACKAGE_DIR.name
     return {m: importlib.import_module(f"{name}.{m}")
-            for m in ("config", "process", "state", "runtime_facts", "job")}
+            for m in ("config", "process", "state", "runtime_facts", "job", "preview_scene")}
 
 
 def _exit(kind: str) -> int:
@@ -243,57 +242,9 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
     return st
 
 
-def setup_preview(obj, resolution: int, bpy, mathutils) -> None:
-    """Camera framing ``obj`` from the front, a little from the left and above (distance: its
-    bounding sphere fills the field of view, tightened by 10 % because a character does not
-    reach its box's corners), a sun light (for a later Eevee/Cycles render of the .blend), a
-    light-grey world, and Workbench with the base-colour texture (renders without a GPU).
-
-    Colours: the texture is shown as the picture's own sRGB values — the **Standard** view
-    transform (Blender 4.x's default AgX compresses and desaturates: a yellow tiger turned
-    olive) and **flat** lighting (Workbench's studio light shades every surface, darkening the
-    mean by about 30 %). Measured on the goblin: AgX + studio gave 0.62-0.66 of the picture's
-    matte mean colour, Standard + flat 0.93-1.06 (tests/blender/test_headless.py)."""
-    scene = bpy.context.scene
-    corners = [obj.matrix_world @ mathutils.Vector(c) for c in obj.bound_box]
-    lo = mathutils.Vector(tuple(min(c[i] for c in corners) for i in range(3)))
-    hi = mathutils.Vector(tuple(max(c[i] for c in corners) for i in range(3)))
-    center, radius = (lo + hi) / 2, max((hi - lo).length / 2, 1e-3)
-    cam_data = bpy.data.cameras.new("Preview Camera")
-    cam_data.lens = 50.0
-    cam = bpy.data.objects.new("Preview Camera", cam_data)
-    scene.collection.objects.link(cam)
-    # glTF +Z (the character's front) is Blender's -Y: look from -Y, a little from the left/above
-    # (the built-in mesh's sides carry stretched edge colours, so a steeper angle shows more of
-    # them than of the picture).
-    direction = mathutils.Vector((-0.2, -1.0, 0.1)).normalized()
-    fov = 2 * math.atan(cam_data.sensor_width / 2 / cam_data.lens)
-    cam.location = center + direction * (radius / math.sin(fov / 2) * 0.9)
-    cam.rotation_euler = (-direction).to_track_quat("-Z", "Y").to_euler()
-    scene.camera = cam
-    sun_data = bpy.data.lights.new("Preview Sun", "SUN")
-    sun_data.energy = 3.0
-    sun = bpy.data.objects.new("Preview Sun", sun_data)
-    sun.rotation_euler = (math.radians(50), 0, math.radians(-30))
-    scene.collection.objects.link(sun)
-    if scene.world is None:
-        scene.world = bpy.data.worlds.new("World")
-    scene.world.color = (0.8, 0.8, 0.8)
-    scene.render.engine = "BLENDER_WORKBENCH"
-    scene.display.shading.light = "FLAT"
-    scene.display.shading.color_type = "TEXTURE"
-    scene.view_settings.view_transform = "Standard"
-    scene.view_settings.look = "None"
-    scene.view_settings.exposure = 0.0
-    scene.view_settings.gamma = 1.0
-    scene.render.resolution_x = scene.render.resolution_y = resolution
-    scene.render.resolution_percentage = 100
-    scene.render.image_settings.file_format = "PNG"
-
-
 def render_preview(scene, path: Path, bpy) -> None:
-    """Render ``scene`` (set up by :func:`setup_preview`) and write the image to ``path``, in
-    the format its suffix names (:data:`PREVIEW_FORMATS`).
+    """Render ``scene`` (set up by ``preview_scene.setup_preview``) and write the image to
+    ``path``, in the format its suffix names (:data:`PREVIEW_FORMATS`).
 
     The image goes first to a hidden file in a private temporary folder next to ``path`` and is
     renamed into place, so ``path`` is either the finished image or untouched, and nothing else
@@ -400,7 +351,7 @@ def import_into_scene(ns, glb: Path, trace: Path, st):
         obj = importer.import_glb(glb, ns.image.stem, (0.0, 0.0, 0.0), coll, meta)
     except importer.MeshImportError as exc:
         raise Failure(str(exc)) from None
-    setup_preview(obj, ns.resolution, bpy, mathutils)
+    _package()["preview_scene"].setup_preview(obj, ns.resolution, bpy, mathutils)
     return obj
 
 

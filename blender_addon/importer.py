@@ -172,6 +172,13 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
         c.objects.unlink(obj)
     collection.objects.link(obj)
     obj.location = tuple(location)
+    _record(obj, glb, metadata)
+    _select_only(obj)
+    return obj
+
+
+def _record(obj: bpy.types.Object, glb: Path, metadata: dict) -> None:
+    """The run's facts as ``obj``'s custom properties (``PROP_*``; see :func:`import_glb`)."""
     obj[PROP_GLB] = str(glb)
     obj[PROP_BACKEND] = str(metadata.get("backend", ""))
     obj[PROP_SEED] = int(metadata.get("seed", 0))
@@ -179,8 +186,6 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     obj[PROP_PEAK] = float(peak) if peak is not None else -1.0
     obj[PROP_TRACE] = str(metadata.get("trace", ""))
     obj[PROP_IMAGE] = str(metadata.get("image", ""))
-    _select_only(obj)
-    return obj
 
 
 def _select_only(obj: bpy.types.Object) -> None:

@@ -92,52 +92,62 @@ class VIEW3D_PT_image_to_mesh(_Sidebar, bpy.types.Panel):
             big.enabled = not problem
             big.operator(IMAGE_TO_MESH_OT_generate.bl_idname, icon="MESH_MONKEY")
 
-        view = CONTROLLER.state.view()
-        if view.status != IDLE:
-            box = layout.box()
-            box.label(text=view.headline, icon="ERROR" if view.status == FAILED else "INFO")
-            for name, status, secs in view.stage_rows:
-                r = box.row()
-                r.enabled = status != "pending"
-                r.label(text=name, icon=ROW_ICONS.get(status, "DOT"))
-                r.label(text=secs)
-                for sub, sub_status, sub_secs in view.substep_rows.get(name, ()):
-                    r = box.row()
-                    r.enabled = sub_status != "pending"
-                    r.separator(factor=2.0)  # indented: a step inside the stage above
-                    r.label(text=sub, icon=ROW_ICONS.get(sub_status, "DOT"))
-                    r.label(text=sub_secs)
-            box.progress(factor=view.progress, type="BAR", text=view.progress_text)
-            for text, icon in ((view.memory_text, "MEMORY"), (view.swap_text, "DISK_DRIVE"),
-                               (view.guard_text, "LOCKED"), (view.elapsed_text, "TIME")):
-                if text:
-                    box.label(text=text, icon=icon)
-            if view.result_text:
-                _wrap(box, view.result_text, "CHECKMARK", 44)
-            if view.error_text:
-                sub = box.column()
-                sub.alert = True
-                _wrap(sub, view.error_text, "ERROR", 44)
-            if view.hint_text:
-                _wrap(box, view.hint_text, "QUESTION", 44)
-            if view.note_text:  # the runner speaks a newer protocol than this add-on
-                _wrap(box, view.note_text, "ERROR", 44)
+        _draw_job(layout, CONTROLLER.state.view())
         layout.operator(IMAGE_TO_MESH_OT_open_chart.bl_idname, icon="GRAPH")
+        _draw_batch(layout, s, problem)
 
-        box = layout.box()
-        box.label(text="Batch", icon="FILE_FOLDER")
-        box.prop(s, "batch_folder")
-        batch = CONTROLLER.batch
-        if batch is not None:
-            box.label(text=f"{batch.progress_text()} images")
-            box.progress(factor=len(batch.items) / max(1, batch.count), type="BAR",
-                         text=batch.progress_text())
-        if CONTROLLER.batch_summary:
-            _wrap(box, CONTROLLER.batch_summary, "INFO", 44)
-        row = box.row()
-        row.enabled = not CONTROLLER.running and not problem
-        row.operator(IMAGE_TO_MESH_OT_batch.bl_idname, icon="PLAY")
 
+def _draw_job(layout, view) -> None:
+    """The running or last job (``view.PanelView``): stage rows with their sub-steps, the bar,
+    memory, swap, guard, time, result, error, hint and notes; nothing while idle."""
+    if view.status == IDLE:
+        return
+    box = layout.box()
+    box.label(text=view.headline, icon="ERROR" if view.status == FAILED else "INFO")
+    for name, status, secs in view.stage_rows:
+        r = box.row()
+        r.enabled = status != "pending"
+        r.label(text=name, icon=ROW_ICONS.get(status, "DOT"))
+        r.label(text=secs)
+        for sub, sub_status, sub_secs in view.substep_rows.get(name, ()):
+            r = box.row()
+            r.enabled = sub_status != "pending"
+            r.separator(factor=2.0)  # indented: a step inside the stage above
+            r.label(text=sub, icon=ROW_ICONS.get(sub_status, "DOT"))
+            r.label(text=sub_secs)
+    box.progress(factor=view.progress, type="BAR", text=view.progress_text)
+    for text, icon in ((view.memory_text, "MEMORY"), (view.swap_text, "DISK_DRIVE"),
+                       (view.guard_text, "LOCKED"), (view.elapsed_text, "TIME")):
+        if text:
+            box.label(text=text, icon=icon)
+    if view.result_text:
+        _wrap(box, view.result_text, "CHECKMARK", 44)
+    if view.error_text:
+        sub = box.column()
+        sub.alert = True
+        _wrap(sub, view.error_text, "ERROR", 44)
+    if view.hint_text:
+        _wrap(box, view.hint_text, "QUESTION", 44)
+    if view.note_text:  # the runner's warnings, a stall, a newer protocol than this add-on's
+        _wrap(box, view.note_text, "ERROR", 44)
+
+
+def _draw_batch(layout, s, problem: str) -> None:
+    """The Batch box: folder, progress, summary and Run Batch (off while a job runs or a
+    ``problem`` stops jobs)."""
+    box = layout.box()
+    box.label(text="Batch", icon="FILE_FOLDER")
+    box.prop(s, "batch_folder")
+    batch = CONTROLLER.batch
+    if batch is not None:
+        box.label(text=f"{batch.progress_text()} images")
+        box.progress(factor=len(batch.items) / max(1, batch.count), type="BAR",
+                     text=batch.progress_text())
+    if CONTROLLER.batch_summary:
+        _wrap(box, CONTROLLER.batch_summary, "INFO", 44)
+    row = box.row()
+    row.enabled = not CONTROLLER.running and not problem
+    row.operator(IMAGE_TO_MESH_OT_batch.bl_idname, icon="PLAY")
 
 class VIEW3D_PT_image_to_mesh_export(_Sidebar, bpy.types.Panel):
     """The Pixal3D export's memory levers (runner options, docs/pixal3d.md "Export")"""

@@ -12,40 +12,28 @@ seconds (float, ``time.time()`` clock, the clock of the events' ``"t"`` field).
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
 from . import events as _events
 from . import runtime_facts as _facts
+from .status import (  # noqa: F401
+    ACTIVE,
+    CANCELLED,
+    COMPLETE,
+    DONE,
+    FAILED,
+    FINISHED,
+    IDLE,
+    IMPORTING,
+    PENDING,
+    RUNNING,
+    STARTING,
+    WAITING,
+)
+from .view import PanelView, guard_line, human_bytes, human_seconds, make_view  # noqa: F401
 
 PROTOCOL_VERSION = _facts.PROTOCOL_VERSION
-
-# Job statuses, in the order a run goes through them.
-IDLE, STARTING, WAITING, RUNNING, IMPORTING, DONE, FAILED, CANCELLED = (
-    "idle", "starting", "waiting", "running", "importing", "done", "failed", "cancelled")
-FINISHED = (DONE, FAILED, CANCELLED)
-
-PENDING, ACTIVE, COMPLETE = "pending", "running", "done"  # stage row statuses
-_NEEDS_RE = re.compile(r"<\s*([0-9.]+\s*(?:%|[kMGT]?i?B))")
-
-
-def human_bytes(n: float | int | None) -> str:
-    """A byte count for people, as the whole project writes it (``stageload.units.format_size``:
-    binary multiples labelled KiB/MiB/GiB, e.g. ``1288490189 -> "1.2 GiB"``); ``"unknown"`` for
-    None."""
-    return _facts.format_size(n)
-
-
-def human_seconds(s: float | None) -> str:
-    """Format a duration in seconds: ``75.2 -> "1:15"``, ``4.25 -> "4.2 s"``."""
-    if s is None:
-        return "–"
-    if s < 60:
-        return f"{s:.1f} s"
-    m, sec = divmod(int(round(s)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
 
 
 def _peak_bytes(value) -> int | None:
@@ -64,30 +52,6 @@ class StageRow:
     status: str = PENDING
     seconds: float | None = None
     started: float | None = None
-
-
-@dataclass
-class PanelView:
-    """Everything the panel draws for a job, as plain strings and numbers.
-
-    ``stage_rows``: list of (stage name, status, seconds text); ``progress``: 0..1 over the whole
-    run; the ``*_text`` fields are ready to print ("" = draw nothing).
-    """
-    status: str
-    headline: str
-    stage_rows: list[tuple[str, str, str]]
-    progress: float
-    progress_text: str
-    memory_text: str
-    swap_text: str
-    guard_text: str
-    elapsed_text: str
-    result_text: str
-    error_text: str
-    hint_text: str
-    note_text: str = ""  # the runner's warnings, and a newer protocol version
-    #: stage name → its sub-steps as (name, status, seconds text), e.g. export's remesh, bake
-    substep_rows: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -119,6 +83,7 @@ class JobState:
     guard_state: str | None = None
     guard_reason: str = ""
     guard_readings: dict = field(default_factory=dict)
+    guard_thresholds: dict = field(default_factory=dict)  # the guard event's thresholds
     started: float | None = None
     ended: float | None = None
     result: dict | None = None
@@ -250,6 +215,8 @@ class JobState:
         self.guard_reason = ev.get("reason") or ""
         readings = ev.get("readings") or {}
         self.guard_readings = readings if isinstance(readings, dict) else {}
+        thresholds = ev.get("thresholds")
+        self.guard_thresholds = thresholds if isinstance(thresholds, dict) else {}
         for key in ("available", "total", "swap"):
             if self.guard_readings.get(key) is not None:
                 setattr(self, key, self.guard_readings[key])
@@ -406,90 +373,11 @@ class JobState:
         return min(1.0, (done + self.stage_fraction) / n)
 
     def guard_text(self) -> str:
-        """The guard's state for people, e.g. ``"waiting: 31 % free, needs 40 %"``."""
-        if self.guard_state is None:
-            return ""
-        r = self.guard_readings
-        avail, total = r.get("available"), r.get("total")
-        free = (f"{100.0 * avail / total:.0f} % free"
-                if isinstance(avail, (int, float)) and isinstance(total, (int, float)) and total
-                else "")
-        # stageload.guard words a wait as "available 31 % < 40 %" (or "… 7.2 GiB < 9.5 GiB"): the
-        # threshold is what follows "<".
-        m = _NEEDS_RE.search(self.guard_reason)
-        need_txt = f"needs {m.group(1).strip()}" if m else ""
-        if self.guard_state == "waiting":
-            details = ", ".join(x for x in (free, need_txt) if x) or self.guard_reason
-            return f"waiting: {details}" if details else "waiting"
-        if self.guard_state == "started":
-            return f"admitted{': ' + free if free else ''}"
-        return f"{self.guard_state}: {self.guard_reason}".rstrip(": ")
+        """The guard's state for people, e.g. ``"waiting: 31 % free, needs 40 %"``
+        (``view.guard_line``: the threshold from the event's structured ``thresholds``)."""
+        return guard_line(self)
 
     def view(self, now: float | None = None) -> PanelView:
-        """What the panel draws now (``now`` in seconds, default: the current time)."""
-        now = time.time() if now is None else now
-        rows = [self._row_view(r, now) for r in self.stages]
-        sub_rows = {parent: [self._row_view(r, now) for r in subs]
-                    for parent, subs in self.substeps.items()}
-        n = len(self.stages)
-        idx = next((i for i, r in enumerate(self.stages) if r.name == self.stage), None)
-        if self.status in (IMPORTING, DONE):
-            ptext = "done" if self.status == DONE else "importing"
-        elif self.stage is not None and idx is not None:
-            ptext = f"{self.stage} ({idx + 1}/{n}) {self.stage_fraction * 100:.0f} %"
-            if self.substep and self.status not in FINISHED:
-                ptext += f" · {self.substep}"
-        else:
-            # Between spawn (or admission) and the first stage the worker is still starting.
-            ptext = {WAITING: "waiting for memory", STARTING: "starting…",
-                     RUNNING: "starting…"}.get(self.status, "")
-        mem = ""
-        if self.footprint is not None or self.peak is not None:
-            mem = f"footprint {human_bytes(self.footprint)} · peak {human_bytes(self.peak)}"
-            if self.stage_peak is not None and self.stage:
-                mem += f" · {self.stage} peak {human_bytes(self.stage_peak)}"
-        swap = ""
-        if self.swap is not None:
-            swap = f"swap {human_bytes(self.swap)}"
-            if self.swap_start is not None and self.swap != self.swap_start:
-                grow = self.swap - self.swap_start
-                swap += f" ({'+' if grow > 0 else ''}{human_bytes(grow)} since start)"
-        if self.available is not None:
-            avail = f"available {human_bytes(self.available)}"
-            if self.total:
-                avail += f" of {human_bytes(self.total)}"
-            swap = f"{swap} · {avail}" if swap else avail
-        elapsed = ""
-        if self.started is not None:
-            end = self.ended if self.ended is not None else now
-            elapsed = f"elapsed {human_seconds(max(0.0, end - self.started))}"
-        result = ""
-        if self.result is not None and self.status in (IMPORTING, DONE):
-            secs = self.result.get("seconds")
-            result = f"{self.output}" + (f" in {human_seconds(secs)}" if secs else "")
-            if self.peak is not None:
-                result += f", peak {human_bytes(self.peak)}"
-            if self.input_notes:
-                result += f" (input: {'; '.join(self.input_notes)})"
-        err = hint = ""
-        if self.error is not None:
-            err = self.error.get("message") or self.error.get("kind", "")
-            hint = self.error.get("hint") or ""
-        headline = {
-            IDLE: "Ready", STARTING: "Starting the runner…", WAITING: "Waiting for memory",
-            RUNNING: f"Running: {self.stage}" if self.stage else "Running",
-            IMPORTING: "Importing the mesh", DONE: "Done", FAILED: "Failed",
-            CANCELLED: "Cancelled",
-        }[self.status]
-        return PanelView(self.status, headline, rows, self.progress(), ptext, mem, swap,
-                         self.guard_text(), elapsed, result, err, hint,
-                         " ".join([self.stall_text, *self.runner_warnings,
-                                   self.protocol_note]).strip(),
-                         sub_rows)
-
-    @staticmethod
-    def _row_view(r: StageRow, now: float) -> tuple[str, str, str]:
-        """A stage or sub-step row as (name, status, seconds text) at ``now`` (seconds)."""
-        if r.status == ACTIVE and r.started is not None:
-            return r.name, r.status, human_seconds(max(0.0, now - r.started))
-        return r.name, r.status, human_seconds(r.seconds) if r.seconds is not None else ""
+        """What the panel draws now (``now`` in seconds, default: the current time;
+        ``view.make_view``)."""
+        return make_view(self, now)

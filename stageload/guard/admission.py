@@ -19,12 +19,16 @@ class Verdict:
     that do not (``unknown``, ``wait_free``, ``need``, ``pressure``, ``busy``, ``quiet``,
     ``swap_limit``) in
     a stable order, so a caller can log only when the set changes; ``reason`` says the same for
-    people (``available 31 % < 40 %``), ``; ``-joined.
+    people (``available 31 % < 40 %``), ``; ``-joined. ``thresholds``: for each blocking memory
+    condition (``wait_free``, ``need``), what available memory must reach, for programs:
+    ``{"required": bytes, "percent": the --wait-free percent of total or None}`` (the guard's
+    ``waiting``/``timeout`` events carry it; readers never parse ``reason``).
     """
 
     ok: bool
     reason: str
     blocking: tuple[str, ...] = field(default=())
+    thresholds: dict = field(default_factory=dict)
 
 
 def _compare_text(available: int, threshold: int, amount: Amount, total: int | None) -> str:
@@ -62,6 +66,7 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
     (None when no ``--busy`` pattern is configured).
     """
     reasons: list[tuple[str, str]] = []
+    thresholds: dict[str, dict] = {}
     unknown = [name for name in needed_readings(config) if readings.get(name) is None]
     if unknown:
         reasons.append(("unknown", f"{' and '.join(unknown)} cannot be read (unknown is not fine)"))
@@ -73,6 +78,8 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
         threshold = config.wait_free.resolve(total)
         if threshold is not None and available < threshold:
             reasons.append(("wait_free", "available " + _compare_text(available, threshold, config.wait_free, total)))
+            thresholds["wait_free"] = {"required": int(threshold),
+                                       "percent": config.wait_free.percent}
 
     if config.need is not None and available is not None:
         floor = config.kill_free.resolve(total) if config.kill_free is not None else 0
@@ -83,6 +90,7 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
                 if floor:
                     text += f" + kill-free floor {format_size(floor)}"
                 reasons.append(("need", text))
+                thresholds["need"] = {"required": int(required), "percent": None}
 
     blocked = pressure_mod.admission_block(config.wait_pressure, readings.get("pressure"))
     if blocked:
@@ -99,7 +107,8 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
         reasons.append(("swap_limit", f"swap {format_size(swap)} > limit {format_size(config.swap_limit)}"))
 
     if reasons:
-        return Verdict(False, "; ".join(text for _, text in reasons), tuple(key for key, _ in reasons))
+        return Verdict(False, "; ".join(text for _, text in reasons),
+                       tuple(key for key, _ in reasons), thresholds)
     return Verdict(True, _admitted_text(config, readings))
 
 

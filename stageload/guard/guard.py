@@ -103,9 +103,12 @@ class Guard:
             except (OSError, ValueError):
                 pass
 
-    def _decide(self, state: str, reason: str, readings: dict, **context) -> dict:
+    def _decide(self, state: str, reason: str, readings: dict, thresholds: dict | None = None,
+                **context) -> dict:
         event = {"event": "guard", "t": time.time(), "state": state, "reason": reason,
                  "readings": {**readings, **context}}
+        if thresholds is not None:  # what available memory must reach (Verdict.thresholds)
+            event["thresholds"] = thresholds
         self.decisions.append(event)
         self._say(f"guard: {_LABELS.get(state, state)}: {reason}; {readings_mod.describe(readings)}")
         self._record(event)
@@ -183,10 +186,10 @@ class Guard:
                 return True
             context = {"busy": decision.busy} if decision.busy else {}
             if waiting.due(verdict.blocking, now):
-                self._decide("waiting", verdict.reason, readings, **context)
+                self._decide("waiting", verdict.reason, readings, verdict.thresholds, **context)
             if clock.expired(now):
                 self._decide("timeout", f"no room after {config.start_timeout:g} s: "
-                             f"{verdict.reason}", readings, **context)
+                             f"{verdict.reason}", readings, verdict.thresholds, **context)
                 return False
             self._sleep(clock.pause(now, decision.busy))
         return False

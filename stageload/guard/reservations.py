@@ -220,4 +220,4 @@ def explained(verdict, readings: dict):
         return verdict
     return Verdict(False, f"{verdict.reason} (after {format_size(readings['reserved'])} "
                    f"reserved by {readings.get('reserved_by', 1)} admitted job(s))",
-                   verdict.blocking)
+                   verdict.blocking, verdict.thresholds)

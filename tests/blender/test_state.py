@@ -276,3 +276,26 @@ def test_a_stall_is_shown_with_the_job_until_it_resumes():
     assert st.view(now=20.0).note_text == ""
     st.apply({"v": 1, "event": "stalled", "t": 21.0, "why": 3, "seconds": "long"})
     assert any("stalled.why" in w for w in st.warnings)
+
+
+def test_guard_threshold_comes_from_the_structured_field_not_the_wording():
+    """The panel's `needs …` is the guard event's `thresholds` (a percent as set, or a size):
+    a reason worded differently changes nothing, and without the field nothing is guessed."""
+    st = JobState()
+    st.begin("x.png", now=0.0)
+    readings = {"available": 5 * 2**30, "total": 20 * 2**30, "swap": 0}
+    st.apply({"v": 1, "event": "guard", "t": 1.0, "state": "waiting", "readings": readings,
+              "reason": "not enough room (wording may change)",
+              "thresholds": {"wait_free": {"required": 8 * 2**30, "percent": 40}}})
+    assert st.view(now=1.0).guard_text == "waiting: 25 % free, needs 40 %"
+    st.apply({"v": 1, "event": "guard", "t": 2.0, "state": "waiting", "readings": readings,
+              "reason": "available 5.0 GiB < need 9.0 GiB",
+              "thresholds": {"need": {"required": 9 * 2**30, "percent": None}}})
+    assert st.view(now=2.0).guard_text == f"waiting: 25 % free, needs {human_bytes(9 * 2**30)}"
+    st.apply({"v": 1, "event": "guard", "t": 3.0, "state": "waiting", "readings": readings,
+              "reason": "available 25 % < 40 %"})
+    assert st.view(now=3.0).guard_text == "waiting: 25 % free"
+    st.apply({"v": 1, "event": "guard", "t": 4.0, "state": "waiting", "readings": readings,
+              "reason": "x", "thresholds": {"need": {"required": "lots"}}})
+    assert st.view(now=4.0).guard_text == "waiting: 25 % free"
+    assert any("thresholds" in w for w in st.warnings)

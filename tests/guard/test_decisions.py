@@ -214,3 +214,18 @@ def test_need_from_rejects_what_is_not_a_trace(tmp_path):
         parse("--need-from", str(other))
     with pytest.raises(ConfigError, match="either --need or --need-from"):
         parse("--need", "1G", "--need-from", str(other))
+
+
+def test_refusals_carry_structured_thresholds():
+    """What available memory must reach, for programs (the panel reads it, never `reason`):
+    the --wait-free threshold with its percent, the need plus the kill-free floor in bytes."""
+    verdict = decide_admission(GuardConfig(wait_free=Amount(percent=40)),
+                               {"available": 7700000000, "total": 25000000000, "swap": 0})
+    assert verdict.thresholds == {"wait_free": {"required": 10000000000, "percent": 40.0}}
+    verdict = decide_admission(GuardConfig(wait_free=Amount(bytes=20 * GB), need=10 * GB,
+                                           kill_free=Amount(bytes=2 * GB)),
+                               {"available": 11 * GB, "total": 48 * GB, "swap": 0})
+    assert verdict.thresholds == {"wait_free": {"required": 20 * GB, "percent": None},
+                                  "need": {"required": 12 * GB, "percent": None}}
+    assert decide_admission(GuardConfig(), {"available": 20 * GB, "total": 25 * GB,
+                                            "swap": 0}).thresholds == {}

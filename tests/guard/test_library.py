@@ -82,3 +82,17 @@ def test_unknown_readings_mean_do_not_start(env):
     assert guard.wait_for_admission() is False
     assert [e["state"] for e in events] == ["waiting", "timeout"]
     assert "available cannot be read" in events[0]["reason"]
+
+
+def test_waiting_and_timeout_events_carry_the_thresholds(env):
+    """The guard's `waiting` and `timeout` decisions say what available memory must reach as a
+    field (`thresholds`), besides the wording of `reason`."""
+    events = []
+    readings = {"available": 5 * GB, "total": 24 * GB, "swap": 0, "swap_total": 0,
+                "pressure": None}
+    guard = Guard(GuardConfig(wait_free=Amount(percent=50), start_timeout=0.3, poll=0.1),
+                  log=events.append, human=None, read=lambda: dict(readings))
+    assert guard.wait_for_admission() is False
+    assert [e["state"] for e in events][0] == "waiting" and events[-1]["state"] == "timeout"
+    for event in (events[0], events[-1]):
+        assert event["thresholds"] == {"wait_free": {"required": 12 * GB, "percent": 50.0}}
