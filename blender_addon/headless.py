@@ -53,7 +53,8 @@ def _package():
         sys.path.insert(0, str(PACKAGE_DIR.parent))
     name = PACKAGE_DIR.name
     return {m: importlib.import_module(f"{name}.{m}")
-            for m in ("config", "process", "state", "runtime_facts", "job", "preview_scene")}
+            for m in ("config", "process", "state", "runtime_facts", "job", "option_views",
+                      "preview_scene")}
 
 
 def _exit(kind: str) -> int:
@@ -127,7 +128,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--trace", type=Path, help="memory trace (JSONL; default next to the GLB)")
     # every option of the runner's options table the add-on shows (runner/options.py): the
     # panel's settings, the export levers, the preferences' guard settings
-    _package()["runtime_facts"].options.add_addon_arguments(
+    _package()["option_views"].add_addon_arguments(
         ap.add_argument_group("job options (as in the panel and the preferences)"))
     ap.add_argument("--python", default="",
                     help="interpreter that runs the runner (default: this Python when it is not "

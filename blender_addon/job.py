@@ -9,7 +9,7 @@ Every launch goes this way — Generate, Run Batch and ``headless.py`` alike:
 2. :class:`JobSettings` (one field per such option, made from the table) checks each value as
    the runner would (``ConfigError`` saying what to change) — before anything is spawned;
 3. :class:`JobSpec` adds the paths; :meth:`JobSpec.argv` / :meth:`JobSpec.batch_argv` give the
-   command line (``options.job_argv``: an option of another backend, or one left at the
+   command line (``option_views.job_argv``: an option of another backend, or one left at the
    runner's default, is not passed).
 
 Adding an option to the table adds a field here, a property to the panel or the preferences, an
@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import option_views
 from .config import ConfigError
 from .runtime_facts import options
 
@@ -34,7 +35,7 @@ def _check(self) -> None:
     against the table. Raises :class:`ConfigError` naming the setting and what to give."""
     for f in dataclasses.fields(self):
         try:
-            value = options.addon_value(options.get(f.name), getattr(self, f.name))
+            value = option_views.addon_value(options.get(f.name), getattr(self, f.name))
         except ValueError as exc:
             raise ConfigError(f"{exc} Change it in the panel or the add-on preferences.") from None
         object.__setattr__(self, f.name, value)
@@ -113,7 +114,7 @@ class JobSpec:
         """The runner options shared by a single run and a batch."""
         # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
         # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
-        out = options.job_argv(self.settings.values(), self.settings.backend)
+        out = option_views.job_argv(self.settings.values(), self.settings.backend)
         out.append("--cancel-on-stdin-eof")
         if self.overwrite:
             out.append("--overwrite")

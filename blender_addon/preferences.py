@@ -14,7 +14,7 @@ from pathlib import Path
 import bpy
 from bpy.props import StringProperty
 
-from . import config
+from . import config, option_views
 from .job import BACKENDS
 from .process import SpawnError, run_quick, runner_env
 from .runtime_facts import options
@@ -199,10 +199,10 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
 
 def table_properties(where: str) -> dict:
     """The Blender properties of the options table's add-on options shown in ``where``
-    (``scene`` / ``preferences``): name → property (``options.property_spec``)."""
+    (``scene`` / ``preferences``): name → property (``option_views.property_spec``)."""
     out = {}
     for opt in options.addon_options(where):
-        kind, kwargs = options.property_spec(opt)
+        kind, kwargs = option_views.property_spec(opt)
         out[opt.name] = getattr(bpy.props, kind)(**kwargs)
     return out
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon import job
+from blender_addon import job, option_views
 from blender_addon.runtime_facts import options
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_panel_and_preference_properties_are_the_tables():
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.splitlines()[-1])
     for opt in options.addon_options():
-        kind, kw = options.property_spec(opt)
+        kind, kw = option_views.property_spec(opt)
         got = facts[opt.name]
         assert got["name"] == opt.panel.label
         assert got["type"] == {"EnumProperty": "ENUM", "IntProperty": "INT",

@@ -112,11 +112,12 @@ def test_values_round_trip_through_the_runner_parser():
 def test_guard_entries_reach_the_guard_as_set():
     """The add-on's guard settings (table entries of group guard) become guard options whose
     parsed values are the settings (percent, GiB, seconds, pattern)."""
+    from blender_addon import option_views
     from stageload.guard.config import GuardConfig, add_guard_arguments
 
     values = {"wait_free_percent": 40.0, "kill_free_percent": 0.0, "swap_budget_gb": 6.0,
               "start_timeout": 300.0, "busy": "ffmpeg", "quiet_for": 180.0}
-    argv = options.job_argv(values, "builtin")
+    argv = option_views.job_argv(values, "builtin")
     ap = argparse.ArgumentParser()
     add_guard_arguments(ap)
     cfg = GuardConfig.from_args(ap.parse_known_args(argv)[0])
