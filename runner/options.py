@@ -258,7 +258,8 @@ TABLE: tuple[Option, ...] = (
            high=4096, unit="px", metavar="PX",
            default_text="the backend's: builtin 1024, 1-4096, sizes under 512 are raised to "
                         "512; pixal3d and runner export 2048, one of 512, 1024, 2048, 4096",
-           group="job", commands=(*JOB, "export"), panel=Panel("Texture", default=1024, always=True, items=tuple(
+           group="job", commands=(*JOB, "export"),
+           panel=Panel("Texture", default=1024, always=True, items=tuple(
                (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                for s in (512, 1024, 2048)))),
     Option("height", "height of the mesh in metres, 0.01-100 (builtin only)",
