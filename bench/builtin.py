@@ -55,14 +55,16 @@ def child(image_path: str, size: int, output: str) -> int:
         had_alpha = "A" in im.getbands() or "transparency" in im.info
         image = im.convert("RGBA")
     scale = size / max(image.size)
-    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.LANCZOS)
+    image = image.resize((round(image.width * scale), round(image.height * scale)),
+                         Image.Resampling.LANCZOS)
     start, cpu_start = time.perf_counter(), time.process_time()
     result = generate(image, output, had_alpha=had_alpha)
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = maxrss if sys.platform == "darwin" else maxrss * 1024
-    print(json.dumps({"generate_seconds": seconds, "generate_cpu_seconds": cpu_seconds, "peak_bytes": peak, "input_size": list(image.size),
+    print(json.dumps({"generate_seconds": seconds, "generate_cpu_seconds": cpu_seconds,
+                      "peak_bytes": peak, "input_size": list(image.size),
                       "result": result}))
     return 0
 
@@ -76,12 +78,14 @@ def run_once(image: Path, size: int) -> dict:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         argv = [sys.executable, "-m", "bench.builtin", "--child", str(image), str(size), output]
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=REPO)
         sampled = 0
         watched = psutil.Process(proc.pid)
         while proc.poll() is None:
             try:
-                info = watched.memory_full_info() if sys.platform != "darwin" else watched.memory_info()
+                info = (watched.memory_full_info() if sys.platform != "darwin"
+                        else watched.memory_info())
                 sampled = max(sampled, info.rss + getattr(info, "swap", 0))
             except psutil.Error:
                 pass
@@ -114,9 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--child":
         return child(argv[1], int(argv[2]), argv[3])
-    parser = argparse.ArgumentParser(prog="python -m bench.builtin", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.builtin",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--image", type=Path, default=DEFAULT_IMAGE)
-    parser.add_argument("--size", type=int, default=720, help="longer side of the input, px (default 720)")
+    parser.add_argument("--size", type=int, default=720,
+                        help="longer side of the input, px (default 720)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
@@ -131,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {i + 1} failed: {exc}", file=sys.stderr)
             return 1
         r = runs[-1]
-        print(f"run {i + 1}: generate {r['generate_seconds']:.2f} s ({r['generate_cpu_seconds']:.2f} CPU s, "
+        print(f"run {i + 1}: generate {r['generate_seconds']:.2f} s "
+              f"({r['generate_cpu_seconds']:.2f} CPU s, "
               f"load {r['load_average']}), process {r['process_seconds']:.2f} s, "
-              f"peak {r['peak_bytes'] / 2**20:.0f} MiB (sampled {r['sampled_peak_bytes'] / 2**20:.0f} MiB)",
+              f"peak {r['peak_bytes'] / 2**20:.0f} MiB (sampled "
+              f"{r['sampled_peak_bytes'] / 2**20:.0f} MiB)",
               file=sys.stderr)
     seconds = statistics.median(r["generate_seconds"] for r in runs)
     peak = max(max(r["peak_bytes"], r["sampled_peak_bytes"]) for r in runs)
@@ -152,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"median generate {seconds:.2f} s (target {TARGET_SECONDS:.0f} s), peak {peak / 2**20:.0f} MiB "
+    print(f"median generate {seconds:.2f} s (target {TARGET_SECONDS:.0f} s), peak "
+          f"{peak / 2**20:.0f} MiB "
           f"(target {TARGET_BYTES / 2**20:.0f} MiB) -> {args.out}", file=sys.stderr)
     return 0
 

@@ -55,10 +55,12 @@ def thread_cpu(ident: int) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sampler_overhead", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sampler_overhead",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=0.1)
-    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "sampler_overhead.json"))
+    parser.add_argument("--output",
+                        default=str(ROOT / "bench" / "results" / "sampler_overhead.json"))
     args = parser.parse_args(argv)
 
     target = subprocess.Popen([sys.executable, "-c", TARGET, "parent", TARGET],

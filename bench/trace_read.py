@@ -66,7 +66,8 @@ def measure(argv: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.trace_read", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.trace_read",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 100, 1000])
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/trace_read_bench.json")
     args = parser.parse_args()

@@ -174,7 +174,8 @@ def load_transients(records: list[dict], interval: float) -> list[dict]:
         # Baseline: the least footprint from two samples before the load to one interval into
         # it, so memory freed just before the load (the stage change's releases) is not
         # counted as the load's.
-        around = [x for x in samples if start - 2 * interval <= x["t"] <= min(start + interval, e["t"])
+        around = [x for x in samples if start - 2 * interval <= x["t"] <= min(start + interval,
+                                                                              e["t"])
                   and x.get("footprint") is not None]
         peak = window_peak(samples, start, end)["peak"]
         if not around or peak is None:

@@ -1,5 +1,5 @@
-"""``python -m bench.pixal3d``: eager vs staged vs staged+budget loading of the Pixal3D stand-in, against the
-physical limit of every stage (the table of SPEC §1, reproduced on this machine).
+"""``python -m bench.pixal3d``: eager vs staged vs staged+budget loading of the Pixal3D stand-in,
+against the physical limit of every stage (the table of SPEC §1, reproduced on this machine).
 
 Usage (from the repository root, see docs/benchmark.md)::
 
@@ -52,7 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="size factor for weights and working memory (default 0.125 = 1/8)")
     p.add_argument("--rounds", type=int, default=2, help="eager/staged/budget rounds (default 2)")
     p.add_argument("--hold", type=float, default=1.0,
-                   help="seconds each stage holds its full state so the sampler sees it (default 1)")
+                   help="seconds each stage holds its full state so the sampler sees it (default "
+                        "1)")
     p.add_argument("--interval", type=float, default=0.05,
                    help="sampling period in seconds (default 0.05 = 20 Hz; must be <= 0.1)")
     p.add_argument("--work", type=Path, default=Path("/tmp/pixal3d_bench"),
@@ -68,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="input image (default: examples/goblin.png flattened onto white, so the "
                         "background remover runs as in SPEC §1's run)")
     p.add_argument("--steps", type=int, default=None,
-                   help="sampler steps per flow stage (default: the port's own; 1 for a quick check)")
+                   help="sampler steps per flow stage (default: the port's own; 1 for a quick "
+                        "check)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     p.add_argument("--guard-arg", action="append", default=[],
                    help="extra option for python -m stageload guard (repeatable)")
@@ -87,7 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.image is not None and not args.image.is_file():
         p.error(f"--image {args.image} does not exist; give a PNG or JPEG")
     if args.out is None:
-        args.out = REPO / "bench" / "results" / dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+        today = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+        args.out = REPO / "bench" / "results" / today
     existing = [n for n in OUTPUT_FILES if (args.out / n).exists()]
     if existing and not args.force:
         p.error(f"{args.out} already holds {', '.join(existing)}; pass --force to replace them "
@@ -191,7 +194,8 @@ def _run(args) -> int:
     if empty:  # nothing to summarise: say which run and why instead of a traceback later
         for r in empty:
             log_file = args.out / (r["trace"][:-len(".jsonl")] + ".log")
-            tail = log_file.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:] \
+            tail = log_file.read_text(encoding="utf-8",
+                                      errors="replace").strip().splitlines()[-5:] \
                 if log_file.is_file() else []
             print(f"{r['mode']} run {r['round']} exited {r['rc']} without a single event; "
                   f"its log ({log_file}) ends:\n  " + "\n  ".join(tail), file=sys.stderr)

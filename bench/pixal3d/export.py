@@ -78,11 +78,13 @@ def run_mode(name: str, work: Path, env: dict, image: Path, port_dir: Path) -> d
            "--overwrite", *MODES[name]]
     start = time.time()
     with open(work / f"{name}.log", "w", encoding="utf-8") as log:
-        proc = subprocess.run(cmd, cwd=REPO, env={**env, "PIXAL3D_STANDIN_EXPORT_REPORT": str(report)},
+        proc = subprocess.run(cmd, cwd=REPO,
+                              env={**env, "PIXAL3D_STANDIN_EXPORT_REPORT": str(report)},
                               stdout=subprocess.DEVNULL, stderr=log, timeout=1800)
     wall = time.time() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"{name}: the runner exited with {proc.returncode}; see {work / (name + '.log')}")
+        raise RuntimeError(f"{name}: the runner exited with {proc.returncode}; see "
+                           f"{work / (name + '.log')}")
     events, _ = parse_lines(iter_lines(trace), source=str(trace))
     export = next(st for st in summarize(events)["stages"] if st["stage"] == "export")
     ready = next(e["t"] for e in events if e.get("event") == "ready" and e.get("stage") == "export")
@@ -91,7 +93,8 @@ def run_mode(name: str, work: Path, env: dict, image: Path, port_dir: Path) -> d
     return {"mode": name, "peak": export["peak"], "seconds": export["seconds"], "wall": wall,
             "ready_footprint": _first_footprint_after(events, ready),
             "modelled": json.loads(report.read_text())["peak_bytes"] if report.exists() else 0,
-            "faces": _faces_then_remove(out), "export_pid": pids.get("export"), "decode_pid": pids.get("decode"),
+            "faces": _faces_then_remove(out), "export_pid": pids.get("export"),
+            "decode_pid": pids.get("decode"),
             "substeps": [{k: sub[k] for k in ("stage", "peak", "seconds")}
                          for sub in export["substeps"]]}
 
@@ -145,9 +148,11 @@ def table(result: dict) -> str:
               f"| own process ÷ in-process peak (`export_split_over_inprocess`) | "
               f"{a['export_split_over_inprocess']:.3f} | |",
               f"| in-process − own peak ≥ 0.9 × leftover ({gb(a['leftover'])}) | "
-              f"{gb(a['peak_saved'])} | {_met(a['checks']['own process saves at least the leftover'])} |",
+              f"{gb(a['peak_saved'])} | "
+              f"{_met(a['checks']['own process saves at least the leftover'])} |",
               f"| own-process peak ÷ limit ({gb(a['export_limit'])}) ≤ 1.10 | "
-              f"{a['own_over_limit']:.3f} | {_met(a['checks']['own-process peak <= 1.10 x limit'])} |",
+              f"{a['own_over_limit']:.3f} | "
+              f"{_met(a['checks']['own-process peak <= 1.10 x limit'])} |",
               f"| fit peak ÷ default peak < 1 | {a['fit_over_default']:.3f} | "
               f"{_met(a['checks']['fit lowers the peak'])} |",
               f"| fit faces vs default (≤ {a['peer_face_tolerance']:.1%}) | "
@@ -173,9 +178,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.scale <= 1 or args.rounds < 1:
         p.error("--scale must be in (0, 1] and --rounds at least 1")
-    out = args.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d", time.gmtime()) / "export"
+    out = args.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d",
+                                                                 time.gmtime()) / "export"
     out.mkdir(parents=True, exist_ok=True)
-    from standin import PORT_DIR as port_dir, make_weights
+    from standin import PORT_DIR as port_dir
+    from standin import make_weights
     info = make_weights(args.work / f"weights_{args.scale:g}", scale=args.scale)
     env = {**os.environ, **info.env, "PIXAL3D_DEVICE": "cpu",
            "PIXAL3D_STANDIN_EXPORT_SCALE": str(args.scale)}

@@ -25,9 +25,12 @@ import hashlib
 import json
 import os
 import tempfile
+from functools import partial
 from pathlib import Path
 
-from standin import PORT_DIR as STANDIN  # the stand-in port folder (standin/, at the repository root)
+from standin import (
+    PORT_DIR as STANDIN,  # the stand-in port folder (standin/, at the repository root)
+)
 
 
 def write_weights(work: Path, scale: float) -> dict:
@@ -120,7 +123,8 @@ def run(args, working, emit) -> dict:
                           prefetch=getattr(args, "prefetch", "on") == "on")
     if pipeline.runtime_note is not None:
         note = pipeline.runtime_note
-        emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules, rss_bytes=note.rss_bytes))
+        emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules,
+                        rss_bytes=note.rss_bytes))
 
     def stage_end(*_args, **_kwargs) -> None:
         # The stage from the events, not pipeline.stage: closing the staged models during
@@ -164,6 +168,11 @@ def _sha256_of_latents(pipeline) -> str | None:
     return digest.hexdigest() if latents else None
 
 
+def _touch_all(module) -> list[float]:
+    """Read every weight of ``module`` once (the page-in of a mapped file)."""
+    return [float(t.float().sum()) for t in module.state_dict().values()]
+
+
 def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dict:
     """Where one model's load time goes, cold, as the port's ``from_pretrained`` does it, and
     as a meta-device build with ``assign=True`` would do it (SPEC §2.1 "loading without a second
@@ -178,13 +187,13 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
     """
     import time
 
-    from . import disk
-    import torch
-    from safetensors.torch import load_file
-
     # the stand-in's own package: the port folder is on sys.path once its weights module is
     # loaded (bench.pixal3d.sizes does), as for the real port
     import pixal3d.models as models
+    import torch
+    from safetensors.torch import load_file
+
+    from . import disk
 
     ckpt = Path(weights["model_dir"]) / "ckpts" / name
     config = json.loads(ckpt.with_suffix(".json").read_text())
@@ -200,7 +209,7 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
         eviction = disk.evict([path])
         model, build = timed(lambda: cls(**config["args"]))
         state, read = timed(lambda: load_file(str(path)))
-        _, copy = timed(lambda: model.load_state_dict(state))
+        _, copy = timed(partial(model.load_state_dict, state))
         nbytes = sum(t.numel() * t.element_size() for t in state.values())
         del model, state
         disk.evict([path])
@@ -208,10 +217,10 @@ def load_breakdown(weights: dict, name: str = "tex_slat_flow_model_1024") -> dic
             cls(**config["args"])  # warm-up: torch's first meta build pays a one-time setup
             meta, mbuild = timed(lambda: cls(**config["args"]))
         state, mread = timed(lambda: load_file(str(path)))
-        _, assign = timed(lambda: meta.load_state_dict(state, assign=True))
+        _, assign = timed(partial(meta.load_state_dict, state, assign=True))
         # load_file maps the file (safetensors >= 0.4 on the CPU): nothing is read until the
         # weights are touched, so the page-in is timed too (one pass over every tensor).
-        _, touch = timed(lambda: [float(t.float().sum()) for t in meta.state_dict().values()])
+        _, touch = timed(partial(_touch_all, meta))
         del meta, state
     return {"model": name, "bytes": nbytes,
             "port": {"build": build, "read": read, "copy": copy, "total": build + read + copy},

@@ -1,11 +1,11 @@
 """Run one benchmark worker under the guard, sampled from outside, into one JSONL trace.
 
-``run_traced`` starts ``python -m stageload guard [guard options] -- python -m
-bench.pixal3d.worker ...`` (from the repository root) in its own process, reads the worker's events from the
-guard's stdout (the guard passes its command's stdout through), and when the worker announces
-its pid (``bench_hello``) starts a ``stageload.meter.Sampler`` on that pid from this process.
-Samples and events go to one trace file, one JSON object a line, flushed per line
-(``stageload.trace``'s format, docs/ARCHITECTURE.md "Trace").
+``run_traced`` starts ``python -m stageload guard [guard options] -- python -m bench.pixal3d.worker
+...`` (from the repository root) in its own process, reads the worker's events from the guard's
+stdout (the guard passes its command's stdout through), and when the worker announces its pid
+(``bench_hello``) starts a ``stageload.meter.Sampler`` on that pid from this process. Samples and
+events go to one trace file, one JSON object a line, flushed per line (``stageload.trace``'s format,
+docs/ARCHITECTURE.md "Trace").
 """
 from __future__ import annotations
 

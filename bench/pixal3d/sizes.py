@@ -1,4 +1,5 @@
-"""The real 1024_cascade's sizes, the stage plan, and the per-stage working memory derived from them.
+"""The real 1024_cascade's sizes, the stage plan, and the per-stage working memory derived from
+them.
 
 Every figure here is in bytes (1 GB = 1e9 bytes) unless a name says otherwise.
 
@@ -24,8 +25,8 @@ machine's own runtime baseline instead. Ranges in SPEC §1 (e.g. 11.4–11.5 GB)
 """
 from __future__ import annotations
 
-from standin import weights_module
 from stageload.pixal3d.plan import PLAN_1024
+from standin import weights_module
 
 make_weights = weights_module()  # the stand-in's weights writer (sizes and files)
 
@@ -94,7 +95,8 @@ def real_working_bytes() -> dict[str, dict]:
         if stage == "setup":
             working, source, peak = 0, "runtime baseline, not a stage's working memory", runtime
         elif row is None:
-            working, source, peak = ASSUMED_WORKING_BYTES[stage], "assumed (no row in SPEC §1)", None
+            working, peak = ASSUMED_WORKING_BYTES[stage], None
+            source = "assumed (no row in SPEC §1)"
         else:
             low, high = row[1]
             peak = (low + high) // 2

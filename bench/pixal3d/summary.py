@@ -67,7 +67,8 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
         row["spec"] = None if spec is None else {"eager": spec[0], "staged": list(spec[1])}
         stages.append(row)
 
-    resident = {m: [analysis.resident_weights(recs) for recs in data[m]] for m in ("staged", "budget")}
+    resident = {m: [analysis.resident_weights(recs) for recs in data[m]] for m in ("staged",
+                                                                                   "budget")}
     for row in stages:
         listed_sum = row["plan_weight_bytes"]
         for m in ("staged", "budget"):
@@ -98,7 +99,8 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
         "overall": {"peak": overall, "peak_excluding_export": no_export},
         "loading": {"cold_read": cold, "cold_throughput": cold_tp,
                     **{m: loading[m] for m in MODES}},
-        "runs": [{k: v for k, v in r.items() if k != "command"} | {"command": " ".join(r["command"])}
+        "runs": [{k: v for k,
+                  v in r.items() if k != "command"} | {"command": " ".join(r["command"])}
                  for r in runs],
     }
     summary["load_transients"] = {

@@ -47,12 +47,14 @@ def run_alone(args, working) -> None:
 
 def main(argv=None) -> int:
     """Parse the options, announce this pid, run the mode; returns the exit code."""
-    p = argparse.ArgumentParser(prog="python -m bench.pixal3d.worker", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.pixal3d.worker",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--mode", required=True, choices=["alone", "eager", "staged", "budget"])
     p.add_argument("--weights", help="folder the stand-in's weights were written to")
     p.add_argument("--scale", type=float, required=True, help="size factor, e.g. 0.125")
     p.add_argument("--hold", type=float, default=1.0, help="seconds each stage holds its peak")
-    p.add_argument("--budget", type=int, default=0, help="keep-resident budget, bytes (budget mode)")
+    p.add_argument("--budget", type=int, default=0,
+                   help="keep-resident budget, bytes (budget mode)")
     p.add_argument("--image", help="input image for the pipeline modes")
     p.add_argument("--steps", type=int, default=None,
                    help="sampler steps (default: the port's own, from pipeline.json)")

@@ -17,9 +17,9 @@ the real one does when its helper scripts cannot be imported).
 Not mirrored: the fixture-capture and CUDA-substitution harness (``PIXAL3D_DUMP_FIXTURES``,
 ``PIXAL3D_CUDA_SUBSTITUTE``, ``PIXAL3D_HR_SLAT_INJECT``: flags are parsed, nothing is dumped),
 ``--flash-sdpa``'s Metal kernel, ``--load-fixture-07`` (``--save-mesh``/``--load-mesh`` are
-mirrored: ``save_mesh_checkpoint``/``load_mesh_checkpoint``, the runner's hand-over), the natten/NAF kernel selection in
-``load_runtime_deps``, and the real export chain (see ``pixal3d/utils``: the export helper
-owns its mirror). Export here is a small trimesh front-projection bake.
+mirrored: ``save_mesh_checkpoint``/``load_mesh_checkpoint``, the runner's hand-over), the natten/NAF
+kernel selection in ``load_runtime_deps``, and the real export chain (see ``pixal3d/utils``: the
+export helper owns its mirror). Export here is a small trimesh front-projection bake.
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ Image = None
 Pixal3DImageTo3DPipeline = None
 
 IMAGE_COND_CONFIGS = {
-    "ss": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 512, "grid_resolution": 16},
+    "ss": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 512,
+           "grid_resolution": 16},
     "shape_512": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 512,
                   "grid_resolution": 32, "use_naf_upsample": True, "naf_target_size": 128},
     "shape_1024": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 1024,
@@ -103,7 +104,9 @@ def _install_low_vram_hooks(pipeline, device):
 
 
 def build_image_cond_model(config: dict, device):
-    from pixal3d.trainers.flow_matching.mixins.image_conditioned_proj import DinoV3ProjFeatureExtractor
+    from pixal3d.trainers.flow_matching.mixins.image_conditioned_proj import (
+        DinoV3ProjFeatureExtractor,
+    )
     model = DinoV3ProjFeatureExtractor(**config)
     model.eval()
     model.to(device)
@@ -126,13 +129,15 @@ def _install_tex_pbr_recalib(pipeline, recalib_metallic, metallic_mean, metallic
         f = out.feats.clone()
         if recalib_metallic:
             m = f[:, 3]
-            f[:, 3] = ((m - m.mean()) / m.std().clamp_min(1e-6) * metallic_std + metallic_mean).clamp(0, 1)
+            z = (m - m.mean()) / m.std().clamp_min(1e-6)
+            f[:, 3] = (z * metallic_std + metallic_mean).clamp(0, 1)
         if sat_boost != 1.0:
             luma = f[:, 0:3].mean(dim=1, keepdim=True)
             f[:, 0:3] = (luma + (f[:, 0:3] - luma) * sat_boost).clamp(0, 1)
         return out.replace(f)
     pipeline.decode_tex_slat = wrapped
-    print(f"[tex-recalib] installed (metallic={recalib_metallic}, sat_boost={sat_boost})", flush=True)
+    print(f"[tex-recalib] installed (metallic={recalib_metallic}, sat_boost={sat_boost})",
+          flush=True)
 
 
 def _env_list(name):
@@ -143,9 +148,12 @@ def init_pipeline(model_path: str, device):
     pipeline = Pixal3DImageTo3DPipeline.from_pretrained(model_path)
     pipeline.to(device)
     pipeline.image_cond_model_ss = build_image_cond_model(IMAGE_COND_CONFIGS["ss"], device)
-    pipeline.image_cond_model_shape_512 = build_image_cond_model(IMAGE_COND_CONFIGS["shape_512"], device)
-    pipeline.image_cond_model_shape_1024 = build_image_cond_model(IMAGE_COND_CONFIGS["shape_1024"], device)
-    pipeline.image_cond_model_tex_1024 = build_image_cond_model(IMAGE_COND_CONFIGS["tex_1024"], device)
+    pipeline.image_cond_model_shape_512 = build_image_cond_model(IMAGE_COND_CONFIGS["shape_512"],
+                                                                 device)
+    pipeline.image_cond_model_shape_1024 = build_image_cond_model(IMAGE_COND_CONFIGS["shape_1024"],
+                                                                  device)
+    pipeline.image_cond_model_tex_1024 = build_image_cond_model(IMAGE_COND_CONFIGS["tex_1024"],
+                                                                device)
     for attr in ("image_cond_model_ss", "image_cond_model_shape_512", "image_cond_model_shape_1024",
                  "image_cond_model_tex_1024"):
         model = getattr(pipeline, attr)
@@ -154,7 +162,8 @@ def init_pipeline(model_path: str, device):
     for name in ("PIXAL3D_NAF_ANE_REPLACE", "PIXAL3D_NAF_ANE_WHOLE"):
         if _env_list(name):
             print(f"[ane-swap] ERROR: cannot import naf_ane_swap module ({name})", flush=True)
-    if os.environ.get("PIXAL3D_NAF_METAL", "").strip() not in ("", "0", "false", "False", "off", "OFF"):
+    if os.environ.get("PIXAL3D_NAF_METAL", "").strip() not in ("", "0", "false", "False", "off",
+                                                               "OFF"):
         print("[metal-swap] ERROR: cannot import naf_metal_swap", flush=True)
     for name in _env_list("PIXAL3D_FP32_MODELS"):
         sub = pipeline.models.get(name)
@@ -185,14 +194,16 @@ def get_camera_params_wild_moge(image_path, moge_model, device, mesh_scale=1.0, 
                                 image_resolution=512):
     pil_image = Image.open(image_path).convert("RGB")
     width, _ = pil_image.size
-    tensor = torch.from_numpy(np.array(pil_image).astype(np.float32) / 255.0).permute(2, 0, 1).to(device)
+    tensor = torch.from_numpy(np.array(pil_image).astype(np.float32) / 255.0).permute(2, 0,
+                                                                                      1).to(device)
     with torch.no_grad():
         output = moge_model.infer(tensor)
     intrinsics = output["intrinsics"].squeeze().cpu().numpy()
     fx = intrinsics[0, 0] * width
     camera_angle_x = 2 * math.atan(width / (2 * fx))
     distance = distance_from_fov(camera_angle_x, torch.tensor([-1.0, 0.0, 0.0]),
-                                 torch.tensor([0 - extend_pixel, image_resolution - 1 + extend_pixel]),
+                                 torch.tensor([0 - extend_pixel,
+                                               image_resolution - 1 + extend_pixel]),
                                  mesh_scale, image_resolution)["distance_from_x"]
     return {"camera_angle_x": camera_angle_x, "distance": distance, "mesh_scale": mesh_scale}
 
@@ -220,7 +231,8 @@ def rotated_vertices(vertices):
 def export_geometry_only(vertices, faces, glb_path: Path):
     import trimesh
     out_faces = faces[:, [0, 2, 1]] if np.linalg.det(EXPORT_ROTATION[:3, :3]) < 0 else faces
-    trimesh.Trimesh(vertices=rotated_vertices(vertices), faces=out_faces, process=False).export(str(glb_path))
+    trimesh.Trimesh(vertices=rotated_vertices(vertices), faces=out_faces,
+                    process=False).export(str(glb_path))
 
 
 def _configure_fdg_environment(args):
@@ -230,9 +242,11 @@ def _configure_fdg_environment(args):
 
 def _write_mesh_npz(path, mesh, vertices, faces, resolution: int):
     payload = dict(vertices=vertices.astype(np.float32), faces=faces.astype(np.int32),
-                   coords=mesh.coords.detach().cpu().numpy(), attrs=mesh.attrs.detach().cpu().numpy(),
+                   coords=mesh.coords.detach().cpu().numpy(),
+                   attrs=mesh.attrs.detach().cpu().numpy(),
                    origin=mesh.origin.detach().cpu().numpy().astype(np.float32),
-                   voxel_size=np.float32(float(mesh.voxel_size)), resolution=np.int32(int(resolution)))
+                   voxel_size=np.float32(float(mesh.voxel_size)),
+                   resolution=np.int32(int(resolution)))
     for attr in ("fdg_coords", "fdg_dual_vertices", "fdg_intersected", "fdg_split_weight"):
         value = getattr(mesh, attr, None)
         if value is not None:
@@ -258,29 +272,35 @@ def _run_native_o_voxel_in_process(cmd: list) -> int:
         return 1
 
 
-def try_export_native_o_voxel_glb(mesh, resolution: int, vertices, faces, glb_path: Path, args) -> bool:
+def try_export_native_o_voxel_glb(mesh, resolution: int, vertices, faces, glb_path: Path,
+                                  args) -> bool:
     """In-process bridge by default; ``PIXAL3D_NATIVE_SUBPROCESS=1`` asks for the old separate
     interpreter, which the stand-in never has (so: fallback baker, as the real one without it)."""
     if args.no_texture or args.force_texture_fallback:
         return False
     if os.environ.get("PIXAL3D_NATIVE_SUBPROCESS", "").strip() == "1":
-        print("[Export] Native o_voxel Python not found (PIXAL3D_NATIVE_SUBPROCESS=1); using fallback baker.")
+        print("[Export] Native o_voxel Python not found (PIXAL3D_NATIVE_SUBPROCESS=1); using "
+              "fallback baker.")
         return False
-    tmp = tempfile.NamedTemporaryFile(delete=False, suffix=".npz", prefix="o_voxel_native_", dir=str(glb_path.parent))
+    tmp = tempfile.NamedTemporaryFile(delete=False, suffix=".npz", prefix="o_voxel_native_",
+                                      dir=str(glb_path.parent))
     native_input = Path(tmp.name)
     tmp.close()
     try:
         _write_mesh_npz(native_input, mesh, vertices, faces, resolution)
         cmd = [sys.executable, str(ROOT / "pixal3d" / "utils" / "o_voxel_native_export.py"),
-               "--input", str(native_input), "--output", str(glb_path), "--texture-size", str(args.texture_size),
+               "--input", str(native_input), "--output", str(glb_path), "--texture-size",
+               str(args.texture_size),
                "--decimation-target", str(max(1, int(args.native_decimation_target))),
-               "--remesh-band", str(args.native_remesh_band), "--remesh-project", str(args.native_remesh_project),
+               "--remesh-band", str(args.native_remesh_band), "--remesh-project",
+               str(args.native_remesh_project),
                "--output-transform", args.native_output_transform]
         if args.native_remesh:
             cmd.append("--remesh")
         import gc
         gc.collect()
-        maybe_empty_cache(torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu"))
+        maybe_empty_cache(torch.device("mps") if torch.backends.mps.is_available()
+                          else torch.device("cpu"))
         if _run_native_o_voxel_in_process(cmd) != 0:
             return False
         if not glb_path.exists() or glb_path.stat().st_size == 0:
@@ -305,12 +325,15 @@ def export_fallback_texture_glb(mesh, vertices, faces, glb_path: Path, args):
     front = coords[:, 2] == depth[coords[:, 0], coords[:, 1]]
     grid[coords[front, 0], coords[front, 1]] = colour[front]
     image = (np.clip(grid.transpose(1, 0, 2)[::-1], 0, 1) * 255).astype(np.uint8)
-    texture = Image.fromarray(image).resize((args.texture_size, args.texture_size), Image.Resampling.NEAREST)
+    texture = Image.fromarray(image).resize((args.texture_size, args.texture_size),
+                                            Image.Resampling.NEAREST)
     uv = np.clip(vertices[:, :2] + 0.5, 0, 1)
     out_faces = faces[:, [0, 2, 1]] if np.linalg.det(EXPORT_ROTATION[:3, :3]) < 0 else faces
-    material = trimesh.visual.material.PBRMaterial(baseColorTexture=texture, metallicFactor=0.0, roughnessFactor=1.0)
+    material = trimesh.visual.material.PBRMaterial(baseColorTexture=texture, metallicFactor=0.0,
+                                                   roughnessFactor=1.0)
     visual = trimesh.visual.TextureVisuals(uv=uv, material=material)
-    tm = trimesh.Trimesh(vertices=rotated_vertices(vertices), faces=out_faces, visual=visual, process=False)
+    tm = trimesh.Trimesh(vertices=rotated_vertices(vertices), faces=out_faces, visual=visual,
+                         process=False)
     tm.export(str(glb_path))
     print(f"[Export] Textured GLB saved to {glb_path}")
 
@@ -321,7 +344,8 @@ def watchdog_help_message() -> str:
     return ("\nERROR: The decoder produced an empty mesh.\n"
             "On Apple Silicon this is commonly caused by a long-running Metal kernel\n"
             "being interrupted by the macOS GPU watchdog.\n"
-            "Workarounds: retry with --steps 1; close display-heavy apps; SPARSE_CONV_BACKEND=none.\n")
+            "Workarounds: retry with --steps 1; close display-heavy apps; "
+            "SPARSE_CONV_BACKEND=none.\n")
 
 
 def parse_args(argv=None):
@@ -331,25 +355,30 @@ def parse_args(argv=None):
     p.add_argument("--output", default="output_3d")
     p.add_argument("--model-path", default=MODEL_PATH)
     p.add_argument("--device", choices=["mps", "cpu"], default="mps")
-    p.add_argument("--flash-sdpa", dest="flash_sdpa", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--flash-sdpa", dest="flash_sdpa", action=argparse.BooleanOptionalAction,
+                   default=False)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--fov", type=float, default=-1.0)
-    p.add_argument("--pipeline-type", choices=["1024_cascade", "1536_cascade"], default="1024_cascade")
+    p.add_argument("--pipeline-type", choices=["1024_cascade", "1536_cascade"],
+                   default="1024_cascade")
     p.add_argument("--steps", type=int, default=None)
     for stage in ("ss", "shape", "tex"):
         p.add_argument(f"--{stage}-steps", type=int, default=None)
-        p.add_argument(f"--{stage}-guidance-strength", f"--{stage}-guidance", dest=f"{stage}_guidance_strength",
+        p.add_argument(f"--{stage}-guidance-strength", f"--{stage}-guidance",
+                       dest=f"{stage}_guidance_strength",
                        type=float, default=None)
         p.add_argument(f"--{stage}-guidance-rescale", type=float, default=None)
         p.add_argument(f"--{stage}-rescale-t", type=float, default=None)
     p.add_argument("--max-num-tokens", type=int, default=49152)
     p.add_argument("--texture-size", type=int, default=2048, choices=[512, 1024, 2048, 4096])
     p.add_argument("--low-vram", action="store_true")
-    p.add_argument("--tex-recalib", dest="tex_recalib", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--tex-recalib", dest="tex_recalib", action=argparse.BooleanOptionalAction,
+                   default=False)
     p.add_argument("--tex-metallic-mean", type=float, default=0.0)
     p.add_argument("--tex-metallic-std", type=float, default=0.0)
     p.add_argument("--tex-sat-boost", type=float, default=1.0)
-    p.add_argument("--fdg-cap-partial-quads", dest="fdg_cap_partial_quads", action="store_true", default=True)
+    p.add_argument("--fdg-cap-partial-quads", dest="fdg_cap_partial_quads", action="store_true",
+                   default=True)
     p.add_argument("--no-fdg-cap-partial-quads", dest="fdg_cap_partial_quads", action="store_false")
     p.add_argument("--fdg-verbose", action="store_true")
     p.add_argument("--reextract-mesh-from-fdg", action="store_true")
@@ -360,7 +389,8 @@ def parse_args(argv=None):
     p.add_argument("--native-remesh-band", type=float, default=1.0)
     p.add_argument("--native-remesh-project", type=float, default=0.9)
     p.add_argument("--native-preclean-nme", action="store_true")
-    p.add_argument("--native-output-transform", choices=["pixal3d", "o_voxel", "y_up"], default="pixal3d")
+    p.add_argument("--native-output-transform", choices=["pixal3d", "o_voxel", "y_up"],
+                   default="pixal3d")
     p.add_argument("--mesh-scale", type=float, default=1.0)
     p.add_argument("--extend-pixel", type=int, default=0)
     p.add_argument("--image-resolution", type=int, default=512)
@@ -416,7 +446,8 @@ def load_pipeline(args, device=None):
         device = resolve_device(args.device)
     pipeline = init_pipeline(args.model_path, device)
     if getattr(args, "tex_recalib", False) or getattr(args, "tex_sat_boost", 1.0) != 1.0:
-        _install_tex_pbr_recalib(pipeline, recalib_metallic=bool(getattr(args, "tex_recalib", False)),
+        _install_tex_pbr_recalib(pipeline,
+                                 recalib_metallic=bool(getattr(args, "tex_recalib", False)),
                                  metallic_mean=float(getattr(args, "tex_metallic_mean", 0.0002)),
                                  metallic_std=float(getattr(args, "tex_metallic_std", 0.001)),
                                  sat_boost=float(getattr(args, "tex_sat_boost", 1.0)))
@@ -432,9 +463,11 @@ def image_to_asset(pipeline, image, args, device=None, *, tmp_dir=None) -> Pixal
     image_preprocessed = pipeline.preprocess_image(image)
     if args.fov > 0:
         distance = distance_from_fov(float(args.fov), torch.tensor([-1.0, 0.0, 0.0]),
-                                     torch.tensor([0 - args.extend_pixel, args.image_resolution - 1 + args.extend_pixel]),
+                                     torch.tensor([0 - args.extend_pixel,
+                                                   args.image_resolution - 1 + args.extend_pixel]),
                                      args.mesh_scale, args.image_resolution)["distance_from_x"]
-        camera_params = {"camera_angle_x": float(args.fov), "distance": distance, "mesh_scale": args.mesh_scale}
+        camera_params = {"camera_angle_x": float(args.fov), "distance": distance,
+                         "mesh_scale": args.mesh_scale}
     else:
         moge_model = load_moge_model(device)
         tmp = tempfile.NamedTemporaryFile(delete=False, suffix=".png", dir=str(tmp_dir))
@@ -442,7 +475,8 @@ def image_to_asset(pipeline, image, args, device=None, *, tmp_dir=None) -> Pixal
         tmp.close()
         try:
             image_preprocessed.save(tmp_path)
-            camera_params = get_camera_params_wild_moge(tmp_path, moge_model, device=device, mesh_scale=args.mesh_scale,
+            camera_params = get_camera_params_wild_moge(tmp_path, moge_model, device=device,
+                                                        mesh_scale=args.mesh_scale,
                                                         extend_pixel=args.extend_pixel,
                                                         image_resolution=args.image_resolution)
         finally:
@@ -477,7 +511,9 @@ def asset_to_glb(asset, glb_path, args):
     glb_path = Path(glb_path)
     glb_path.parent.mkdir(parents=True, exist_ok=True)
     mesh, vertices, faces = asset.mesh, asset.vertices, asset.faces
-    if args.native_preclean_nme or os.environ.get("PIXAL3D_PRECLEAN_NME", "").strip() in ("1", "true", "yes"):
+    if args.native_preclean_nme or os.environ.get("PIXAL3D_PRECLEAN_NME", "").strip() in ("1",
+                                                                                          "true",
+                                                                                          "yes"):
         print("[Pre-clean] the stand-in surface has no non-manifold edges; nothing to repair")
     if args.no_texture or not asset.has_voxels:
         export_geometry_only(vertices, faces, glb_path)
@@ -491,7 +527,8 @@ def asset_to_glb(asset, glb_path, args):
 def main():
     args = parse_args()
     if getattr(args, "flash_sdpa", False):
-        print("[flash-sdpa] mtlflashattn not available; dense attention stays on stock SDPA", flush=True)
+        print("[flash-sdpa] mtlflashattn not available; dense attention stays on stock SDPA",
+              flush=True)
     _configure_fdg_environment(args)
     glb_path = output_glb_path(args.output)
     glb_path.parent.mkdir(parents=True, exist_ok=True)
@@ -516,7 +553,8 @@ def main():
         image = Image.open(input_path)
         asset = image_to_asset(pipeline, image, args, device, tmp_dir=glb_path.parent)
         if args.save_mesh:
-            save_mesh_checkpoint(args.save_mesh, asset.mesh, asset.vertices, asset.faces, asset.resolution)
+            save_mesh_checkpoint(args.save_mesh, asset.mesh, asset.vertices, asset.faces,
+                                 asset.resolution)
     asset_to_glb(asset, glb_path, args)
     print(f"[Done] GLB saved to {glb_path} in {time.time() - t0:.1f}s")
 

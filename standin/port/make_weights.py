@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -69,17 +69,23 @@ LATENT = 8
 
 MODELS = {
     "sparse_structure_flow_model": ("SparseStructureFlowModel", dict(
-        resolution=16, in_channels=LATENT, model_channels=16, cond_channels=HIDDEN, proj_channels=HIDDEN)),
-    "sparse_structure_decoder": ("SparseStructureDecoder", dict(latent_channels=LATENT, model_channels=8)),
+        resolution=16, in_channels=LATENT, model_channels=16, cond_channels=HIDDEN,
+        proj_channels=HIDDEN)),
+    "sparse_structure_decoder": ("SparseStructureDecoder",
+                                 dict(latent_channels=LATENT, model_channels=8)),
     "shape_slat_flow_model_512": ("SLatFlowModel", dict(
-        resolution=32, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+        resolution=32, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN,
+        proj_channels=2 * HIDDEN)),
     "shape_slat_flow_model_1024": ("SLatFlowModel", dict(
-        resolution=64, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+        resolution=64, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN,
+        proj_channels=2 * HIDDEN)),
     "shape_slat_decoder": ("FlexiDualGridVaeDecoder", dict(latent_channels=LATENT)),
     "tex_slat_flow_model_512": ("SLatFlowModel", dict(
-        resolution=32, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+        resolution=32, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN,
+        proj_channels=2 * HIDDEN)),
     "tex_slat_flow_model_1024": ("SLatFlowModel", dict(
-        resolution=64, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN, proj_channels=2 * HIDDEN)),
+        resolution=64, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN,
+        proj_channels=2 * HIDDEN)),
     "tex_slat_decoder": ("SparseUnetVaeDecoder", dict(latent_channels=LATENT)),
 }
 
@@ -97,7 +103,8 @@ class WeightsInfo:
 
 
 def _snapshot(hub: Path, repo_id: str) -> Path:
-    """Make ``models--ORG--NAME/refs/main`` and its snapshot folder in ``hub``; returns the latter."""
+    """Make ``models--ORG--NAME/refs/main`` and its snapshot folder in ``hub``; returns the
+    latter."""
     import standin_hf
     repo = hub / ("models--" + repo_id.replace("/", "--"))
     (repo / "refs").mkdir(parents=True, exist_ok=True)
@@ -109,6 +116,16 @@ def _snapshot(hub: Path, repo_id: str) -> Path:
 
 def _state_bytes(state: dict) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def _build_pixal3d(cls, args: dict, ballast_numel: int):
+    return cls(**args, ballast_numel=ballast_numel)
+
+
+def _build_hub(cls, config: dict, ballast_numel: int):
+    import standin_hf
+
+    return cls(standin_hf.Config(**config, ballast_numel=ballast_numel))
 
 
 def _sized(build, target: int):
@@ -138,26 +155,33 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
         import pixal3d.models as models
         for name, (cls_name, args) in MODELS.items():
             cls = getattr(models, cls_name)
-            model = _sized(lambda n: cls(**args, ballast_numel=n), int(REAL_BYTES[name] * scale))
+            model = _sized(partial(_build_pixal3d, cls, args), int(REAL_BYTES[name] * scale))
             state = model.state_dict()
             n = state["ballast"].numel()
             with open(model_dir / "ckpts" / f"{name}.json", "w") as f:
                 json.dump({"name": cls_name, "args": {**args, "ballast_numel": n}}, f)
-            save_file({k: v.contiguous() for k, v in state.items()}, str(model_dir / "ckpts" / f"{name}.safetensors"))
+            save_file({k: v.contiguous() for k, v in state.items()},
+                      str(model_dir / "ckpts" / f"{name}.safetensors"))
             sizes[name] = _state_bytes(state)
         pipeline = {"name": "Pixal3DImageTo3DPipeline", "args": {
             "models": {name: f"ckpts/{name}" for name in MODELS},
-            "sparse_structure_sampler": {"name": "FlowEulerGuidanceIntervalSampler", "args": {"sigma_min": 1e-5},
+            "sparse_structure_sampler": {"name": "FlowEulerGuidanceIntervalSampler",
+                                         "args": {"sigma_min": 1e-5},
                                          "params": {"steps": 3, "guidance_strength": 3.0,
-                                                    "guidance_interval": [0.4, 1.0], "rescale_t": 1.0}},
-            "shape_slat_sampler": {"name": "FlowEulerGuidanceIntervalSampler", "args": {"sigma_min": 1e-5},
+                                                    "guidance_interval": [0.4, 1.0],
+                                                    "rescale_t": 1.0}},
+            "shape_slat_sampler": {"name": "FlowEulerGuidanceIntervalSampler",
+                                   "args": {"sigma_min": 1e-5},
                                    "params": {"steps": 3, "guidance_strength": 3.0,
                                               "guidance_interval": [0.4, 1.0], "rescale_t": 3.0}},
-            "tex_slat_sampler": {"name": "FlowEulerGuidanceIntervalSampler", "args": {"sigma_min": 1e-5},
+            "tex_slat_sampler": {"name": "FlowEulerGuidanceIntervalSampler",
+                                 "args": {"sigma_min": 1e-5},
                                  "params": {"steps": 3, "guidance_strength": 1.0,
                                             "guidance_interval": [0.0, 1.0], "rescale_t": 3.0}},
-            "shape_slat_normalization": {"mean": [0.1 * i for i in range(LATENT)], "std": [1.0 + 0.1 * i for i in range(LATENT)]},
-            "tex_slat_normalization": {"mean": [0.05 * i for i in range(LATENT)], "std": [1.0] * LATENT},
+            "shape_slat_normalization": {"mean": [0.1 * i for i in range(LATENT)],
+                                         "std": [1.0 + 0.1 * i for i in range(LATENT)]},
+            "tex_slat_normalization": {"mean": [0.05 * i for i in range(LATENT)],
+                                       "std": [1.0] * LATENT},
             "rembg_model": {"name": "BiRefNet", "args": {"model_name": "ZhengPeng7/BiRefNet"}},
             "low_vram": True,
             "default_pipeline_type": "1024_cascade",
@@ -170,32 +194,39 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
         hub_models = {
             "camenduru/dinov3-vitl16-pretrain-lvd1689m": ("dinov3", standin_hf.DINOv3ViTModel, dict(
                 patch_size=16, hidden_size=HIDDEN, num_register_tokens=4, num_layers=2)),
-            "ZhengPeng7/BiRefNet": ("birefnet", standin_hf.AutoModelForImageSegmentation, dict(hidden_size=4)),
+            "ZhengPeng7/BiRefNet": ("birefnet", standin_hf.AutoModelForImageSegmentation,
+                                    dict(hidden_size=4)),
             "Ruicheng/moge-2-vitl": ("moge", MoGeModel, dict(hidden_size=8)),
         }
         for repo_id, (key, cls, config) in hub_models.items():
             folder = _snapshot(hub, repo_id)
-            model = _sized(lambda n: cls(standin_hf.Config(**config, ballast_numel=n)), int(REAL_BYTES[key] * scale))
+            model = _sized(partial(_build_hub, cls, config),
+                           int(REAL_BYTES[key] * scale))
             state = model.state_dict()
             with open(folder / "config.json", "w") as f:
                 json.dump({**config, "ballast_numel": state["ballast"].numel()}, f)
-            save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+            save_file({k: v.contiguous() for k, v in state.items()},
+                      str(folder / "model.safetensors"))
             sizes[key] = _state_bytes(state)
 
         import importlib.util
-        spec = importlib.util.spec_from_file_location("_standin_naf_hubconf", HERE / "naf_hub" / "hubconf.py")
+        spec = importlib.util.spec_from_file_location("_standin_naf_hubconf",
+                                                      HERE / "naf_hub" / "hubconf.py")
         hubconf = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(hubconf)
         checkpoints = root / "torch" / "hub" / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
-        naf = _sized(lambda n: hubconf.NAF(channels=HIDDEN, ballast_numel=n), int(REAL_BYTES["naf"] * scale))
+        naf = _sized(lambda n: hubconf.NAF(channels=HIDDEN, ballast_numel=n),
+                     int(REAL_BYTES["naf"] * scale))
         state = naf.state_dict()
         with open(checkpoints / "naf_standin.json", "w") as f:
             json.dump({"channels": HIDDEN, "ballast_numel": state["ballast"].numel()}, f)
-        save_file({k: v.contiguous() for k, v in state.items()}, str(checkpoints / "naf_standin.safetensors"))
+        save_file({k: v.contiguous() for k, v in state.items()},
+                  str(checkpoints / "naf_standin.safetensors"))
         sizes["naf"] = _state_bytes(state)
     env = {"HF_HOME": str(root / "hf"), "TORCH_HOME": str(root / "torch")}
-    return WeightsInfo(root=root, model_path="TencentARC/Pixal3D", model_dir=model_dir, env=env, bytes=sizes)
+    return WeightsInfo(root=root, model_path="TencentARC/Pixal3D", model_dir=model_dir, env=env,
+                       bytes=sizes)
 
 
 def main(argv=None) -> int:
@@ -204,7 +235,8 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=float, default=1e-4)
     ns = parser.parse_args(argv)
     info = make_weights(ns.root, ns.scale)
-    print(json.dumps({"env": info.env, "model_path": info.model_path, "model_dir": str(info.model_dir),
+    print(json.dumps({"env": info.env, "model_path": info.model_path,
+                      "model_dir": str(info.model_dir),
                       "bytes": info.bytes}, indent=1))
     return 0
 

@@ -28,7 +28,8 @@ def hub_cache_dir() -> Path:
     """The Hugging Face hub cache folder, from the same environment variables as the real one."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                     "huggingface")
     return Path(home) / "hub"
 
 
@@ -37,7 +38,8 @@ REVISION = "standin0000000000000000000000000000000000"
 
 
 def repo_root(repo_id: str) -> Path:
-    """Cache folder of ``repo_id`` (``ORG/NAME``): ``models--ORG--NAME`` in :func:`hub_cache_dir`."""
+    """Cache folder of ``repo_id`` (``ORG/NAME``): ``models--ORG--NAME`` in
+    :func:`hub_cache_dir`."""
     return hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
 
 
@@ -56,7 +58,8 @@ def hf_hub_download(repo_id: str, filename: str) -> str:
     """Path of ``filename`` in the cached repository ``repo_id``; FileNotFoundError if absent."""
     path = repo_dir(repo_id) / filename
     if not path.is_file():
-        raise FileNotFoundError(f"{filename} of {repo_id} is not in the Hugging Face cache ({path}); "
+        raise FileNotFoundError(f"{filename} of {repo_id} is not in the Hugging Face cache "
+                                f"({path}); "
                                 f"this stand-in never downloads")
     return str(path)
 
@@ -122,13 +125,15 @@ class _Embeddings(nn.Module):
         super().__init__()
         self.patch_embeddings = _PatchEmbeddings(config.hidden_size, config.patch_size)
         self.cls_token = nn.Parameter(torch.randn(1, 1, config.hidden_size) * 0.02)
-        self.register_tokens = nn.Parameter(torch.randn(1, config.num_register_tokens, config.hidden_size) * 0.02)
+        self.register_tokens = nn.Parameter(torch.randn(1, config.num_register_tokens,
+                                                        config.hidden_size) * 0.02)
 
     def forward(self, pixel_values, bool_masked_pos=None):
         x = self.patch_embeddings.proj(pixel_values)  # [B, D, h, w]
         x = x.flatten(2).transpose(1, 2)  # [B, h*w, D]
         b = x.shape[0]
-        return torch.cat([self.cls_token.expand(b, -1, -1), self.register_tokens.expand(b, -1, -1), x], dim=1)
+        return torch.cat([self.cls_token.expand(b, -1, -1), self.register_tokens.expand(b, -1, -1),
+                          x], dim=1)
 
 
 class _Rope(nn.Module):
@@ -142,9 +147,11 @@ class _Rope(nn.Module):
     def forward(self, pixel_values):
         h = pixel_values.shape[-2] // self.patch_size
         w = pixel_values.shape[-1] // self.patch_size
-        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+        ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32),
+                                torch.arange(w, dtype=torch.float32), indexing="ij")
         freqs = torch.arange(self.hidden, dtype=torch.float32) / self.hidden * math.pi
-        pos = torch.sin(ys.reshape(-1, 1) * freqs / max(h, 1) + xs.reshape(-1, 1) * freqs / max(w, 1))
+        pos = torch.sin(ys.reshape(-1, 1) * freqs / max(h, 1) + xs.reshape(-1, 1) * freqs / max(w,
+                                                                                                1))
         return pos.to(pixel_values.device)
 
 
@@ -192,7 +199,8 @@ class _SegNet(nn.Module):
         self.ballast = ballast(config.ballast_numel)
 
     def forward(self, x):
-        border = torch.cat([x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], dim=-1).mean(-1)
+        border = torch.cat([x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]],
+                           dim=-1).mean(-1)
         dist = (x - border[..., None, None]).abs().sum(1, keepdim=True)
         refine = self.conv2(F.gelu(self.conv1(x)))
         logits = 8.0 * (dist - 0.3) + 0.1 * torch.tanh(refine) + 1e-3 * self.ballast.mean()

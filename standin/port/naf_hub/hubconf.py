@@ -25,7 +25,8 @@ class NAF(nn.Module):
         nn.init.normal_(self.ballast, std=0.02)
 
     def forward(self, image, lr_features, target_size):
-        up = F.interpolate(lr_features, size=tuple(target_size), mode='bilinear', align_corners=False)
+        up = F.interpolate(lr_features, size=tuple(target_size), mode='bilinear',
+                           align_corners=False)
         guide = F.interpolate(image, size=tuple(target_size), mode='bilinear', align_corners=False)
         return up + 0.1 * self.mix(torch.tanh(self.guide(guide))) + 1e-3 * self.ballast.mean()
 

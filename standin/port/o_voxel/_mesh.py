@@ -2,13 +2,13 @@
 ``cuBVH`` as ``BVH`` and ``remeshing.remesh_narrow_band_dc`` as ``remesh_narrow_band_dc``.
 
 Each operation does real, small work on the stand-in mesh (numpy, scipy, trimesh) and holds the
-memory the real one would (``_memory``). Written by hand: the real library is Metal/CUDA code.
-What is simplified: ``fill_holes``/``repair_non_manifold_edges``/``remove_small_connected_
-components``/``unify_face_orientations`` only inspect (the stand-in's voxel surfaces are closed
-and manifold); ``simplify`` collapses shortest edges (a real simplifier, not QEM); the remesh rebuilds
+memory the real one would (``_memory``). Written by hand: the real library is Metal/CUDA code. What
+is simplified: ``fill_holes``/``repair_non_manifold_edges``/``remove_small_connected_
+components``/``unify_face_orientations`` only inspect (the stand-in's voxel surfaces are closed and
+manifold); ``simplify`` collapses shortest edges (a real simplifier, not QEM); the remesh rebuilds
 the surface from an inside/outside test at ``resolution × 90/1024`` cells (≈2× the faces of the
-decoded mesh, as 8.6M → 17M in the real one) without projecting back; the BVH answers
-nearest-face queries from a k-d tree over face centres.
+decoded mesh, as 8.6M → 17M in the real one) without projecting back; the BVH answers nearest-face
+queries from a k-d tree over face centres.
 """
 from __future__ import annotations
 

@@ -63,7 +63,9 @@ def to_glb(vertices, faces, attr_volume, coords, attr_layout: Dict[str, slice], 
     """Decoded mesh + sparse PBR voxels → a textured ``trimesh.Trimesh`` (see the module
     docstring for the steps). ``aabb`` [[min], [max]], ``grid_size`` int (the pipeline's grid)."""
     aabb = torch.as_tensor(np.asarray(aabb, dtype=np.float32))
-    grid = int(grid_size if grid_size is not None else round(float((aabb[1] - aabb[0])[0]) / voxel_size))
+    if grid_size is None:
+        grid_size = round(float((aabb[1] - aabb[0])[0]) / voxel_size)
+    grid = int(grid_size)
     vsize = (aabb[1] - aabb[0]) / grid
     inputs = _memory.per_face("mesh", len(faces))  # the tensors handed in, alive throughout
     mesh = _MeshBackend()
@@ -146,7 +148,8 @@ def _bake(out_v, out_f, out_uv, bvh, full_v, full_f, attr_volume, coords, aabb, 
         attrs = np.zeros((size, size, attr_volume.shape[1]), dtype=np.float32)
         # without flex_gemm the real module builds the dense volume at the full grid
         dense = _memory.Block(0 if _HAS_FLEX_GEMM else 4 * attr_volume.shape[1] * grid ** 3)
-        attrs[mask] = _grid_sample_3d(attr_volume.float(), c4, shape, points.reshape(1, -1, 3)).numpy()
+        attrs[mask] = _grid_sample_3d(attr_volume.float(), c4, shape,
+                                      points.reshape(1, -1, 3)).numpy()
         dense.free()
     return attrs, mask
 

@@ -3,7 +3,6 @@
 with ``"intrinsics"`` [1, 3, 3] in normalised image units (fx = focal / width)."""
 import torch
 import torch.nn as nn
-
 from standin_hf import _PretrainedMixin, ballast
 
 
@@ -17,7 +16,8 @@ class MoGeModel(_PretrainedMixin, nn.Module):
     @torch.no_grad()
     def infer(self, image: torch.Tensor) -> dict:
         colour = image.reshape(3, -1).mean(1)
-        fx = 1.2 + 0.1 * torch.tanh(self.head(torch.tanh(self.fc(colour)))[0] + 1e-3 * self.ballast.mean())
+        head = self.head(torch.tanh(self.fc(colour)))[0]
+        fx = 1.2 + 0.1 * torch.tanh(head + 1e-3 * self.ballast.mean())
         intrinsics = torch.eye(3, device=image.device)
         intrinsics[0, 0] = fx
         intrinsics[1, 1] = fx

@@ -31,8 +31,9 @@ def __getattr__(name):
 
 def from_pretrained(path: str, **kwargs):
     """Build the model described by ``{path}.json`` and load ``{path}.safetensors`` into it."""
-    import os
     import json
+    import os
+
     from safetensors.torch import load_file
     is_local = os.path.exists(f"{path}.json") and os.path.exists(f"{path}.safetensors")
     if is_local:

@@ -3,7 +3,6 @@ import math
 
 import torch
 import torch.nn as nn
-
 from standin_hf import add_ballast, ballast  # noqa: F401  (re-exported for the model modules)
 
 

@@ -19,16 +19,20 @@ class SparseStructureFlowModel(nn.Module):
         self.out = nn.Linear(model_channels, in_channels)
         # a position table computed in __init__ on the device of the parameters, registered as
         # a (persistent) buffer and so saved in the checkpoint, as the real model's pos_emb
-        axis = torch.arange(resolution, dtype=torch.float32, device=self.inp.weight.device) / resolution
+        axis = torch.arange(resolution, dtype=torch.float32,
+                            device=self.inp.weight.device) / resolution
         grid = torch.stack(torch.meshgrid(axis, axis, axis, indexing='ij'), dim=-1)  # [R, R, R, 3]
-        freqs = torch.arange(1, model_channels + 1, dtype=torch.float32, device=self.inp.weight.device)
-        self.register_buffer('pos_emb', torch.sin(grid.sum(-1, keepdim=True) * freqs))  # [R, R, R, M]
+        freqs = torch.arange(1, model_channels + 1, dtype=torch.float32,
+                             device=self.inp.weight.device)
+        # [R, R, R, M]
+        self.register_buffer('pos_emb', torch.sin(grid.sum(-1, keepdim=True) * freqs))
         add_ballast(self, ballast_numel)
 
     def forward(self, x, t, cond, **kwargs):
-        b, c, r = x.shape[0], x.shape[1], x.shape[2]
+        b, r = x.shape[0], x.shape[2]
         h = self.inp(x.permute(0, 2, 3, 4, 1)) + 1e-2 * self.pos_emb  # [B, R, R, R, M]
-        h = h + self.cond(cond['global'].mean(1))[:, None, None, None] + self.t_embed(t)[:, None, None, None]
+        h = h + self.cond(cond['global'].mean(1))[:, None, None, None] + self.t_embed(t)[:, None,
+                                                                                         None, None]
         proj = cond['proj']
         if proj.shape[1] == r ** 3:
             h = h + self.proj(proj.reshape(b, r, r, r, -1))

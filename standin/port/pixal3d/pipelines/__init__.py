@@ -1,3 +1,3 @@
 """Stand-in of ``pixal3d.pipelines``."""
-from . import samplers, rembg  # noqa: F401
+from . import rembg, samplers  # noqa: F401
 from .pixal3d_image_to_3d import Pixal3DImageTo3DPipeline  # noqa: F401

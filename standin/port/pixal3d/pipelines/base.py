@@ -2,8 +2,9 @@
 listed under ``args.models`` through ``pixal3d.models.from_pretrained`` (first
 ``f"{path}/{ckpt}"``, on any exception ``ckpt`` itself), as the real base class does."""
 from typing import *
+
 import torch
-import torch.nn as nn
+
 from .. import models
 
 
@@ -17,8 +18,8 @@ class Pipeline:
 
     @classmethod
     def from_pretrained(cls, path: str, config_file: str = "pipeline.json") -> "Pipeline":
-        import os
         import json
+        import os
         if os.path.exists(f"{path}/{config_file}"):
             config_file = f"{path}/{config_file}"
         else:

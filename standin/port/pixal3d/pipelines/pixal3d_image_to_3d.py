@@ -5,16 +5,17 @@
 All noise is ``torch.randn`` on the CPU generator, then moved to the device.
 """
 from typing import *
+
 import numpy as np
 import torch
 import torch.nn as nn
 from PIL import Image
 
-from .base import Pipeline
-from . import samplers, rembg
-from ..modules.sparse import SparseTensor
 from ..modules import image_feature_extractor  # noqa: F401
+from ..modules.sparse import SparseTensor
 from ..representations import Mesh, MeshWithVoxel  # noqa: F401
+from . import rembg, samplers
+from .base import Pipeline
 
 
 class Pixal3DImageTo3DPipeline(Pipeline):
@@ -29,7 +30,8 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         'tex_slat_decoder',
     ]
 
-    def __init__(self, models=None, low_vram: bool = True, default_pipeline_type: str = '1024_cascade'):
+    def __init__(self, models=None, low_vram: bool = True,
+                 default_pipeline_type: str = '1024_cascade'):
         if models is None:
             return
         super().__init__(models)
@@ -53,7 +55,8 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         pipeline.image_cond_model_shape_512 = None
         pipeline.image_cond_model_shape_1024 = None
         pipeline.image_cond_model_tex_1024 = None
-        pipeline.rembg_model = getattr(rembg, args['rembg_model']['name'])(**args['rembg_model']['args'])
+        pipeline.rembg_model = getattr(rembg,
+                                       args['rembg_model']['name'])(**args['rembg_model']['args'])
         pipeline.low_vram = args.get('low_vram', True)
         pipeline.default_pipeline_type = args.get('default_pipeline_type', '1024_cascade')
         pipeline.pbr_attr_layout = {'base_color': slice(0, 3), 'metallic': slice(3, 4),
@@ -78,7 +81,8 @@ class Pixal3DImageTo3DPipeline(Pipeline):
                 has_alpha = True
         scale = min(1, 1024 / max(input.size))
         if scale < 1:
-            input = input.resize((int(input.width * scale), int(input.height * scale)), Image.Resampling.LANCZOS)
+            input = input.resize((int(input.width * scale), int(input.height * scale)),
+                                 Image.Resampling.LANCZOS)
         if has_alpha:
             output = input
         else:
@@ -109,11 +113,13 @@ class Pixal3DImageTo3DPipeline(Pipeline):
             image_cond_model.to(device)
         z_global, z_proj = image_cond_model(
             image, camera_angle_x=torch.tensor([camera_angle_x], device=device),
-            distance=torch.tensor([distance], device=device), mesh_scale=torch.tensor([mesh_scale], device=device))
+            distance=torch.tensor([distance], device=device),
+            mesh_scale=torch.tensor([mesh_scale], device=device))
         if self.low_vram:
             image_cond_model.cpu()
         return {'cond': {'global': z_global, 'proj': z_proj},
-                'neg_cond': {'global': torch.zeros_like(z_global), 'proj': torch.zeros_like(z_proj)}}
+                'neg_cond': {'global': torch.zeros_like(z_global),
+                             'proj': torch.zeros_like(z_proj)}}
 
     @torch.no_grad()
     def get_proj_cond_shape(self, image_cond_model: nn.Module, image: list, coords: torch.Tensor,
@@ -131,7 +137,8 @@ class Pixal3DImageTo3DPipeline(Pipeline):
                 image_resolution=image_cond_model.proj_grid.image_resolution).to(device)
         z_global, z_proj = image_cond_model(
             image, camera_angle_x=torch.tensor([camera_angle_x], device=device),
-            distance=torch.tensor([distance], device=device), mesh_scale=torch.tensor([mesh_scale], device=device))
+            distance=torch.tensor([distance], device=device),
+            mesh_scale=torch.tensor([mesh_scale], device=device))
         res = image_cond_model.grid_resolution
         grid = z_proj.reshape(1, res, res, res, -1)
         c = coords.long()
@@ -139,22 +146,28 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         if changed:
             image_cond_model.grid_resolution = orig
             image_cond_model.proj_grid = image_cond_model.proj_grid.__class__(
-                grid_resolution=orig, image_resolution=image_cond_model.proj_grid.image_resolution).to(device)
+                grid_resolution=orig,
+                image_resolution=image_cond_model.proj_grid.image_resolution).to(device)
         if self.low_vram:
             image_cond_model.cpu()
-        return {'cond': {'global': z_global, 'proj': SparseTensor(feats=z_proj_sparse, coords=coords)},
+        return {'cond': {'global': z_global,
+                         'proj': SparseTensor(feats=z_proj_sparse, coords=coords)},
                 'neg_cond': {'global': torch.zeros_like(z_global),
-                             'proj': SparseTensor(feats=torch.zeros_like(z_proj_sparse), coords=coords)}}
+                             'proj': SparseTensor(feats=torch.zeros_like(z_proj_sparse),
+                                                  coords=coords)}}
 
-    def sample_sparse_structure(self, cond: dict, resolution: int, num_samples: int = 1, sampler_params: dict = {}):
+    def sample_sparse_structure(self, cond: dict, resolution: int, num_samples: int = 1,
+                                sampler_params: dict = {}):
         flow_model = self.models['sparse_structure_flow_model']
         reso = flow_model.resolution
         noise = torch.randn(num_samples, flow_model.in_channels, reso, reso, reso).to(self.device)
         sampler_params = {**self.sparse_structure_sampler_params, **sampler_params}
         if self.low_vram:
             flow_model.to(self.device)
-        z_s = self.sparse_structure_sampler.sample(flow_model, noise, **cond, **sampler_params, verbose=True,
-                                                   tqdm_desc="Sampling sparse structure (proj)").samples
+        z_s = self.sparse_structure_sampler.sample(flow_model, noise, **cond, **sampler_params,
+                                                   verbose=True,
+                                                   tqdm_desc="Sampling sparse structure (proj)")
+        z_s = z_s.samples
         if self.low_vram:
             flow_model.cpu()
         decoder = self.models['sparse_structure_decoder']
@@ -174,12 +187,15 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         mean = torch.tensor(norm['mean'])[None].to(slat.device)
         return slat * std + mean
 
-    def sample_shape_slat(self, cond: dict, flow_model, coords: torch.Tensor, sampler_params: dict = {}):
-        noise = SparseTensor(feats=torch.randn(coords.shape[0], flow_model.in_channels).to(self.device), coords=coords)
+    def sample_shape_slat(self, cond: dict, flow_model, coords: torch.Tensor,
+                          sampler_params: dict = {}):
+        feats = torch.randn(coords.shape[0], flow_model.in_channels).to(self.device)
+        noise = SparseTensor(feats=feats, coords=coords)
         sampler_params = {**self.shape_slat_sampler_params, **sampler_params}
         if self.low_vram:
             flow_model.to(self.device)
-        slat = self.shape_slat_sampler.sample(flow_model, noise, **cond, **sampler_params, verbose=True,
+        slat = self.shape_slat_sampler.sample(flow_model, noise, **cond, **sampler_params,
+                                              verbose=True,
                                               tqdm_desc="Sampling shape SLat (proj)").samples
         if self.low_vram:
             flow_model.cpu()
@@ -202,13 +218,15 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         mean = torch.tensor(norm['mean'])[None].to(shape_slat.device)
         shape_slat = (shape_slat - mean) / std
         in_channels = flow_model.in_channels
-        noise = shape_slat.replace(feats=torch.randn(shape_slat.coords.shape[0],
-                                                     in_channels - shape_slat.feats.shape[1]).to(self.device))
+        feats = torch.randn(shape_slat.coords.shape[0], in_channels - shape_slat.feats.shape[1])
+        noise = shape_slat.replace(feats=feats.to(self.device))
         sampler_params = {**self.tex_slat_sampler_params, **sampler_params}
         if self.low_vram:
             flow_model.to(self.device)
-        slat = self.tex_slat_sampler.sample(flow_model, noise, concat_cond=shape_slat, **cond, **sampler_params,
-                                            verbose=True, tqdm_desc="Sampling texture SLat (proj)").samples
+        slat = self.tex_slat_sampler.sample(flow_model, noise, concat_cond=shape_slat, **cond,
+                                            **sampler_params,
+                                            verbose=True,
+                                            tqdm_desc="Sampling texture SLat (proj)").samples
         if self.low_vram:
             flow_model.cpu()
         return self._denormalize(slat, 'tex')
@@ -226,7 +244,7 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         meshes, subs = self.decode_shape_slat(shape_slat, resolution)
         tex_voxels = self.decode_tex_slat(tex_slat, subs)
         out_mesh = []
-        for m, v in zip(meshes, tex_voxels):
+        for m, v in zip(meshes, tex_voxels, strict=True):
             mesh = MeshWithVoxel(m.vertices, m.faces, origin=[-0.5, -0.5, -0.5],
                                  voxel_size=1 / resolution, coords=v.coords[:, 1:], attrs=v.feats,
                                  voxel_shape=torch.Size([*v.shape, *v.spatial_shape]),
@@ -239,17 +257,20 @@ class Pixal3DImageTo3DPipeline(Pipeline):
     @torch.no_grad()
     def run(self, image: Image.Image, camera_params: dict, num_samples: int = 1, seed: int = 42,
             sparse_structure_sampler_params: dict = {}, shape_slat_sampler_params: dict = {},
-            tex_slat_sampler_params: dict = {}, preprocess_image: bool = True, return_latent: bool = False,
+            tex_slat_sampler_params: dict = {}, preprocess_image: bool = True,
+            return_latent: bool = False,
             pipeline_type: Optional[str] = None, max_num_tokens: int = 49152):
         pipeline_type = pipeline_type or self.default_pipeline_type
         if pipeline_type in ('1024_cascade', '1536_cascade'):
-            for name in ('shape_slat_flow_model_512', 'shape_slat_flow_model_1024', 'tex_slat_flow_model_1024'):
+            for name in ('shape_slat_flow_model_512', 'shape_slat_flow_model_1024',
+                         'tex_slat_flow_model_1024'):
                 assert name in self.models, f"No {name} found."
             hr_resolution = 1024 if pipeline_type == '1024_cascade' else 1536
         else:
             raise ValueError(f"Invalid pipeline type for Pixal3D proj mode: {pipeline_type}. "
                              f"Supported: '1024_cascade', '1536_cascade'.")
-        for attr in ('image_cond_model_ss', 'image_cond_model_shape_512', 'image_cond_model_shape_1024',
+        for attr in ('image_cond_model_ss', 'image_cond_model_shape_512',
+                     'image_cond_model_shape_1024',
                      'image_cond_model_tex_1024'):
             assert getattr(self, attr) is not None, f"{attr} not set."
         camera_angle_x = camera_params['camera_angle_x']
@@ -263,11 +284,13 @@ class Pixal3DImageTo3DPipeline(Pipeline):
 
         # Stage 1: sparse structure
         cond_ss = self.get_proj_cond_ss([image], **cam)
-        coords = self.sample_sparse_structure(cond_ss, 32, num_samples, sparse_structure_sampler_params)
+        coords = self.sample_sparse_structure(cond_ss, 32, num_samples,
+                                              sparse_structure_sampler_params)
         del cond_ss
 
         # Stage 2: shape, low resolution (512)
-        cond_shape_lr = self.get_proj_cond_shape(self.image_cond_model_shape_512, [image], coords, **cam)
+        cond_shape_lr = self.get_proj_cond_shape(self.image_cond_model_shape_512, [image], coords,
+                                                 **cam)
         lr_slat = self.sample_shape_slat(cond_shape_lr, self.models['shape_slat_flow_model_512'],
                                          coords, shape_slat_sampler_params)
         del cond_shape_lr
@@ -284,8 +307,8 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         actual_hr_resolution = hr_resolution
         while True:
             grid_res = actual_hr_resolution // 16
-            quant = torch.cat([hr_coords[:, :1],
-                               ((hr_coords[:, 1:] + 0.5) / lr_resolution * (grid_res - 1)).round().int()], dim=1)
+            scaled = (hr_coords[:, 1:] + 0.5) / lr_resolution * (grid_res - 1)
+            quant = torch.cat([hr_coords[:, :1], scaled.round().int()], dim=1)
             hr_coords_unique = quant.unique(dim=0)
             if hr_coords_unique.shape[0] < max_num_tokens or actual_hr_resolution == 1024:
                 break
@@ -294,7 +317,8 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         del lr_slat, hr_coords, quant
 
         # Stage 3b (inline): shape, high resolution
-        cond_shape_hr = self.get_proj_cond_shape(self.image_cond_model_shape_1024, [image], hr_coords_unique,
+        cond_shape_hr = self.get_proj_cond_shape(self.image_cond_model_shape_1024, [image],
+                                                 hr_coords_unique,
                                                  grid_resolution_override=actual_grid_res, **cam)
         noise_hr = SparseTensor(
             feats=torch.randn(hr_coords_unique.shape[0],
@@ -304,9 +328,11 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         flow_model_hr = self.models['shape_slat_flow_model_1024']
         if self.low_vram:
             flow_model_hr.to(self.device)
-        hr_slat = self.shape_slat_sampler.sample(flow_model_hr, noise_hr, **cond_shape_hr, **sampler_params_hr,
+        hr_slat = self.shape_slat_sampler.sample(flow_model_hr, noise_hr, **cond_shape_hr,
+                                                 **sampler_params_hr,
                                                  verbose=True,
-                                                 tqdm_desc=f"Sampling HR shape SLat (proj, {actual_hr_resolution})"
+                                                 tqdm_desc=f"Sampling HR shape SLat (proj, "
+                                                           f"{actual_hr_resolution})"
                                                  ).samples
         if self.low_vram:
             flow_model_hr.cpu()
@@ -314,9 +340,12 @@ class Pixal3DImageTo3DPipeline(Pipeline):
         del cond_shape_hr, noise_hr, hr_slat, hr_coords_unique
 
         # Stage 4: texture
-        cond_tex = self.get_proj_cond_shape(self.image_cond_model_tex_1024, [image], shape_slat.coords,
-                                            grid_resolution_override=actual_hr_resolution // 16, **cam)
-        tex_slat = self.sample_tex_slat(cond_tex, self.models['tex_slat_flow_model_1024'], shape_slat,
+        cond_tex = self.get_proj_cond_shape(self.image_cond_model_tex_1024, [image],
+                                            shape_slat.coords,
+                                            grid_resolution_override=actual_hr_resolution // 16,
+                                            **cam)
+        tex_slat = self.sample_tex_slat(cond_tex, self.models['tex_slat_flow_model_1024'],
+                                        shape_slat,
                                         tex_slat_sampler_params)
         del cond_tex
 

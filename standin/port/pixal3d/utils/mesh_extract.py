@@ -37,9 +37,13 @@ def voxel_surface_to_mesh(occupied: torch.Tensor):
                 base[:, axis] += 1
             u, v = [a for a in range(3) if a != axis]
             c0 = base.copy()
-            c1 = base.copy(); c1[:, u] += 1
-            c2 = base.copy(); c2[:, u] += 1; c2[:, v] += 1
-            c3 = base.copy(); c3[:, v] += 1
+            c1 = base.copy()
+            c1[:, u] += 1
+            c2 = base.copy()
+            c2[:, u] += 1
+            c2[:, v] += 1
+            c3 = base.copy()
+            c3[:, v] += 1
             quad = np.stack([c0, c1, c2, c3], axis=1)
             if (sign > 0) != ((v - u) % 3 == 1):
                 quad = quad[:, ::-1]

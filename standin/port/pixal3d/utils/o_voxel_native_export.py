@@ -34,7 +34,8 @@ def _load_npz(path: Path):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Export a Pixal3D mesh NPZ with native o_voxel (stand-in)")
+    parser = argparse.ArgumentParser(description="Export a Pixal3D mesh NPZ with native o_voxel "
+                                                 "(stand-in)")
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--texture-size", type=int, default=2048)

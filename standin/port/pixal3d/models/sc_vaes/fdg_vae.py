@@ -6,10 +6,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._vae_common import add_ballast
 from ...modules.sparse import SparseTensor
 from ...representations import Mesh
 from ...utils.mesh_extract import voxel_surface_to_mesh
+from ._vae_common import add_ballast
 
 
 class FlexiDualGridVaeDecoder(nn.Module):
@@ -33,7 +33,8 @@ class FlexiDualGridVaeDecoder(nn.Module):
         """
         h = F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean()
         keep = self.children_logits(h) > -1.0  # [N, 8]
-        offsets = torch.tensor([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)], device=slat.coords.device)
+        offsets = torch.tensor([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)],
+                               device=slat.coords.device)
         idx, child = torch.nonzero(keep, as_tuple=True)
         parent = slat.coords[idx]
         xyz = parent[:, 1:].long() * 2 + offsets[child]

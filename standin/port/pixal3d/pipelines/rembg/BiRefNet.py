@@ -3,14 +3,13 @@ calling it with an RGB PIL image returns the image with an alpha mask (as the re
 import numpy as np
 import torch
 from PIL import Image
-
 from standin_hf import AutoModelForImageSegmentation
-
 
 
 class BiRefNet:
     def __init__(self, model_name: str = "ZhengPeng7/BiRefNet"):
-        self.model = AutoModelForImageSegmentation.from_pretrained(model_name, trust_remote_code=True)
+        self.model = AutoModelForImageSegmentation.from_pretrained(model_name,
+                                                                   trust_remote_code=True)
         self.model.eval()
 
     @property
@@ -26,7 +25,8 @@ class BiRefNet:
         return self
 
     def transform_image(self, image: Image.Image) -> torch.Tensor:
-        array = np.asarray(image.resize((256, 256), Image.Resampling.BILINEAR), dtype=np.float32) / 255
+        array = np.asarray(image.resize((256, 256), Image.Resampling.BILINEAR),
+                           dtype=np.float32) / 255
         return torch.from_numpy(array).permute(2, 0, 1)
 
     def __call__(self, image: Image.Image) -> Image.Image:

@@ -1,1 +1,1 @@
-from .flow_euler import FlowEulerSampler, FlowEulerGuidanceIntervalSampler  # noqa: F401
+from .flow_euler import FlowEulerGuidanceIntervalSampler, FlowEulerSampler  # noqa: F401

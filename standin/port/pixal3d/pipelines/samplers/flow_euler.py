@@ -19,7 +19,8 @@ class FlowEulerSampler:
                          device=x_t.device, dtype=torch.float32)
         return model(x_t, t, cond, **kwargs)
 
-    def _velocity(self, model, x_t, t, cond, neg_cond, guidance_strength, guidance_interval, **kwargs):
+    def _velocity(self, model, x_t, t, cond, neg_cond, guidance_strength, guidance_interval,
+                  **kwargs):
         v = self._inference_model(model, x_t, t, cond, **kwargs)
         lo, hi = guidance_interval
         if guidance_strength != 1 and lo <= t <= hi:
@@ -34,8 +35,9 @@ class FlowEulerSampler:
         ts = [i / steps for i in range(steps, -1, -1)]
         ts = [rescale_t * t / (1 + (rescale_t - 1) * t) for t in ts]
         x = noise
-        for t, t_prev in zip(ts[:-1], ts[1:]):
-            x = self.sample_once(model, x, t, t_prev, cond, neg_cond=neg_cond, guidance_strength=guidance_strength,
+        for t, t_prev in zip(ts[:-1], ts[1:], strict=True):
+            x = self.sample_once(model, x, t, t_prev, cond, neg_cond=neg_cond,
+                                 guidance_strength=guidance_strength,
                                  guidance_interval=guidance_interval, **kwargs).pred_x_prev
         return SimpleNamespace(samples=x)
 
@@ -43,7 +45,8 @@ class FlowEulerSampler:
     def sample_once(self, model, x_t, t, t_prev, cond=None, neg_cond=None, guidance_strength=1.0,
                     guidance_interval=(0.0, 1.0), **kwargs):
         """One Euler step from ``t`` to ``t_prev``."""
-        v = self._velocity(model, x_t, t, cond, neg_cond, guidance_strength, guidance_interval, **kwargs)
+        v = self._velocity(model, x_t, t, cond, neg_cond, guidance_strength, guidance_interval,
+                           **kwargs)
         return SimpleNamespace(pred_x_prev=x_t - v * (t - t_prev), pred_x_0=x_t - v * t)
 
 

@@ -11,7 +11,8 @@ class Mesh:
         self.vertices = vertices
         self.faces = faces
         self.vertex_attrs = vertex_attrs
-        self.fdg_coords = self.fdg_dual_vertices = self.fdg_intersected = self.fdg_split_weight = None
+        self.fdg_coords = self.fdg_dual_vertices = None
+        self.fdg_intersected = self.fdg_split_weight = None
 
     @property
     def device(self):

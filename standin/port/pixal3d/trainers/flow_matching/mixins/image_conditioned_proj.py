@@ -7,15 +7,14 @@ upsampler with ``torch.hub.load(...)`` into ``.naf_model`` (here from the local 
 ``valeoai/NAF``); ``grid_resolution`` and ``proj_grid`` are plain attributes that
 ``get_proj_cond_shape`` swaps for the duration of a call.
 """
-from typing import *
 import os
+from typing import *
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
-
 from standin_hf import DINOv3ViTModel
 
 NAF_REPO = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -38,7 +37,8 @@ class ProjGrid(nn.Module):
         x, y, z = torch.meshgrid(axis, axis, axis, indexing='ij')
         self.register_buffer('grid_points', torch.stack((x, y, z), dim=-1).reshape(-1, 3))
 
-    def forward(self, features_map, camera_angle_x, distance, mesh_scale, transform_matrix=None, BHWC=True):
+    def forward(self, features_map, camera_angle_x, distance, mesh_scale, transform_matrix=None,
+                BHWC=True):
         if BHWC:
             features_map = features_map.permute(0, 3, 1, 2)
         b = features_map.shape[0]
@@ -110,17 +110,19 @@ class DinoV3ProjFeatureExtractor(nn.Module):
         image = image.to(self.model.embeddings.patch_embeddings.weight.dtype)
         hidden_states = self.model.embeddings(image, bool_masked_pos=None)
         position_embeddings = self.model.rope_embeddings(image)
-        layers = self.model.model.layer if hasattr(self.model, 'model') and hasattr(self.model.model, 'layer') \
+        layers = self.model.model.layer if hasattr(self.model,
+                                                   'model') and hasattr(self.model.model, 'layer') \
             else self.model.layer
         for layer_module in layers:
             hidden_states = layer_module(hidden_states, position_embeddings=position_embeddings)
         return F.layer_norm(hidden_states, hidden_states.shape[-1:])
 
-    def forward(self, image, camera_angle_x=None, distance=None, mesh_scale=None, transform_matrix=None):
+    def forward(self, image, camera_angle_x=None, distance=None, mesh_scale=None,
+                transform_matrix=None):
         if isinstance(image, list):
             image = [i.resize((self.image_size, self.image_size), Image.LANCZOS) for i in image]
-            image = [torch.from_numpy(np.array(i.convert('RGB')).astype(np.float32) / 255).permute(2, 0, 1)
-                     for i in image]
+            image = [torch.from_numpy(np.array(i.convert('RGB')).astype(np.float32) / 255)
+                     .permute(2, 0, 1) for i in image]
             image = torch.stack(image).to(self.device)
         else:
             image = image.to(self.device)
@@ -137,7 +139,9 @@ class DinoV3ProjFeatureExtractor(nn.Module):
             z_proj = self.proj_grid(patches, camera_angle_x, distance, mesh_scale, transform_matrix)
             if self.use_naf_upsample:
                 self._load_naf()
-                hr = self.naf_model(image_for_naf, patches.permute(0, 3, 1, 2), self.naf_target_size)
-                z_proj_hr = self.proj_grid(hr, camera_angle_x, distance, mesh_scale, transform_matrix, BHWC=False)
+                hr = self.naf_model(image_for_naf, patches.permute(0, 3, 1, 2),
+                                    self.naf_target_size)
+                z_proj_hr = self.proj_grid(hr, camera_angle_x, distance, mesh_scale,
+                                           transform_matrix, BHWC=False)
                 z_proj = torch.cat([z_proj, z_proj_hr], dim=-1)
         return z_global, z_proj
