@@ -85,15 +85,27 @@ def resource_error(chain: list[BaseException], where: str) -> RunnerError | None
         if (isinstance(cur, RuntimeError) and any(w in text for w in _THREAD_WORDING)) or \
                 (isinstance(cur, OSError) and cur.errno == errno.EAGAIN
                  and ("fork" in text or "thread" in text or cur.filename is None)):
-            limit = _limit_text("RLIMIT_NPROC", "-u", "process/thread")
             memory = memory_limit()
-            if memory is not None:  # a thread's stack is address space too
-                limit += f" or {memory}"
+            if memory is not None:
+                return _thread_under_memory_limit(cur, where, memory)
+            limit = _limit_text("RLIMIT_NPROC", "-u", "process/thread")
             return RunnerError("resource_limit", f"{where} could not start a process or thread: "
                                f"{limit} is reached ({type(cur).__name__}: {cur}).",
                                "Raise the limit (e.g. `ulimit -u 4096`), or end other jobs of "
                                "this user, then run again.", limit="RLIMIT_NPROC")
     return None
+
+
+def _thread_under_memory_limit(cur: BaseException, where: str, memory: str) -> RunnerError:
+    """A thread that could not start under an address-space or data limit: each new thread
+    reserves its stack (8 MiB by default) and glibc a malloc arena (up to 64 MiB on 64-bit), so
+    under such a limit it is the address space that runs out long before the process/thread
+    count (whose own limit the message still names)."""
+    nproc = _limit_text("RLIMIT_NPROC", "-u", "process/thread")
+    return RunnerError("out_of_memory", f"{where} could not start a thread under {memory}: a new "
+                       f"thread's stack and memory do not fit ({type(cur).__name__}: {cur}; "
+                       f"{nproc}).", "Raise or remove that limit (`ulimit -v unlimited` in the "
+                       "shell that starts the runner).", limit=memory.split("(")[1].split(",")[0])
 
 
 def memory_error(chain: list[BaseException], said: str) -> RunnerError | None:

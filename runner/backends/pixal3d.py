@@ -74,6 +74,23 @@ def _device(device: Optional[str]):
     return device or os.environ.get("PIXAL3D_DEVICE") or None
 
 
+def _check_job(height_m, texture_size, load: str, export: dict, export_process: str) -> None:
+    """The job's options this backend refuses before anything loads: ``RunnerError``
+    (``usage``) naming the option and what to give instead."""
+    from ..errors import RunnerError
+    from .bounded_export import check_options
+    if height_m is not None:
+        raise RunnerError("usage", "--height is not supported by the pixal3d backend.",
+                          "Leave --height out; scale the imported mesh in Blender.")
+    if int(texture_size) not in TEXTURE_SIZES:
+        raise RunnerError("usage", f"--texture-size {texture_size} is not one Pixal3D offers.",
+                          f"Choose one of {', '.join(map(str, TEXTURE_SIZES))}.")
+    if load not in ("staged", "eager"):
+        raise RunnerError("usage", f"--load {load!r} is not staged or eager.",
+                          "Use --load staged or --load eager.")
+    check_options({**export, "export_process": export_process})
+
+
 def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: int = 2048,
              emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
              pipeline_type: str = "1024_cascade", load: str = "staged", keep_resident=0,
@@ -105,22 +122,14 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
     when the folder is unusable, ``RunnerError`` (``usage``) for a bad option.
     """
     from ..errors import RunnerError
-    if height_m is not None:
-        raise RunnerError("usage", "--height is not supported by the pixal3d backend.",
-                          "Leave --height out; scale the imported mesh in Blender.")
-    if int(texture_size) not in TEXTURE_SIZES:
-        raise RunnerError("usage", f"--texture-size {texture_size} is not one Pixal3D offers.",
-                          f"Choose one of {', '.join(map(str, TEXTURE_SIZES))}.")
-    if load not in ("staged", "eager"):
-        raise RunnerError("usage", f"--load {load!r} is not staged or eager.", "Use --load staged or --load eager.")
-    from .bounded_export import check_options, engine
-    check_options({**export, "export_process": export_process})
+    _check_job(height_m, texture_size, load, export, export_process)
+    from .bounded_export import engine
     bounded = engine(export) == "bounded"
     settings = export_settings(**export)
     from stageload.pixal3d import Pixal3DRun
     run = Pixal3DRun(pixal3d_dir or None, device=_device(device), load=load,
-                     pipeline_type=pipeline_type or "1024_cascade", keep_resident=_bytes(keep_resident),
-                     prefetch=(prefetch or "on") == "on",
+                     pipeline_type=pipeline_type or "1024_cascade",
+                     keep_resident=_bytes(keep_resident), prefetch=(prefetch or "on") == "on",
                      events=emit)
     if bounded and (handover is None or not getattr(run, "can_hand_over", True)):
         run.close()  # the port's export must not stand in for the bounded engine unannounced
