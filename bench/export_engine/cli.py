@@ -66,8 +66,8 @@ def plan(quick: bool) -> dict:
     if quick:
         return {"resolution": 512, "faces": [1_000_000], "textures": [1024],
                 "target": DEFAULT_TARGET, "distance_samples": 50_000, "colour_samples": 50_000}
-    return {"resolution": 1024, "faces": [1_000_000, 2_000_000, 5_000_000],
-            "textures": [1024, 4096], "target": DEFAULT_TARGET, "distance_samples": 200_000,
+    return {"resolution": 1024, "faces": [1_000_000, 5_000_000, 2_000_000],
+            "textures": [4096, 1024], "target": DEFAULT_TARGET, "distance_samples": 200_000,
             "colour_samples": 100_000}
 
 
@@ -76,12 +76,18 @@ def _label(faces: int) -> str:
 
 
 def _runs(p: dict, full: Path) -> list[tuple[str, Path, dict]]:
-    d = {"target": p["target"], "texture": DEFAULT_TEXTURE}
-    runs = [("defaults", full, d), ("budget_2g", full, {**d, "budget": "2G"})]
-    runs += [(f"faces_{_label(f)}", _reduced(full, f), d) for f in p["faces"]]
-    runs += [(f"texture_{t}", full, {**d, "texture": t}) for t in p["textures"]]
-    runs += [("cores_1", full, {**d, "cores": 1})]
-    return runs
+    """The runs, most wanted first (results are written after each, so a benchmark cut short
+    keeps the headline figures): defaults, budget, the faces and textures alternating with the
+    one-core run in the middle."""
+    d = {"target": p["target"], "texture": p.get("texture", DEFAULT_TEXTURE)}
+    faces = [(f"faces_{_label(f)}", _reduced(full, f), d) for f in p["faces"]]
+    textures = [(f"texture_{t}", full, {**d, "texture": t}) for t in p["textures"]]
+    rest = []
+    for k in range(max(len(faces), len(textures))):
+        rest += faces[k:k + 1] + textures[k:k + 1]
+        if k == 0:
+            rest.append(("cores_1", full, {**d, "cores": 1}))
+    return [("defaults", full, d), ("budget_2g", full, {**d, "budget": "2G"}), *rest]
 
 
 def _faces_of(path: Path) -> int:
@@ -105,11 +111,15 @@ def main(argv=None) -> int:
     ap.add_argument("--resolution", type=int, help="the asset's grid (the plan's by default)")
     ap.add_argument("--target", type=int, help="the decimation target of every run (1,000,000)")
     ap.add_argument("--faces", type=int, nargs="*", help="input face counts below the asset's")
+    ap.add_argument("--texture", type=int, help="the defaults' texture size (2048)")
     ap.add_argument("--textures", type=int, nargs="*", help="texture sizes besides 2048")
+    ap.add_argument("--via", choices=("runner", "worker"), default="runner",
+                    help="runner: python -m runner export (the product's way, default); "
+                    "worker: the engine in a bench worker process (run.py)")
     a = ap.parse_args(argv)
     picture = a.picture or (SHARED_PICTURE if SHARED_PICTURE.exists() else PICTURE)
     p = plan(a.quick)
-    for key in ("resolution", "target", "faces", "textures"):
+    for key in ("resolution", "target", "texture", "faces", "textures"):
         if getattr(a, key) is not None:
             p[key] = getattr(a, key)
     out = a.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d", time.gmtime()) / (
@@ -118,29 +128,30 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     full, asset_facts = _asset(picture, p["resolution"], a.work)
-    rows = []
+    result = {"measured": None, "quick": a.quick, "plan": p,
+              "asset": {**asset_facts, "path": str(full)}, "runs": [], "quality": None,
+              "targets": TARGETS, "machine": report.machine(), "complete": False}
     for name, asset, levers in _runs(p, full):
         print(f"export: {name}", file=sys.stderr, flush=True)
-        row = run_export(asset, a.work, name, **levers)
+        row = run_export(asset, a.work, name, via=a.via, **levers)
         row["input_faces"] = _faces_of(asset)
         row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
                                                  row["texture"], p["resolution"])
-        rows.append(row)
+        result["runs"].append(row)
         for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
             shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
-    defaults = next(r for r in rows if r["name"] == "defaults")
-    print("quality of the defaults' GLB", file=sys.stderr, flush=True)
-    q = quality.evaluate(full, defaults["glb"], p["target"],
-                         distance_samples=p["distance_samples"],
-                         colour_samples=p["colour_samples"])
-    if not a.keep_glb:
-        for r in rows:
-            Path(r["glb"]).unlink(missing_ok=True)
-    result = {"measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "quick": a.quick, "plan": p, "asset": {**asset_facts, "path": str(full)},
-              "runs": rows,
-              "quality": q, "targets": TARGETS, "machine": report.machine(),
-              "bench_seconds": time.time() - started}
+        if name == "defaults":  # quality first: the figures a later failure must not lose
+            print("quality of the defaults' GLB", file=sys.stderr, flush=True)
+            result["quality"] = quality.evaluate(full, row["glb"], p["target"],
+                                                 distance_samples=p["distance_samples"],
+                                                 colour_samples=p["colour_samples"])
+        if not a.keep_glb:
+            Path(row["glb"]).unlink(missing_ok=True)
+        result["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        result["bench_seconds"] = time.time() - started
+        # written after every run, marked incomplete until the last
+        (out / "export_engine.json").write_text(json.dumps(result, indent=1))
+    result["complete"] = True
     result["analysis"] = report.analyse(result)
     (out / "export_engine.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(report.tables(result) + "\n")

@@ -11,9 +11,16 @@ its own, measured from outside twice:
 
 A figure that stops being measured fails the run (``MeasurementMissing``): an export stage
 without samples, a sub-step of ``SUBSTEPS`` missing or without seconds.
+
+``via="worker"`` runs ``python -m bench.export_engine.worker`` instead (the same engine in a
+process of its own, without the runner's supervisor), for when ``runner export`` is not
+available: its events go to a trace written here, with this process's ``Sampler`` samples of
+the worker (10 Hz plus the kernel high-water mark, reset after each read) — the trace then has
+the runner's format and is read the same way. Each result says which way it was measured.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +28,7 @@ import time
 from pathlib import Path
 
 from stageload.meter import Sampler
+from stageload.trace import TraceWriter
 
 REPO = Path(__file__).resolve().parents[2]
 #: the engine's sub-steps (issue 20 item 6), each expected in every export's trace.
@@ -81,9 +89,52 @@ def export_figures(trace: Path) -> dict:
                          for n in subs}}
 
 
+def _worker_command(asset: Path, glb: Path, *, target: int, texture: int,
+                    budget: str | None, cores: int | None) -> list[str]:
+    cmd = [sys.executable, "-m", "bench.export_engine.worker", str(asset), str(glb),
+           "--target", str(target), "--texture", str(texture)]
+    if budget is not None:
+        cmd += ["--budget", budget]
+    if cores is not None:
+        cmd = ["taskset", "-c", ",".join(str(c) for c in range(cores)), *cmd]
+    return cmd
+
+
+def _run_worker(cmd: list[str], trace: Path, log, cores: int | None, timeout: float,
+                samples: list[int]) -> int:
+    """The worker, its events into ``trace`` with this process's samples of it."""
+    writer = TraceWriter(trace)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=thread_env(cores), stdout=subprocess.PIPE,
+                            stderr=log, text=True, bufsize=1)
+    sampler = None
+
+    def sink(sample: dict) -> None:
+        samples.append(sample.get("footprint") or 0)
+        writer(sample)
+
+    try:
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "bench_hello":
+                sampler = Sampler(int(event["pid"]), sink, interval=INTERVAL, tree=True)
+                sampler.start()
+                continue
+            writer(event)
+        return proc.wait(timeout=timeout)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        if proc.poll() is None:
+            proc.kill()
+        writer.close()
+
+
 def run_export(asset: Path, work: Path, name: str, *, target: int, texture: int,
                budget: str | None = None, cores: int | None = None,
-               timeout: float = 3600) -> dict:
+               timeout: float = 3600, via: str = "runner") -> dict:
     """Run one export (see the module docstring); returns its figures with ``name``,
     ``command``, ``rc``, ``wall``, ``tree_peak`` (this process's sampler), ``glb`` (path, kept
     for the quality check; the caller deletes it) and the runner trace's ``export`` figures.
@@ -92,9 +143,16 @@ def run_export(asset: Path, work: Path, name: str, *, target: int, texture: int,
     glb, trace = work / f"{name}.glb", work / f"{name}.trace.jsonl"
     glb.unlink(missing_ok=True)
     trace.unlink(missing_ok=True)
-    cmd = command(asset, glb, trace, target=target, texture=texture, budget=budget, cores=cores)
     samples: list[int] = []
     start = time.time()
+    if via == "worker":
+        cmd = _worker_command(asset, glb, target=target, texture=texture, budget=budget,
+                              cores=cores)
+        with open(work / f"{name}.log", "w", encoding="utf-8") as log:
+            rc = _run_worker(cmd, trace, log, cores, timeout, samples)
+        return _result(name, cmd, rc, time.time() - start, samples, glb, trace, work,
+                       target=target, texture=texture, budget=budget, cores=cores, via=via)
+    cmd = command(asset, glb, trace, target=target, texture=texture, budget=budget, cores=cores)
     with open(work / f"{name}.log", "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=thread_env(cores), stdout=subprocess.DEVNULL,
                                 stderr=log)
@@ -108,11 +166,15 @@ def run_export(asset: Path, work: Path, name: str, *, target: int, texture: int,
             sampler.stop()
             if proc.poll() is None:
                 proc.kill()
-    wall = time.time() - start
+    return _result(name, cmd, rc, time.time() - start, samples, glb, trace, work,
+                   target=target, texture=texture, budget=budget, cores=cores, via=via)
+
+
+def _result(name, cmd, rc, wall, samples, glb, trace, work, **levers) -> dict:
     if rc != 0:
         raise RuntimeError(f"{name}: the runner exited with {rc}; see {work / (name + '.log')}")
     if not samples:
         raise MeasurementMissing(f"{name}: this process's sampler took no samples")
     return {"name": name, "command": cmd, "rc": rc, "wall": wall, "tree_peak": max(samples),
-            "glb": str(glb), "target": target, "texture": texture, "budget": budget,
-            "cores": cores, "loadavg": os.getloadavg()[0], "export": export_figures(trace)}
+            "glb": str(glb), **levers, "loadavg": os.getloadavg()[0],
+            "export": export_figures(trace)}
