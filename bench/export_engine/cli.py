@@ -135,12 +135,15 @@ def main(argv=None) -> int:
         print(f"export: {name}", file=sys.stderr, flush=True)
         row = run_export(asset, a.work, name, via=a.via, **levers)
         row["input_faces"] = _faces_of(asset)
+        if row["export"] is None:
+            print(f"  {name} failed (exit {row['rc']}): {row['failed']}", file=sys.stderr)
         row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
                                                  row["texture"], p["resolution"])
         result["runs"].append(row)
         for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
-            shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
-        if name == "defaults":  # quality first: the figures a later failure must not lose
+            if (a.work / f"{name}.{f}").exists():
+                shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
+        if name == "defaults" and row["export"] is not None:  # quality first: the figures a later failure must not lose
             print("quality of the defaults' GLB", file=sys.stderr, flush=True)
             result["quality"] = quality.evaluate(full, row["glb"], p["target"],
                                                  distance_samples=p["distance_samples"],

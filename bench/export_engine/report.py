@@ -35,6 +35,8 @@ def analyse(result: dict) -> dict:
     """The targets met or not, what dominates, and how the time scales with cores."""
     t = result["targets"]
     d, b, one = (_run(result, n) for n in ("defaults", "budget_2g", "cores_1"))
+    b = b if b is not None and b["export"] is not None else None
+    one = one if one is not None and one["export"] is not None else None
     steps = d["export"]["substeps"]
     slowest = max(SUBSTEPS, key=lambda s: steps[s]["seconds"])
     highest = max(SUBSTEPS, key=lambda s: steps[s]["peak"] or 0)
@@ -87,6 +89,11 @@ def tables(result: dict) -> str:
              "|---|---|---|---|---|---|---|---|" + "---|" * len(SUBSTEPS) + "---|"]
     for r in result["runs"]:
         e = r["export"]
+        if e is None:
+            lines.append(f"| {r['name']} | {r['input_faces']:,} | {r['texture']} | "
+                         f"{r['budget'] or '–'} | {r['cores'] or result['machine']['cpus']} | "
+                         f"**failed, exit {r['rc']}**: {r['failed']} |" + " |" * (9 + len(SUBSTEPS)))
+            continue
         top = max(SUBSTEPS, key=lambda s: e["substeps"][s]["peak"] or 0)
         lines.append(
             f"| {r['name']} | {r['input_faces']:,} | {r['texture']} | {r['budget'] or '–'} | "
@@ -100,7 +107,7 @@ def tables(result: dict) -> str:
               ("| run | input faces | texture | bounded engine, measured | port export, "
               "modelled | modelled ÷ measured |"), "|---|---|---|---|---|---|"]
     for r in result["runs"]:
-        if r["cores"] or r["budget"]:
+        if r["cores"] or r["budget"] or r["export"] is None:
             continue
         m = r["modelled_port"]["process_peak"]
         lines.append(f"| {r['name']} | {r['input_faces']:,} | {r['texture']} | "
@@ -133,9 +140,14 @@ def tables(result: dict) -> str:
 def _figure(name: str, result: dict) -> str:
     q = result["quality"]
     d, b = _run(result, "defaults"), _run(result, "budget_2g")
+    if b is not None and b["export"] is None:
+        refused = f"failed (exit {b['rc']}): {b['failed']}"
+        b = None
+    else:
+        refused = "not measured"
     return {
         "defaults peak <= 4 GiB": _gib(d["export"]["peak"]),
-        "--export-budget 2G peak <= 2.2 GiB": _gib(b["export"]["peak"]) if b else "not measured",
+        "--export-budget 2G peak <= 2.2 GiB": _gib(b["export"]["peak"]) if b else refused,
         "defaults time <= 10 min": f"{d['export']['seconds']:.1f} s",
         "face count within 2 % of the target": f"{q['faces']:,} ({q['face_error']:.2%})",
         "distance mean <= 0.5 voxel": f"{q['distance']['both']['mean']:.3f} voxel",

@@ -171,8 +171,12 @@ def run_export(asset: Path, work: Path, name: str, *, target: int, texture: int,
 
 
 def _result(name, cmd, rc, wall, samples, glb, trace, work, **levers) -> dict:
-    if rc != 0:
-        raise RuntimeError(f"{name}: the runner exited with {rc}; see {work / (name + '.log')}")
+    if rc != 0:  # a refused or failed export is a result (its target missed), not a crash
+        log = (work / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+        last = [ln for ln in log.splitlines() if ln.strip()][-3:]
+        return {"name": name, "command": cmd, "rc": rc, "wall": wall, "failed": " / ".join(last),
+                "tree_peak": max(samples) if samples else None, "glb": str(glb), **levers,
+                "loadavg": os.getloadavg()[0], "export": None}
     if not samples:
         raise MeasurementMissing(f"{name}: this process's sampler took no samples")
     return {"name": name, "command": cmd, "rc": rc, "wall": wall, "tree_peak": max(samples),
