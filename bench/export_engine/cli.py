@@ -143,7 +143,8 @@ def main(argv=None) -> int:
         for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
             if (a.work / f"{name}.{f}").exists():
                 shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
-        if name == "defaults" and row["export"] is not None:  # quality first: the figures a later failure must not lose
+        # quality first: the figures a later failure must not lose
+        if name == "defaults" and row["export"] is not None:
             print("quality of the defaults' GLB", file=sys.stderr, flush=True)
             result["quality"] = quality.evaluate(full, row["glb"], p["target"],
                                                  distance_samples=p["distance_samples"],

@@ -114,7 +114,7 @@ def _closest_on_triangles(p: np.ndarray, a: np.ndarray, b: np.ndarray,
     points = [a, b, c, a + ab * np.nan_to_num(t_ab)[:, None], a + ac * np.nan_to_num(t_ac)[:, None],
               b + (c - b) * np.nan_to_num(t_bc)[:, None]]
     done = np.zeros(len(p), bool)
-    for region, point in zip(edges, points):
+    for region, point in zip(edges, points, strict=True):
         take = region & ~done
         q[take] = point[take]
         done |= take

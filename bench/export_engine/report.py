@@ -92,7 +92,8 @@ def tables(result: dict) -> str:
         if e is None:
             lines.append(f"| {r['name']} | {r['input_faces']:,} | {r['texture']} | "
                          f"{r['budget'] or '–'} | {r['cores'] or result['machine']['cpus']} | "
-                         f"**failed, exit {r['rc']}**: {r['failed']} |" + " |" * (9 + len(SUBSTEPS)))
+                         f"**failed, exit {r['rc']}**: {r['failed']} |"
+                         + " |" * (9 + len(SUBSTEPS)))
             continue
         top = max(SUBSTEPS, key=lambda s: e["substeps"][s]["peak"] or 0)
         lines.append(

@@ -31,7 +31,8 @@ def small():
 def test_keys_dtypes_shapes(small):
     a = small[64].arrays
     assert tuple(a) == ASSET_KEYS
-    assert a["vertices"].dtype == np.float32 and a["vertices"].ndim == 2 and a["vertices"].shape[1] == 3
+    v = a["vertices"]
+    assert v.dtype == np.float32 and v.ndim == 2 and v.shape[1] == 3
     assert a["faces"].dtype == np.int32 and a["faces"].shape[1] == 3
     assert a["coords"].dtype == np.int32 and a["coords"].shape[1] == 3
     assert a["attrs"].dtype == np.float32 and a["attrs"].shape == (len(a["coords"]), 6)
@@ -76,7 +77,8 @@ def test_slabs_stitch_to_the_one_call_surface():
 def test_shell_holds_every_trilinear_neighbourhood(small):
     a = small[64].arrays
     res = int(a["resolution"])
-    key = lambda c: (c[:, 0].astype(np.int64) * res + c[:, 1]) * res + c[:, 2]
+    def key(c):
+        return (c[:, 0].astype(np.int64) * res + c[:, 1]) * res + c[:, 2]
     voxels = np.sort(key(a["coords"]))
     corner = np.floor((a["vertices"] + 0.5) * res - 0.5).astype(np.int64)
     for offset in np.ndindex(2, 2, 2):
@@ -122,7 +124,8 @@ def test_loads_with_the_stand_in_ports_loader(small, tmp_path):
     path = tmp_path / "asset.npz"
     size = write_asset(path, small[64])
     assert size == path.stat().st_size and not list(tmp_path.glob(".*part*"))
-    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import generate_mps as g; g.load_runtime_deps(); "
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import generate_mps as g; "
+            "g.load_runtime_deps(); "
             "m, v, f, r = g.load_mesh_checkpoint(sys.argv[2]); "
             "print(json.dumps([list(v.shape), list(f.shape), list(m.coords.shape), "
             "list(m.attrs.shape), m.origin.tolist(), m.voxel_size, r]))")
@@ -148,7 +151,8 @@ def test_cli(tmp_path):
     bad = tmp_path / "not.png"
     bad.write_text("no picture")
     run = subprocess.run([sys.executable, "-m", "standin.asset", str(bad), "-o",
-                          str(tmp_path / "b.npz")], cwd=REPO, capture_output=True, text=True, check=False,
+                          str(tmp_path / "b.npz")], cwd=REPO, capture_output=True, text=True,
+                         check=False,
                          timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr and "error" in run.stderr
     assert not (tmp_path / "b.npz").exists()
