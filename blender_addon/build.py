@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: ``--out DIR`` (default ``dist``), ``--platform P`` (repeatable; default
     every platform of :data:`wheels.PLATFORMS`). Prints each zip's path; exit 1 with one line on
     failure (e.g. wheels not fetched yet: it names the command that fetches them)."""
-    ap = argparse.ArgumentParser(prog="python -m blender_addon.build", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m blender_addon.build",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="dist", type=Path, help="output folder (default: dist)")
     ap.add_argument("--platform", action="append", choices=sorted(_wheels.PLATFORMS),
                     help="Blender platform to build for (default: all)")

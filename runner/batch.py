@@ -9,7 +9,8 @@ records)::
      "updated": <time.time()>,
      "images": {"<file name>": {"image": path, "output": path, "trace": path,
                                 "status": "done" | "failed" | "cancelled", "seconds": float,
-                                "peak": bytes | null, "error": {kind, message, hint, exit_code} | null,
+                                "peak": bytes | null,
+                                "error": {kind, message, hint, exit_code} | null,
                                 "sha256": hex digest of the input file's bytes,
                                 "options": {the options that shape the output},
                                 "finished": <time.time()>,
@@ -32,15 +33,22 @@ import time
 from pathlib import Path
 
 from . import backends
-from .cli import (ArgumentParser, add_job_arguments, guard_config, internal_failure,
-                  setup, usage_failure, validate_job)
+from .cli import (
+    ArgumentParser,
+    add_job_arguments,
+    guard_config,
+    internal_failure,
+    setup,
+    usage_failure,
+    validate_job,
+)
 from .errors import RunnerError, explain
 from .inputs import IMAGE_SUFFIXES
-from .jobtrace import log
-from .manifest import (MANIFEST, MANIFEST_VERSION, load_manifest, manifest_entries,
-                       update_manifest)
-from .protocol import make
 from .job import Job, Outcome
+from .jobtrace import log
+from .manifest import MANIFEST, MANIFEST_VERSION, load_manifest, manifest_entries, update_manifest
+from .protocol import make
+
 
 def find_images(folder: Path) -> list[Path]:
     """Image files directly in ``folder`` (suffixes in ``IMAGE_SUFFIXES``, hidden files

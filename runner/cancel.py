@@ -70,7 +70,8 @@ class Cancel:
     def _on_signal(self, signum, frame) -> None:
         self.cancel(f"signal {signal.Signals(signum).name}")
 
-    def install(self, *, signals: bool = True, stdin: bool = False, parent: bool = True) -> "Cancel":
+    def install(self, *, signals: bool = True, stdin: bool = False,
+                parent: bool = True) -> "Cancel":
         """Start the cancel sources: signal handlers (main thread only), the stdin watch when
         ``stdin`` is True and stdin is a pipe or socket, the parent-pid poll. Returns self."""
         if signals and threading.current_thread() is threading.main_thread():

@@ -117,7 +117,8 @@ def build_parser() -> ArgumentParser:
         prog="python -m runner",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Image → textured GLB in a guarded worker process; NDJSON events on stdout\n"
-                    "(runner/PROTOCOL.md). Other commands: `python -m runner batch DIR -o OUTDIR`,\n"
+                    "(runner/PROTOCOL.md). Other commands: `python -m runner batch DIR -o "
+                    "OUTDIR`,\n"
                     "`python -m runner check`.",
         epilog=EXIT_EPILOG)
     parser.add_argument("image", help="the input image (PNG, JPEG, WebP …)")

@@ -78,7 +78,8 @@ KINDS: dict[str, Kind] = {
                             "the Pixal3D folder is of an unknown version"),
     "missing_dependency": Kind(34, "Install the project's dependencies into that interpreter "
                                    "(pip install -e . or the Makefile's setup).",
-                               "the interpreter lacks a package the runner needs (Pillow, psutil…)"),
+                               "the interpreter lacks a package the runner needs (Pillow, "
+                               "psutil…)"),
     "bad_weights": Kind(35, "The weight file named in the message is damaged or belongs to "
                             "another model version: delete it, download the Pixal3D weights "
                             "again, then run again.",

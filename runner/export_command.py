@@ -19,14 +19,27 @@ from pathlib import Path
 
 from .cancel import cancel_error
 from .claims import claim_all
-from .cli import (EXIT_EPILOG, ArgumentParser, guard_config, internal_failure, report_success,
-                  setup, usage_failure)
+from .cli import (
+    EXIT_EPILOG,
+    ArgumentParser,
+    guard_config,
+    internal_failure,
+    report_success,
+    setup,
+    usage_failure,
+)
 from .errors import RunnerError, explain
 from .job import Job, WorkerJob
 from .jobrun import JobRun
 from .jobtrace import log
-from .outputs import (check_output, check_path_limits, check_trace, job_dir,
-                      sweep_stale_job_dirs, trace_conflict)
+from .outputs import (
+    check_output,
+    check_path_limits,
+    check_trace,
+    job_dir,
+    sweep_stale_job_dirs,
+    trace_conflict,
+)
 from .protocol import make
 
 PLAN = ("export",)

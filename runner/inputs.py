@@ -84,7 +84,8 @@ def _open_checked(path: Path) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise _too_large(path, exc) from None
     except UnidentifiedImageError:
-        raise RunnerError("not_an_image", f"{_name(path)} is not an image Pillow can read.") from None
+        raise RunnerError("not_an_image",
+                          f"{_name(path)} is not an image Pillow can read.") from None
     except PermissionError:
         raise RunnerError("input_missing", f"{_name(path)} cannot be read (permission denied).",
                           "Check the file's permissions.") from None

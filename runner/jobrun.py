@@ -28,9 +28,20 @@ from .job import Job, Outcome, WorkerJob, explain_warning, warning_record
 from .jobtrace import JobTrace, log, summarize_trace
 from .limits import resource_error
 from .memory import MemoryTracker
-from .outputs import (check_output, check_path_limits, check_trace, commit, discard, discard_dir,
-                      failed_runs_trace, job_dir, sweep_stale_job_dirs, sweep_stale_partials,
-                      temp_path, trace_conflict)
+from .outputs import (
+    check_output,
+    check_path_limits,
+    check_trace,
+    commit,
+    discard,
+    discard_dir,
+    failed_runs_trace,
+    job_dir,
+    sweep_stale_job_dirs,
+    sweep_stale_partials,
+    temp_path,
+    trace_conflict,
+)
 from .protocol import make, relay
 
 

@@ -52,7 +52,8 @@ class JobTrace:
         except FileExistsError:
             raise RunnerError("output_exists", f"The trace {path} appeared meanwhile (another "
                               "runner on the same output?); it was left untouched.",
-                              "Wait for that job, or choose another output name or --trace.") from None
+                              "Wait for that job, or choose another output name or "
+                              "--trace.") from None
         except OSError as exc:
             raise RunnerError("output_unwritable", f"Cannot create the trace {path} "
                               f"({exc.strerror or exc}).") from None

@@ -78,5 +78,6 @@ class MemoryTracker:
             self._due = now + self.interval if late else self._due + self.interval
             return {"footprint": sample.get("footprint"), "peak": self.peak,
                     "stage": self.stage, "stage_peak": self.stage_peak,
-                    "substep": self.substep, "swap": sample.get("swap"), "available": sample.get("available"),
+                    "substep": self.substep, "swap": sample.get("swap"),
+                    "available": sample.get("available"),
                     "total": sample.get("total"), "pressure": sample.get("pressure")}

@@ -16,9 +16,9 @@ from typing import Callable
 
 from . import __version__
 from .cancel import Cancel
+from .job import Job, Outcome
 from .jobrun import JobRun
 from .jobtrace import log
-from .job import Job, Outcome
 
 RUNNER_VERSION = __version__
 """The ``runner`` field of ``hello`` (``runner.__version__``)."""
@@ -27,7 +27,8 @@ __all__ = ["RUNNER_VERSION", "Job", "Outcome", "log", "run_job"]
 
 
 def run_job(job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config, *,
-            preamble: list[dict] = (), python: str | None = None, tag: dict | None = None) -> Outcome:
+            preamble: list[dict] = (), python: str | None = None,
+            tag: dict | None = None) -> Outcome:
     """Run one job to its end. ``emit`` gets each protocol object for stdout (already with
     ``v``); the trace gets them too, plus the samples. ``preamble`` (e.g. ``hello``) is written
     first into the trace. ``tag`` fields are added to every relayed event (batch: ``item``).

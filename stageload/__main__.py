@@ -9,9 +9,12 @@ Exit status: the sub-command's own (docs/meter.md, docs/guard.md); 2 for an unkn
 import sys
 
 COMMANDS = {
-    "summary": ("stageload.summary", "summary of a JSONL trace: peaks, swap, time and loads per stage"),
-    "plot": ("stageload.plot", "chart of footprint over time with stage bands, several runs overlaid"),
-    "guard": ("stageload.guard.cli", "run one command only when there is memory, stop it before swap runs away"),
+    "summary": ("stageload.summary",
+                "summary of a JSONL trace: peaks, swap, time and loads per stage"),
+    "plot": ("stageload.plot",
+             "chart of footprint over time with stage bands, several runs overlaid"),
+    "guard": ("stageload.guard.cli",
+              "run one command only when there is memory, stop it before swap runs away"),
 }
 
 
@@ -20,7 +23,8 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         lines = ["usage: python -m stageload {summary,plot,guard} ...", ""]
         lines += [f"  {name:8s} {text}" for name, (_, text) in COMMANDS.items()]
-        print("\n".join(lines), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
+        print("\n".join(lines),
+              file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     import importlib
 

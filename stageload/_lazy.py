@@ -1,8 +1,8 @@
 """Lazy public names for a package (PEP 562 module ``__getattr__`` and ``__dir__``).
 
-A package lists ``submodule → the public names it defines`` and imports the submodule only
-when one of its names is first used, so importing the package stays cheap (``python -m stageload guard`` and the runner's
-supervisor must never pay for torch).
+A package lists ``submodule → the public names it defines`` and imports the submodule only when one
+of its names is first used, so importing the package stays cheap (``python -m stageload guard`` and
+the runner's supervisor must never pay for torch).
 """
 from __future__ import annotations
 

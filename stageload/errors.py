@@ -63,7 +63,8 @@ class ShareError(StageloadError, TypeError):
 
 
 class CheckpointError(StageloadError, ValueError):
-    """A checkpoint does not fit the module (missing file, names, shapes, or weights left on meta)."""
+    """A checkpoint does not fit the module (missing file, names, shapes, or weights left on
+    meta)."""
 
 
 class PlanError(StageloadError, ValueError):

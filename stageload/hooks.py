@@ -53,7 +53,8 @@ class CallHook:
         current = vars(self.obj).get(self.method, _MISSING)
         if current is self._wrapper:
             previous = self._previous
-            while getattr(previous, "_stageload_hook", None) is not None and not previous._stageload_hook.active:
+            while getattr(previous, "_stageload_hook",
+                          None) is not None and not previous._stageload_hook.active:
                 previous = previous._stageload_hook._previous  # skip hooks removed while under us
             if previous is _MISSING:
                 delattr_plain(self.obj, self.method)
@@ -102,13 +103,15 @@ def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
     if after is not None and not callable(after):
         raise HookError(f"after= must be callable, got {type(after).__name__}")
     if isinstance(obj, type):
-        raise HookError(f"on_call hooks one instance; {obj.__name__} is a class. Pass the object whose "
+        raise HookError(f"on_call hooks one instance; {obj.__name__} is a class. Pass the object "
+                        f"whose "
                         f"{method!r} should be hooked")
     original = getattr(obj, method, _MISSING)
     if original is _MISSING:
         raise HookError(f"{type(obj).__name__} object has no attribute {method!r} to hook")
     if not callable(original):
-        raise HookError(f"{type(obj).__name__}.{method} is a {type(original).__name__}, not a method")
+        raise HookError(f"{type(obj).__name__}.{method} is a {type(original).__name__}, not a "
+                        f"method")
     if not hasattr(obj, "__dict__"):
         raise HookError(f"cannot hook {type(obj).__name__}.{method}: the object has no instance "
                         f"__dict__ (__slots__), so a per-instance hook cannot be installed")

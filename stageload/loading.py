@@ -18,9 +18,9 @@ that is thrown away.
    ones.
 
 So each weight exists once. On the CPU the weights stay backed by the file's mapping: do not
-overwrite or truncate the checkpoint while the model is loaded. Measured on this project's Linux test machine (see
-``tests/stageload/test_loading_memory.py``): the process high-water mark grows by about 1.0× the
-checkpoint's bytes; the test allows 1.2×.
+overwrite or truncate the checkpoint while the model is loaded. Measured on this project's Linux
+test machine (see ``tests/stageload/test_loading_memory.py``): the process high-water mark grows by
+about 1.0× the checkpoint's bytes; the test allows 1.2×.
 
 :func:`load_checkpoint` is the fallback for a module that is already built (normally, on its
 device): it copies the checkpoint in one tensor at a time through ``safetensors.safe_open``, so
@@ -171,7 +171,8 @@ def load_checkpoint(module: nn.Module, checkpoint: PathLike, *, strict: bool = T
                     target = targets[name]
                     tensor = handle.get_tensor(name)
                     if tensor.shape != target.shape:
-                        raise CheckpointError(f"{path.name}: {name} has shape {tuple(tensor.shape)}, "
+                        raise CheckpointError(f"{path.name}: {name} has shape "
+                                              f"{tuple(tensor.shape)}, "
                                               f"the module expects {tuple(target.shape)}")
                     target.copy_(tensor)
                     read += tensor.nbytes

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Iterable
 
 from .summary import Summarizer, print_quietly
-from .units import format_size
 from .trace import TraceError, TraceReader, iter_lines
+from .units import format_size
 
 GIB = 1024**3  # the y axis unit (stageload.units: binary multiples, IEC labels)
 FORMATS = ("png", "svg", "pdf")  # the -o suffixes accepted; all written by matplotlib's Agg canvas
@@ -56,8 +56,9 @@ class _Series:
             return
         self._flush()
         if len(self.times) >= 2 * self.limit:
-            pairs = zip(zip(self.times[0::2], self.values[0::2]),
-                        zip(self.times[1::2], self.values[1::2]))
+            # an odd count leaves the last sample unpaired (strict=False drops it)
+            pairs = zip(zip(self.times[0::2], self.values[0::2], strict=True),
+                        zip(self.times[1::2], self.values[1::2], strict=True), strict=False)
             kept = [a if a[1] >= b[1] else b for a, b in pairs]
             self.times, self.values = [p[0] for p in kept], [p[1] for p in kept]
             self.stride *= 2
@@ -191,7 +192,7 @@ def _draw_lanes(lane_ax, runs: list[Run], colours: dict[str, str], line_colours:
                 lane_ax.text((st["ready"] + st["end"]) / 2, y, st["stage"], ha="center",
                              va="center", fontsize=8, clip_on=True)
     lane_ax.set_yticks(range(len(runs)), [run.label for run in reversed(runs)], fontsize=9)
-    for tick, colour in zip(lane_ax.get_yticklabels(), reversed(line_colours)):
+    for tick, colour in zip(lane_ax.get_yticklabels(), reversed(line_colours), strict=False):
         tick.set_color(colour)
     lane_ax.set_ylim(-0.6, len(runs) - 0.4)
     lane_ax.set_xlabel("seconds since start of each run")
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if not out.parent.is_dir():
         return fail(f"folder {out.parent} does not exist")
     runs = []
-    for path, label in zip(args.traces, labels):
+    for path, label in zip(args.traces, labels, strict=True):
         try:
             runs.append(load_run(path, label))
         except TraceError as exc:

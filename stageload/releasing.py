@@ -223,7 +223,7 @@ def _malloc_trim() -> bool:
     if _LIBC is None:
         try:
             _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.malloc_trim  # musl has none
+            _ = _LIBC.malloc_trim  # musl has none: AttributeError
         except (OSError, AttributeError):
             _LIBC = False
     if not _LIBC:

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from typing import Any, Hashable, Iterator
 
 from .errors import ShareError
-from .patching import MISSING as _MISSING, own_value, patched
-
+from .patching import MISSING as _MISSING
+from .patching import own_value, patched
 
 
 class Shared:
@@ -75,7 +75,8 @@ def share(owner: Any, attr: str) -> Iterator[Shared]:
     if current is _MISSING:
         raise ShareError(f"{_name(owner)} has no attribute {attr!r} to share")
     if not callable(current):
-        raise ShareError(f"{_name(owner)}.{attr} is a {type(current).__name__}, not a constructor or factory")
+        raise ShareError(f"{_name(owner)}.{attr} is a {type(current).__name__}, not a constructor "
+                         f"or factory")
     raw = own_value(owner, attr)
     state = Shared(owner, attr)
 

@@ -33,8 +33,14 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Union
 
 from torch import nn
 
-from .errors import (LoaderError, NotAModuleError, PlanError, ReleasedModuleError,
-                     UnknownModelError, UnknownStageError)
+from .errors import (
+    LoaderError,
+    NotAModuleError,
+    PlanError,
+    ReleasedModuleError,
+    UnknownModelError,
+    UnknownStageError,
+)
 from .events import EventSink, emit
 from .prefetch import Prefetcher
 from .releasing import empty_allocator_cache, is_released, module_bytes, release
@@ -88,21 +94,25 @@ class StagedModels(MutableMapping):
     naming an unknown model or giving something that is not a path.
     """
 
-    def __init__(self, loaders: Mapping[str, Optional[Loader]], stages: Plan, pinned: Iterable[str] = (),
+    def __init__(self, loaders: Mapping[str, Optional[Loader]], stages: Plan,
+                 pinned: Iterable[str] = (),
                  events: Optional[EventSink] = None, *, preserve_rng: bool = True,
                  files: Optional[Files] = None, prefetch: Union[bool, Prefetcher] = True,
                  prefetch_floor: Optional[int] = None):
         self._loaders: dict[str, Optional[Loader]] = {}
         for name, loader in dict(loaders).items():
             if isinstance(loader, nn.Module):
-                raise PlanError(f"the loader of model {name!r} is a built module; give a zero-argument "
-                                f"function that builds it (e.g. lambda: MyModel()), or declare the name "
+                raise PlanError(f"the loader of model {name!r} is a built module; give a "
+                                f"zero-argument "
+                                f"function that builds it (e.g. lambda: MyModel()), or declare the "
+                                f"name "
                                 f"with None and assign the module with models[{name!r}] = module")
             if loader is not None and not callable(loader):
                 raise PlanError(f"the loader of model {name!r} is a {type(loader).__name__}, not a "
                                 f"zero-argument function returning an nn.Module (or None)")
             self._loaders[name] = loader
-        pairs = list(stages.items()) if isinstance(stages, Mapping) else [tuple(pair) for pair in stages]
+        pairs = list(stages.items()) if isinstance(stages,
+                                                   Mapping) else [tuple(pair) for pair in stages]
         self._plan: dict[str, tuple[str, ...]] = {}
         for stage, names in pairs:
             if stage in self._plan:
@@ -111,7 +121,8 @@ class StagedModels(MutableMapping):
             unknown = [name for name in names if name not in self._loaders]
             if unknown:
                 raise UnknownModelError(
-                    f"stage {stage!r} names model(s) {', '.join(map(repr, unknown))} that have no loader; "
+                    f"stage {stage!r} names model(s) {', '.join(map(repr, unknown))} that have no "
+                    f"loader; "
                     f"known models: {', '.join(map(repr, self._loaders)) or 'none'}. Add a loader "
                     f"(or None to assign it later) or fix the stage's list")
             self._plan[stage] = names
@@ -119,8 +130,10 @@ class StagedModels(MutableMapping):
         pinned = (pinned,) if isinstance(pinned, str) else tuple(pinned)
         unknown = [name for name in pinned if name not in self._loaders]
         if unknown:
-            raise UnknownModelError(f"pinned names unknown model(s) {', '.join(map(repr, unknown))}; "
-                                    f"known models: {', '.join(map(repr, self._loaders)) or 'none'}")
+            raise UnknownModelError(f"pinned names unknown model(s) "
+                                    f"{', '.join(map(repr, unknown))}; "
+                                    f"known models: "
+                                    f"{', '.join(map(repr, self._loaders)) or 'none'}")
         self._pinned: set[str] = set(pinned)
         self._loaded: dict[str, nn.Module] = {}
         self._released: dict[str, Optional[str]] = {}  # name → stage that released it
@@ -188,7 +201,8 @@ class StagedModels(MutableMapping):
         if loader is None:
             if name in self._released:
                 raise ReleasedModuleError(name, self._released[name],
-                                          "It was assigned, not loaded, so it cannot be loaded again: "
+                                          "It was assigned, not loaded, so it cannot be loaded "
+                                          "again: "
                                           "assign it again with models[name] = module.")
             raise UnknownModelError(f"model {name!r} has no loader and has not been assigned yet; "
                                     f"assign it with models[{name!r}] = module")
@@ -204,16 +218,21 @@ class StagedModels(MutableMapping):
                 module = loader()
             except Exception as exc:
                 where = f" in stage {self._stage!r}" if self._stage is not None else ""
-                raise LoaderError(name, f"loading model {name!r}{where} failed: {type(exc).__name__}: "
-                                        f"{exc}. Nothing was loaded; fix the loader or its checkpoint "
+                raise LoaderError(name,
+                                  f"loading model {name!r}{where} failed: {type(exc).__name__}: "
+                                        f"{exc}. Nothing was loaded; fix the loader or its "
+                                        f"checkpoint "
                                         f"and index the model again") from exc
         seconds = time.perf_counter() - start
         if not isinstance(module, nn.Module):
-            raise NotAModuleError(f"the loader of model {name!r} returned a {type(module).__name__}, "
+            raise NotAModuleError(f"the loader of model {name!r} returned a "
+                                  f"{type(module).__name__}, "
                                   f"not a torch.nn.Module; it must build and return the model")
         if is_released(module):
-            raise LoaderError(name, f"the loader of model {name!r} returned a module that was released "
-                                    f"earlier (its weights are gone); a loader must build or load the "
+            raise LoaderError(name,
+                              f"the loader of model {name!r} returned a module that was released "
+                                    f"earlier (its weights are gone); a loader must build or load "
+                                    f"the "
                                     f"model anew each time it is called")
         self._loaded[name] = module
         self._released.pop(name, None)
@@ -240,9 +259,11 @@ class StagedModels(MutableMapping):
         if not isinstance(name, str):
             raise TypeError(f"model names are str, got {type(name).__name__}")
         if not isinstance(module, nn.Module):
-            raise NotAModuleError(f"models[{name!r}] must be a torch.nn.Module, got {type(module).__name__}")
+            raise NotAModuleError(f"models[{name!r}] must be a torch.nn.Module, got "
+                                  f"{type(module).__name__}")
         if is_released(module):
-            raise ReleasedModuleError(name, None, "A released module cannot be assigned; assign a built one.")
+            raise ReleasedModuleError(name, None,
+                                      "A released module cannot be assigned; assign a built one.")
         self._loaders.setdefault(name, None)
         self._loaded[name] = module
         self._released.pop(name, None)
@@ -376,12 +397,14 @@ class StagedModels(MutableMapping):
                      bytes=0, file_bytes=0, seconds=0.0, state="skipped",
                      reason="no files known for this model", method=self._prefetcher.method)
         self._prefetcher.start(self._stage, after,
-                               [(name, self._files[name]) for name in wanted if name in self._files])
+                               [(name,
+                                 self._files[name]) for name in wanted if name in self._files])
 
     def progress(self, fraction: float) -> None:
         """Emit a ``progress`` event (``fraction`` 0..1, clamped) for the current stage."""
         self._start_prefetch()  # the stage computes: its own loads are done
-        emit(self._sink, "progress", stage=self._stage, fraction=min(1.0, max(0.0, float(fraction))))
+        emit(self._sink, "progress", stage=self._stage,
+             fraction=min(1.0, max(0.0, float(fraction))))
 
     def release(self, name: str) -> int:
         """Release one model now, keeping its name (it loads again on access); return the bytes.
@@ -443,7 +466,8 @@ class StagedModels(MutableMapping):
                 f"released={list(self._released)!r}, pinned={sorted(self._pinned)!r})")
 
 
-def _checked_files(files: Optional[Files], loaders: Mapping[str, object]) -> dict[str, tuple[Path, ...]]:
+def _checked_files(files: Optional[Files],
+                   loaders: Mapping[str, object]) -> dict[str, tuple[Path, ...]]:
     """``files`` as name → tuple of Paths. Raises ``UnknownModelError`` for a name without a
     loader, ``PlanError`` for a value that is not a path or a list of paths."""
     out: dict[str, tuple[Path, ...]] = {}

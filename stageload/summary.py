@@ -56,7 +56,8 @@ def _add(tally: dict, ev: dict) -> None:
     size, secs = ev.get("bytes"), ev.get("seconds")
     tally["count"] += 1
     tally["bytes"] += size if isinstance(size, int) and not isinstance(size, bool) else 0
-    tally["seconds"] += float(secs) if isinstance(secs, (int, float)) and not isinstance(secs, bool) \
+    tally["seconds"] += float(secs) if isinstance(secs, (int, float)) and not isinstance(secs,
+                                                                                         bool) \
         else 0.0
 
 
@@ -281,7 +282,8 @@ def summarize(lines: Iterable[str | bytes | dict], source: str = "trace") -> dic
 
 # -- text -------------------------------------------------------------------------------------
 def _size(n) -> str:
-    """``n`` bytes for people (:func:`stageload.units.format_size`: ``"1.2 GiB"``); ``"–"`` for None."""
+    """``n`` bytes for people (:func:`stageload.units.format_size`: ``"1.2 GiB"``); ``"–"`` for
+    None."""
     return format_size(n, unknown="–")
 
 
@@ -339,7 +341,8 @@ def format_text(summary: dict, name: str = "trace") -> str:
     if s["available_min"] is not None:
         lines.append(f"lowest available memory: {_size(s['available_min'])}")
     ld = s["loads"]
-    lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), {_size(ld['bytes'])} "
+    lines.append(f"loaded: {ld['count']} loads ({ld['reloads']} of them reloads), "
+                 f"{_size(ld['bytes'])} "
                  f"in {_sec(ld['seconds'])}; {s['outside_stage_count']} outside their stage")
     hit, cold = ld["prefetched"], ld["cold"]
     pre = s["prefetch"]
@@ -395,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m stageload summary",
         description="Peak footprint per stage and overall, swap at start/peak/end, seconds per "
                     "stage, bytes and seconds loaded, loads outside their stage.")
-    parser.add_argument("trace", help="JSONL trace written by stageload's Sampler (e.g. a --trace option)")
+    parser.add_argument("trace",
+                        help="JSONL trace written by stageload's Sampler (e.g. a --trace option)")
     parser.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     args = parser.parse_args(argv)
     try:

@@ -116,7 +116,8 @@ MAX_LINE = 8 * 1024 * 1024
 #: 0 <= v < 10**9. Times: ``time.time()`` or seconds from a start, 0 <= v < 10**12. A value that
 #: is none of these (a string, a bool, NaN, 1e400 = infinity, negative) is dropped from its
 #: event and counted (``skipped``).
-SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "file_bytes", "released_bytes",
+SIZE_FIELDS = ("footprint", "hwm", "swap", "available", "total", "bytes", "file_bytes",
+               "released_bytes",
                "peak", "current", "allocated", "index", "count")
 SECONDS_FIELDS = ("seconds",)
 TIME_FIELDS = ("hwm_since",)
@@ -253,7 +254,8 @@ class TraceReader:
                           "is this a stageload trace?")
 
 
-def parse_lines(lines: Iterable[str | bytes | dict], source: str = "trace") -> tuple[list[dict], bool]:
+def parse_lines(lines: Iterable[str | bytes | dict],
+                source: str = "trace") -> tuple[list[dict], bool]:
     """All events of ``lines`` as a list, in time order and validated (see
     :class:`TraceReader`, which streams the same without holding them): ``(events,
     truncated)``. Raises :class:`TraceError` as :class:`TraceReader` does."""

@@ -31,7 +31,8 @@ from decimal import Decimal
 #: bytes per multiple, by the letter people type.
 MULTIPLIERS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 #: the largest size accepted (bytes): what a signed 64-bit counter holds, 8 EiB — far beyond any
-#: memory, so a bigger figure is a typing mistake, and JSON readers in other languages keep it exact.
+#: memory, so a bigger figure is a typing mistake, and JSON readers in other languages keep it
+#: exact.
 MAX_SIZE = 2**63 - 1
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
 _LABELS = ("KiB", "MiB", "GiB", "TiB")
@@ -58,7 +59,8 @@ def parse_size(text: str | int, *, require_unit: bool = False) -> int:
                              "T (binary multiples) or B for bytes, e.g. 18G or 512M")
         digits, unit, suffix = match.groups()
         if require_unit and not unit and not suffix and Decimal(digits) != 0:
-            raise ValueError(f"{str(text)!r} has no unit; write {digits}G, {digits}M or {digits}B (bytes)")
+            raise ValueError(f"{str(text)!r} has no unit; write {digits}G, {digits}M or {digits}B "
+                             f"(bytes)")
         # Decimal: exact for any number of digits (a float would turn 400 nines into inf)
         size = int(Decimal(digits) * MULTIPLIERS[unit.upper()])
     if size > MAX_SIZE:

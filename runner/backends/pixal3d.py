@@ -12,6 +12,7 @@ import os
 from typing import Callable, Optional
 
 from stageload.pixal3d.plan import STAGES  # noqa: E402,F401  (torch-free; the one stage list)
+
 NAME = "Pixal3D (staged)"
 TEXTURE_SIZES = (512, 1024, 2048, 4096)
 #: the adapter's exception classes (stageload.pixal3d.errors) → runner error kinds; the worker
@@ -32,7 +33,8 @@ def _bytes(value) -> int:
     except ValueError as exc:
         from ..errors import RunnerError
         raise RunnerError("usage", f"--keep-resident {value!r}: {exc}",
-                          "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing resident.") from None
+                          "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing "
+                          "resident.") from None
 
 
 def export_settings(export_profile: Optional[str] = "port", decimation_target=None, remesh=None,
@@ -229,9 +231,10 @@ def weights_problem(root: str, pipeline_type: Optional[str] = None) -> Optional[
 
 def check(pixal3d_dir: Optional[str] = None, **options) -> dict:
     """Can a port folder be used? Imports it and checks every name the adapter relies on, then
-    that every weight file the plan reads is there and whole (:func:`weights_problem`: no
-    weights are loaded; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
-    (``kind``: the runner error kind a run would fail with, e.g. ``pixal3d_missing``; None when ok)."""
+    that every weight file the plan reads is there and whole (:func:`weights_problem`: no weights
+    are loaded; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
+    (``kind``: the runner error kind a run would fail with, e.g. ``pixal3d_missing``; None when
+    ok)."""
     from stageload.pixal3d import check_port
     report = check_port(pixal3d_dir or None)
     if report["ok"]:
@@ -242,6 +245,8 @@ def check(pixal3d_dir: Optional[str] = None, **options) -> dict:
                     "root": report["root"], "version": report["version"],
                     "missing": details.get("missing") or [details.get("file")],
                     "kind": problem["kind"], "static": report["static"]}
-    return {"ok": report["ok"], "reason": report["reason"], "hint": report["hint"], "root": report["root"],
-            "version": report["version"], "missing": report["missing"], "kind": _kind(report["error"]),
+    return {"ok": report["ok"], "reason": report["reason"], "hint": report["hint"],
+            "root": report["root"],
+            "version": report["version"], "missing": report["missing"],
+            "kind": _kind(report["error"]),
             "static": report["static"]}

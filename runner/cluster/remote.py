@@ -14,9 +14,9 @@ from pathlib import Path
 from ..cancel import cancel_error
 from ..claims import claim_all, release_all
 from ..errors import RunnerError
+from ..job import Job, Outcome
 from ..outputs import check_output, check_trace, commit, discard, failed_runs_trace, temp_path
 from ..protocol import make
-from ..job import Job, Outcome
 from .placement import GIVE_BACK, MAX_ATTEMPTS, avoidable, task_options
 
 

@@ -5,14 +5,14 @@ Public API (docs/ARCHITECTURE.md, "Guard API"; user documentation in docs/guard.
 functions ``decide_admission`` / ``Budget`` for callers that gather readings themselves.
 Importing this package imports psutil but never torch.
 """
+from ..units import format_size, parse_size
 from .admission import Verdict, decide_admission
+from .amount import Amount, parse_amount
 from .budget import Budget
 from .config import ConfigError, GuardConfig, add_guard_arguments
 from .guard import EXIT_CANNOT_START, EXIT_SIGNAL_BASE, EXIT_STOPPED, EXIT_TIMEOUT, Guard
 from .peers import register_entry_point
 from .process_tree import ProcessTree, StopReport
-from ..units import format_size, parse_size
-from .amount import Amount, parse_amount
 
 __all__ = [
     "Amount", "Budget", "ConfigError", "EXIT_CANNOT_START", "EXIT_SIGNAL_BASE", "EXIT_STOPPED",

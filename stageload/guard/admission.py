@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import pressure as pressure_mod
-from .config import GuardConfig
 from ..units import format_percent, format_size
+from . import pressure as pressure_mod
 from .amount import Amount
+from .config import GuardConfig
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
     if config.wait_free is not None and available is not None:
         threshold = config.wait_free.resolve(total)
         if threshold is not None and available < threshold:
-            reasons.append(("wait_free", "available " + _compare_text(available, threshold, config.wait_free, total)))
+            reasons.append(("wait_free",
+                            "available " + _compare_text(available, threshold, config.wait_free,
+                                                         total)))
             thresholds["wait_free"] = {"required": int(threshold),
                                        "percent": config.wait_free.percent}
 
@@ -104,7 +106,8 @@ def decide_admission(config: GuardConfig, readings: dict, *, busy_seen: list[str
             reasons.append(("quiet", f"quiet for {int(quiet_seconds)} s of {config.quiet_for:g} s"))
 
     if config.swap_limit is not None and swap is not None and swap > config.swap_limit:
-        reasons.append(("swap_limit", f"swap {format_size(swap)} > limit {format_size(config.swap_limit)}"))
+        reasons.append(("swap_limit",
+                        f"swap {format_size(swap)} > limit {format_size(config.swap_limit)}"))
 
     if reasons:
         return Verdict(False, "; ".join(text for _, text in reasons),

@@ -66,7 +66,8 @@ def parse_amount(text: str, require_unit: bool = False) -> Amount:
     except ValueError:
         number = None
     if require_unit and number is not None and number != 0:
-        raise ValueError(f"{text!r} has no unit (it would mean {raw} bytes); write {raw}% or {raw}G")
+        raise ValueError(f"{text!r} has no unit (it would mean {raw} bytes); write {raw}% or "
+                         f"{raw}G")
     try:
         return Amount(bytes=parse_size(raw))
     except ValueError:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..units import format_percent, format_size
 from . import pressure as pressure_mod
 from .config import GuardConfig
-from ..units import format_percent, format_size
 
 
 @dataclass
@@ -42,7 +42,8 @@ class Budget:
                 self.swap_at_start = swap
             growth = swap - self.swap_at_start
             if growth > self.config.swap_budget:
-                reasons.append(f"swap +{format_size(growth)} over start (budget {format_size(self.config.swap_budget)})")
+                reasons.append(f"swap +{format_size(growth)} over start (budget "
+                               f"{format_size(self.config.swap_budget)})")
 
         kill_free = self.config.kill_free
         available, total = readings.get("available"), readings.get("total")

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..units import format_size, parse_size
 from ..trace import TraceError, peak_from_trace
+from ..units import format_size, parse_size
 from . import pressure as pressure_mod
 from .amount import Amount, is_off, parse_amount
 
@@ -92,13 +92,15 @@ class GuardConfig:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ConfigError(f"--busy {pattern!r} is not a valid regular expression: {exc}") from None
+                raise ConfigError(f"--busy {pattern!r} is not a valid regular expression: "
+                                  f"{exc}") from None
         for name in ("quiet_for", "poll", "grace", "start_timeout"):
             value = getattr(self, name)
             if value is None:
                 continue
             if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be a number of seconds >= 0, not {value}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be a number of seconds >= 0, "
+                                  f"not {value}")
         if self.poll <= 0:
             raise ConfigError("--poll must be more than 0 seconds")
         if self.kill_samples < 1:
@@ -163,7 +165,8 @@ class GuardConfig:
         wait = self.wait_free
         if wait is not None:
             if wait.percent is not None and wait.percent >= 100:
-                raise ConfigError(f"--wait-free {wait}: available memory never reaches 100 % of total "
+                raise ConfigError(f"--wait-free {wait}: available memory never reaches 100 % of "
+                                  f"total "
                                   f"(the system keeps some); it can never start. Use e.g. 90%")
             if wait.bytes is not None and wait.bytes >= total:
                 raise ConfigError(f"--wait-free {format_size(wait.bytes)} is not less than this "
@@ -195,8 +198,10 @@ class GuardConfig:
             parts.append(f"busy {' | '.join(self.busy)} quiet-for {self.quiet_for:g} s")
         if self.swap_limit is not None:
             parts.append(f"swap-limit {format_size(self.swap_limit)}")
-        parts.append("swap-budget " + ("off" if self.swap_budget is None else format_size(self.swap_budget)))
-        parts.append("kill-free " + ("off" if self.kill_free is None else f"{self.kill_free} x{self.kill_samples}"))
+        budget = "off" if self.swap_budget is None else format_size(self.swap_budget)
+        parts.append("swap-budget " + budget)
+        parts.append("kill-free " + ("off" if self.kill_free is None else f"{self.kill_free} "
+                                                                          f"x{self.kill_samples}"))
         for name, level in (("wait-pressure", self.wait_pressure),
                             ("stop-at-pressure", self.stop_at_pressure)):
             if level is not None:
@@ -247,7 +252,8 @@ def need_from_trace(path: str | Path) -> int:
     except TraceError as exc:
         raise ConfigError(f"--need-from: {exc}") from None
     except OSError as exc:
-        raise ConfigError(f"--need-from: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+        raise ConfigError(f"--need-from: cannot read {str(path)!r}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def _type(parser_fn, option):
@@ -315,7 +321,8 @@ def add_guard_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGr
     options; :meth:`GuardConfig.from_args` reads them back.
     """
     d = GuardConfig.__dataclass_fields__
-    group = parser.add_argument_group("guard", "start only when there is room; stop before swap runs away")
+    group = parser.add_argument_group("guard",
+                                      "start only when there is room; stop before swap runs away")
 
     def option(flag: str, *, parse=None, **kwargs) -> None:
         """One option: destination ``guard_`` + its name, ``parse`` wrapped by ``_type`` so a

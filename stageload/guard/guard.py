@@ -70,7 +70,8 @@ class Guard:
             try:
                 self._log_file = open(config.log, "a", encoding="utf-8")
             except OSError as exc:
-                raise ConfigError(f"--log: cannot append to {config.log!r}: {exc.strerror or exc}") from None
+                raise ConfigError(f"--log: cannot append to {config.log!r}: "
+                                  f"{exc.strerror or exc}") from None
         self.tree: ProcessTree | None = None
         self.budget: Budget | None = None
         self.decisions: list[dict] = []
@@ -110,7 +111,8 @@ class Guard:
         if thresholds is not None:  # what available memory must reach (Verdict.thresholds)
             event["thresholds"] = thresholds
         self.decisions.append(event)
-        self._say(f"guard: {_LABELS.get(state, state)}: {reason}; {readings_mod.describe(readings)}")
+        self._say(f"guard: {_LABELS.get(state, state)}: {reason}; "
+                  f"{readings_mod.describe(readings)}")
         self._record(event)
         return event
 
@@ -128,7 +130,8 @@ class Guard:
             except Exception as exc:  # a broken sink must never keep the guard from stopping
                 if not self._sink_failed:
                     self._sink_failed = True
-                    self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr only")
+                    self._say(f"guard: warning: log sink failed ({exc!r}); decisions go to stderr "
+                              f"only")
 
     def close(self) -> None:
         """Close the ``--log`` file (decisions already written stay written), leave the
@@ -317,7 +320,8 @@ class Guard:
         if not leftovers:
             return None
         code = self.tree.poll()
-        self._say(f"guard: the command exited ({code}) leaving {len(leftovers)} process(es); stopping them")
+        self._say(f"guard: the command exited ({code}) leaving {len(leftovers)} process(es); "
+                  f"stopping them")
         return self._stop_tree()
 
     def _stop_tree(self) -> StopReport:
@@ -325,7 +329,8 @@ class Guard:
         if self.stop_report is None:
             self.stop_report = report
         text = (f"guard: stopped {len(report.terminated)} process(es) with SIGTERM"
-                f"{f', {len(report.killed)} needed SIGKILL' if report.killed else ''} in {report.seconds:.1f} s")
+                f"{f', {len(report.killed)} needed SIGKILL' if report.killed else ''} in "
+                f"{report.seconds:.1f} s")
         if report.survivors:
             text += f"; still alive: {report.survivors}"
         self._say(text)
@@ -387,7 +392,8 @@ class Guard:
         try:
             self.start(argv, **popen_kwargs)
         except OSError as exc:
-            self._say(f"guard: cannot start {argv[0]!r}: {exc.strerror or exc}{_start_hint(argv[0], exc)}")
+            self._say(f"guard: cannot start {argv[0]!r}: "
+                      f"{exc.strerror or exc}{_start_hint(argv[0], exc)}")
             return EXIT_CANNOT_START, "guard"
         self._watch_death()
         next_check = time.monotonic() + self.config.poll

@@ -14,13 +14,13 @@ Two ways to recognise a guard, both cheap:
    commands a guard starts stay matchable): :func:`looks_like_guard`. This covers a guard from
    the moment it is exec'd, before its Python has imported anything — for entry points known in
    the process that scans, i.e. the program's own (another program's guards are found by 2.);
-2. a registry, for any other program that uses the library: a folder of small files, ``/tmp/stageload-guards-<uid>/<pid>-<n>``, each holding
-the process's creation time, so a file left by a killed guard whose pid was reused by another
-process is recognised as stale (creation times differ) and removed. Files, not an environment
-marker: a process's environment as others see it (``/proc/PID/environ``) is fixed at ``exec``,
-so a marker set in ``os.environ`` at run time would be invisible. Written by hand because no
-dependency of the project offers a cross-process registry; ``fcntl.flock`` is POSIX (Linux,
-macOS).
+2. a registry, for any other program that uses the library: a folder of small files,
+``/tmp/stageload-guards-<uid>/<pid>-<n>``, each holding the process's creation time, so a file left
+by a killed guard whose pid was reused by another process is recognised as stale (creation times
+differ) and removed. Files, not an environment marker: a process's environment as others see it
+(``/proc/PID/environ``) is fixed at ``exec``, so a marker set in ``os.environ`` at run time would be
+invisible. Written by hand because no dependency of the project offers a cross-process registry;
+``fcntl.flock`` is POSIX (Linux, macOS).
 
 The same folder holds ``start.lock``: a guard about to start takes it, checks ``--busy`` once
 more and keeps it until its command has been exec'd (``Popen`` returns only then), so two guards

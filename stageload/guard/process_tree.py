@@ -5,7 +5,8 @@ Who counts as "the command" (and so may be signalled) — nothing else ever is:
 1. its process group: the command is started with ``start_new_session=True`` (``setsid``), so
    its pid is the group id; every process still in that group and created no earlier than the
    command belongs to it;
-2. its descendants by ancestry, psutil's parent links, remembered at every :meth:`ProcessTree.refresh`
+2. its descendants by ancestry, psutil's parent links, remembered at every
+:meth:`ProcessTree.refresh`
    as *(pid, creation time)* so that a descendant that called ``setsid`` and whose parent has
    exited (it was re-parented to init) is still known, and a pid reused by an unrelated process
    is not mistaken for it (psutil refuses to signal a ``Process`` whose creation time changed);
@@ -65,9 +66,11 @@ class ProcessTree:
     def __init__(self, argv: list[str], **popen_kwargs) -> None:
         for bad in ("process_group", "preexec_fn"):
             if popen_kwargs.get(bad) is not None:
-                raise ValueError(f"{bad} cannot be used: the guard starts the command in its own session")
+                raise ValueError(f"{bad} cannot be used: the guard starts the command in its own "
+                                 f"session")
         if popen_kwargs.get("start_new_session") is False:
-            raise ValueError("start_new_session=False cannot be used: the guard needs its own process group")
+            raise ValueError("start_new_session=False cannot be used: the guard needs its own "
+                             "process group")
         popen_kwargs["start_new_session"] = True
         self.token = uuid.uuid4().hex[:16]
         self.marker = MARKER_PREFIX + self.token

@@ -1,9 +1,9 @@
 """The guard's view of system memory: one plain dict of readings, and how to print it.
 
-A *readings* dict has the keys ``available``, ``total``, ``swap`` (swap in use),
-``swap_total`` and ``pressure``; sizes are int bytes, ``pressure`` is macOS's level 1/2/4, and
-any of them may be None (unknown). It is the system part of the meter's ``sample`` dict
-(docs/ARCHITECTURE.md, "Trace"), so a program that samples can pass its samples straight to the guard.
+A *readings* dict has the keys ``available``, ``total``, ``swap`` (swap in use), ``swap_total`` and
+``pressure``; sizes are int bytes, ``pressure`` is macOS's level 1/2/4, and any of them may be None
+(unknown). It is the system part of the meter's ``sample`` dict (docs/ARCHITECTURE.md, "Trace"), so
+a program that samples can pass its samples straight to the guard.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def describe(readings: dict) -> str:
     readings for a human log line (pressure only where the platform reports it)."""
     available = readings.get("available")
     total = readings.get("total")
-    text = f"available {format_size(available)} ({format_percent(available, total)} of {format_size(total)})"
+    text = (f"available {format_size(available)} ({format_percent(available, total)} of "
+            f"{format_size(total)})")
     text += f", swap {format_size(readings.get('swap'))}"
     if readings.get("pressure") is not None:
         text += f", pressure {level_name(readings['pressure'])}"

@@ -52,7 +52,8 @@ def _held(record: dict) -> int:
 
 def _alive(record: dict) -> bool:
     try:
-        return abs(psutil.Process(int(record["pid"])).create_time() - float(record["created"])) <= _SLACK
+        created = psutil.Process(int(record["pid"])).create_time()
+        return abs(created - float(record["created"])) <= _SLACK
     except (KeyError, TypeError, ValueError, psutil.Error):
         return False
 

@@ -81,7 +81,8 @@ class MemoryMeter:
         bytes). Must be used inside ``with MemoryMeter()``; raises ``RuntimeError`` otherwise or
         when nested."""
         if self._sampler is None or self._end is not None:
-            raise RuntimeError("MemoryMeter.phase() must be used inside 'with MemoryMeter() as meter:'")
+            raise RuntimeError("MemoryMeter.phase() must be used inside 'with MemoryMeter() as "
+                               "meter:'")
         if self._current is not None:
             raise RuntimeError(f"phase {name!r} started inside phase {self._current!r}; "
                                "phases do not nest")

@@ -36,10 +36,10 @@ class Sampler:
 
     Arguments: ``pid`` (int), ``sink`` (callable taking one dict), ``interval`` (seconds between
     samples, > 0; 0.1 = 10 Hz), ``tree`` (include descendants), ``reset_hwm`` (see above),
-    ``tree_refresh`` (seconds between scans for new descendants; default 1.0). Finding
-    descendants means reading every process on the machine (psutil), which at 10 Hz was most
-    of the sampler's CPU time (python -m bench.sampler_overhead); between scans the known descendants
-    are read directly, so a child started less than ``tree_refresh`` ago is not counted yet.
+    ``tree_refresh`` (seconds between scans for new descendants; default 1.0). Finding descendants
+    means reading every process on the machine (psutil), which at 10 Hz was most of the sampler's
+    CPU time (python -m bench.sampler_overhead); between scans the known descendants are read
+    directly, so a child started less than ``tree_refresh`` ago is not counted yet.
     ``tree_refresh=0`` scans on every sample.
 
     The thread ends by itself when the root process is gone (``exited`` becomes True) or when

@@ -77,34 +77,45 @@ def _add_shared(group, entry: dict) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m stageload.pixal3d", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stageload.pixal3d",
+                                     description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="one image through the staged (or eager) Pixal3D pipeline")
     run.add_argument("image")
     run.add_argument("-o", "--output", required=True, help="GLB to write (must not exist)")
-    run.add_argument("--pixal3d-dir", default=None, help="Pixal3D-mac folder (default $PIXAL3D_DIR)")
-    run.add_argument("--model-path", default=None, help="the port's --model-path (default its MODEL_PATH)")
+    run.add_argument("--pixal3d-dir", default=None,
+                     help="Pixal3D-mac folder (default $PIXAL3D_DIR)")
+    run.add_argument("--model-path", default=None,
+                     help="the port's --model-path (default its MODEL_PATH)")
     run.add_argument("--device", default=None, help="mps, cuda or cpu (default mps when available)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--texture-size", type=int, default=2048, choices=(512, 1024, 2048, 4096))
-    run.add_argument("--fov", type=float, default=None, help="manual field of view in radians (skips MoGe-2)")
-    run.add_argument("--steps", type=int, default=None, help="sampler steps for every stage (port default)")
+    run.add_argument("--fov", type=float, default=None,
+                     help="manual field of view in radians (skips MoGe-2)")
+    run.add_argument("--steps", type=int, default=None,
+                     help="sampler steps for every stage (port default)")
     run.add_argument("--fingerprint", default=None, help="folder for latent hashes and copies")
     run.add_argument("--trace", default=None, help="JSONL trace file to write (must not exist)")
     run.add_argument("--no-direct-load", action="store_true",
-                     help="build and read models on the CPU, then move them (not straight to the device)")
-    run.add_argument("--no-rng-restore", action="store_true", help="control run: do not restore RNG after loads")
+                     help="build and read models on the CPU, then move them (not straight to the "
+                          "device)")
+    run.add_argument("--no-rng-restore", action="store_true",
+                     help="control run: do not restore RNG after loads")
     run.add_argument("--port-arg", action="append", default=[], metavar="OPTION",
-                     help="an option for the port's own parser, e.g. --port-arg=--low-vram (repeat; "
-                          "refused before loading when this mode cannot honour it: docs/pixal3d.md)")
+                     help="an option for the port's own parser, e.g. --port-arg=--low-vram "
+                          "(repeat; "
+                          "refused before loading when this mode cannot honour it: "
+                          "docs/pixal3d.md)")
     shared = run.add_argument_group("options shared with the runner's pixal3d backend "
-                                    "(choices.SHARED_OPTIONS; export levers: unset = the port's own)")
+                                    "(choices.SHARED_OPTIONS; export levers: unset = the port's "
+                                    "own)")
     for entry in SHARED_OPTIONS:
         _add_shared(shared, entry)
     check = sub.add_parser("check", help="validate a port folder without loading weights")
     check.add_argument("--pixal3d-dir", default=None)
     check.add_argument("--static", action="store_true",
-                       help="read the sources only (ast): no imports, no torch, no port dependencies")
+                       help="read the sources only (ast): no imports, no torch, no port "
+                            "dependencies")
     compare = sub.add_parser("compare", help="compare two fingerprint folders")
     compare.add_argument("a")
     compare.add_argument("b")
@@ -126,7 +137,8 @@ def main(argv=None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         for key, entry in report["entries"].items():
-            state = "identical" if entry["equal"] else f"DIFFERENT (max abs diff {entry['max_abs_diff']})"
+            state = ("identical" if entry["equal"]
+                     else f"DIFFERENT (max abs diff {entry['max_abs_diff']})")
             print(f"{key}: {state}" + (f" — {entry['note']}" if entry["note"] else ""))
         print("identical" if report["identical"] else "different")
         return 0 if report["identical"] else 1
@@ -234,13 +246,16 @@ def _run(ns) -> int:
             if sampler is not None:
                 sampler.start()
             try:
-                run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path, load=ns.load,
+                run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path,
+                                 load=ns.load,
                                  pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
                                  prefetch=ns.prefetch == "on",
-                                 events=fan_out(out.emit, trace, sample_at_stage_edges), preserve_rng=not ns.no_rng_restore,
+                                 events=fan_out(out.emit, trace, sample_at_stage_edges),
+                                 preserve_rng=not ns.no_rng_restore,
                                  fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load,
                                  port_args=ns.port_arg)
-                result = run.generate(ns.image, ns.output, seed=ns.seed, texture_size=ns.texture_size,
+                result = run.generate(ns.image, ns.output, seed=ns.seed,
+                                      texture_size=ns.texture_size,
                                       fov=ns.fov, steps=ns.steps, export=_export_settings(ns))
                 run.close()
             except (PortError, EmptyMeshError) as err:

@@ -83,8 +83,9 @@ class Pixal3DRun:
         port_args: extra options for the port's own ``parse_args`` (``["--low-vram",
             "--no-native-remesh"]``), honoured or refused as ``knobs`` says.
         prefetch: staged only: once a stage is ready and has loaded its own models, read the
-            next stage's weight files ahead into the OS's file cache (``stageload.prefetch``; the files per model from
-            ``prefetch_files.model_files``); default True. Eager loads everything in setup.
+            next stage's weight files ahead into the OS's file cache (``stageload.prefetch``; the
+            files per model from ``prefetch_files.model_files``); default True. Eager loads
+            everything in setup.
 
     Runs the port's own entry points where it has them (0be9e69a: ``load_pipeline`` →
     ``image_to_asset`` → ``asset_to_glb``, with the environment set-up of its ``main()``);

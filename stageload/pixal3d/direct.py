@@ -24,11 +24,11 @@ builds the same class instead as follows:
    technique of ``accelerate.init_empty_weights(include_buffers=False)``: the project's one
    meta loader switch, ``stageload.loading.init_on_meta(include_buffers=False)``.
 4. ``stageload.loading.read_state(model_file, device, fresh_cpu_memory=True)`` (on the CPU:
-   each tensor copied into fresh aligned memory through a bounded mapping, so the matmul
-   kernels see what the port's loader gives them; on CUDA/MPS: copied straight to the device), each floating tensor cast to
-   the dtype the built module gave that name (what the port's ``copy_`` does; e.g. a model that
-   converts its blocks to fp16 in ``__init__``), then ``load_state_dict(state, strict=False,
-   assign=True)`` — ``strict=False`` as the port's ``from_pretrained`` defaults to.
+   each tensor copied into fresh aligned memory through a bounded mapping, so the matmul kernels see
+   what the port's loader gives them; on CUDA/MPS: copied straight to the device), each floating
+   tensor cast to the dtype the built module gave that name (what the port's ``copy_`` does; e.g. a
+   model that converts its blocks to fp16 in ``__init__``), then ``load_state_dict(state,
+   strict=False, assign=True)`` — ``strict=False`` as the port's ``from_pretrained`` defaults to.
 5. Before anything is read, the checkpoint is checked against the built module
    (:func:`check_checkpoint`, the safetensors header only): a parameter the model has that the
    file lacks, a tensor of another shape, or a floating tensor where the model's is not (or the
@@ -116,8 +116,8 @@ def prepare_meta_runtime() -> RuntimeNote:
     torch.empty(1, device="meta").normal_()
     seconds = time.perf_counter() - t0
     after_rss = _rss()
-    return RuntimeNote(seconds, len(sys.modules) - before_modules,
-                       None if before_rss is None or after_rss is None else max(0, after_rss - before_rss))
+    grown = None if before_rss is None or after_rss is None else max(0, after_rss - before_rss)
+    return RuntimeNote(seconds, len(sys.modules) - before_modules, grown)
 
 
 @dataclass
@@ -145,11 +145,13 @@ def checkpoint_files(path: str) -> tuple[str, str]:
         return f"{path}.json", f"{path}.safetensors"
     parts = str(path).split("/")
     if len(parts) < 3:
-        raise FileNotFoundError(f"no {path}.json/.safetensors, and {path!r} is not ORG/REPO/sub/path")
+        raise FileNotFoundError(f"no {path}.json/.safetensors, and {path!r} is not "
+                                f"ORG/REPO/sub/path")
     try:
         from huggingface_hub import hf_hub_download
     except ImportError as exc:
-        raise FileNotFoundError(f"no {path}.json/.safetensors and no huggingface_hub to look {path!r} up "
+        raise FileNotFoundError(f"no {path}.json/.safetensors and no huggingface_hub to look "
+                                f"{path!r} up "
                                 f"(the port's environment has it)") from exc
     repo_id, name = "/".join(parts[:2]), "/".join(parts[2:])
     return hf_hub_download(repo_id, f"{name}.json"), hf_hub_download(repo_id, f"{name}.safetensors")
@@ -198,7 +200,8 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
     with open(config_file) as f:
         config = json.load(f)
     if not isinstance(config, dict) or "name" not in config:
-        raise ValueError(f"{config_file} is not a model config (needs {{\"name\": class, \"args\": {{...}}}})")
+        raise ValueError(f"{config_file} is not a model config (needs "
+                         f"{{\"name\": class, \"args\": {{...}}}})")
     cls = getattr(models_ns, config["name"])
     try:
         with torch.device(device), parameters_on_meta():
@@ -221,7 +224,9 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
     if left:
         del module
         shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
-        return _fallback(fallback, f"{config['name']} has tensors that are not in {os.path.basename(model_file)} "
+        return _fallback(fallback,
+                         f"{config['name']} has tensors that are not in "
+                         f"{os.path.basename(model_file)} "
                                    f"and were computed from meta parameters: {shown}", model_file,
                          config["name"])
     return module, LoadNote(METHOD_META, None, model_file)

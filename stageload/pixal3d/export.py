@@ -224,7 +224,8 @@ def port_args(gm, output: Path, *, seed: int, texture_size: int, pipeline_type: 
     try:
         return gm.parse_args()
     except SystemExit as exc:
-        raise ValueError(f"the port's parse_args rejected {argv[2:]} (see its message above)") from exc
+        raise ValueError(f"the port's parse_args rejected {argv[2:]} (see its message "
+                         "above)") from exc
     finally:
         sys.argv = old
 

@@ -44,9 +44,9 @@ import inspect
 import textwrap
 from typing import Callable, Optional
 
+from ..errors import HookError
 from ..events import make_event
 from ..hooks import on_call
-from ..errors import HookError
 
 SUBSTEPS = ("prepare", "fill_holes", "bvh", "remesh", "cleanup", "uv_unwrap", "bake", "write")
 PARENT = "export"

@@ -35,7 +35,8 @@ def tensor_parts(value: Any) -> dict:
         if isinstance(part, torch.Tensor):
             parts[name] = part
     if not parts:
-        raise TypeError(f"cannot fingerprint a {type(value).__name__}: no tensor, feats/coords or vertices/faces")
+        raise TypeError(f"cannot fingerprint a {type(value).__name__}: no tensor, feats/coords or "
+                        f"vertices/faces")
     return parts
 
 
@@ -71,14 +72,17 @@ class FingerprintRecorder:
         from safetensors.torch import save_file
         parts = {k: v.detach().to("cpu").contiguous() for k, v in tensor_parts(value).items()}
         save_file(parts, str(self.folder / f"{name}.safetensors"))
-        info = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "sha256": tensor_sha256(v)} for k, v in parts.items()}
-        whole = hashlib.sha256("".join(f"{k}:{info[k]['sha256']}" for k in sorted(info)).encode()).hexdigest()
+        info = {k: {"shape": list(v.shape), "dtype": str(v.dtype),
+                    "sha256": tensor_sha256(v)} for k, v in parts.items()}
+        joined = "".join(f"{k}:{info[k]['sha256']}" for k in sorted(info))
+        whole = hashlib.sha256(joined.encode()).hexdigest()
         self.entries[name] = {"sha256": whole, "tensors": info}
         return name
 
     def close(self, meta: Optional[dict] = None) -> Path:
         path = self.folder / INDEX
-        path.write_text(json.dumps({"entries": self.entries, "meta": meta or {}}, indent=1, default=str))
+        path.write_text(json.dumps({"entries": self.entries, "meta": meta or {}}, indent=1,
+                                   default=str))
         return path
 
 
@@ -87,7 +91,8 @@ def read_fingerprint(folder: os.PathLike | str) -> dict:
     message naming the folder when it is not one."""
     path = Path(folder) / INDEX
     if not path.is_file():
-        raise FileNotFoundError(f"{folder} is not a fingerprint folder (no {INDEX}); make one with --fingerprint")
+        raise FileNotFoundError(f"{folder} is not a fingerprint folder (no {INDEX}); make one with "
+                                f"--fingerprint")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -106,19 +111,23 @@ def compare(a: os.PathLike | str, b: os.PathLike | str) -> dict:
     for key in sorted(set(ia["entries"]) | set(ib["entries"])):
         ea, eb = ia["entries"].get(key), ib["entries"].get(key)
         if ea is None or eb is None:
-            out[key] = {"equal": False, "max_abs_diff": None, "note": f"only in {'B' if ea is None else 'A'}"}
+            out[key] = {"equal": False, "max_abs_diff": None,
+                        "note": f"only in {'B' if ea is None else 'A'}"}
             continue
         if ea["sha256"] == eb["sha256"]:
             out[key] = {"equal": True, "max_abs_diff": 0.0, "note": None}
             continue
-        ta, tb = load_file(str(Path(a) / f"{key}.safetensors")), load_file(str(Path(b) / f"{key}.safetensors"))
+        ta = load_file(str(Path(a) / f"{key}.safetensors"))
+        tb = load_file(str(Path(b) / f"{key}.safetensors"))
         diff, note = 0.0, None
         for part in sorted(set(ta) | set(tb)):
             x, y = ta.get(part), tb.get(part)
             if x is None or y is None or x.shape != y.shape:
-                note = f"{part}: shapes differ ({None if x is None else tuple(x.shape)} vs {None if y is None else tuple(y.shape)})"
+                shapes = [None if t is None else tuple(t.shape) for t in (x, y)]
+                note = f"{part}: shapes differ ({shapes[0]} vs {shapes[1]})"
                 diff = None
                 break
-            diff = max(diff, float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) if x.size else 0.0)
+            delta = np.abs(x.astype(np.float64) - y.astype(np.float64))
+            diff = max(diff, float(delta.max()) if x.size else 0.0)
         out[key] = {"equal": False, "max_abs_diff": diff, "note": note}
     return {"identical": all(e["equal"] for e in out.values()) and bool(out), "entries": out}

@@ -19,24 +19,31 @@ from typing import Iterable, Mapping
 
 #: argparse dest -> option: branches of the port's main() outside load/image_to_asset/asset_to_glb.
 MAIN_ONLY = {
-    "flash_sdpa": ("--flash-sdpa", "main() installs the mtlflashattn SDPA patch itself before loading; "
+    "flash_sdpa": ("--flash-sdpa",
+                   "main() installs the mtlflashattn SDPA patch itself before loading; "
                    "run generate_mps.py for it"),
-    "load_mesh": ("--load-mesh", "resumes export from a mesh checkpoint (another branch of main())"),
-    "load_fixture_07": ("--load-fixture-07", "replays a stage-07 fixture (another branch of main())"),
+    "load_mesh": ("--load-mesh",
+                  "resumes export from a mesh checkpoint (another branch of main())"),
+    "load_fixture_07": ("--load-fixture-07",
+                        "replays a stage-07 fixture (another branch of main())"),
     "reextract_mesh_from_fdg": ("--reextract-mesh-from-fdg", "only applies with --load-mesh"),
-    "free_spent_models": ("--free-spent-models", "frees models the port's way; staged loading does this"),
+    "free_spent_models": ("--free-spent-models",
+                          "frees models the port's way; staged loading does this"),
 }
 #: argparse dest -> the adapter's own option that sets it.
 OWNED = {
     "image": "IMAGE", "output": "-o/--output", "model_path": "--model-path", "device": "--device",
-    "seed": "--seed", "fov": "--fov", "pipeline_type": "--pipeline-type", "texture_size": "--texture-size",
+    "seed": "--seed", "fov": "--fov", "pipeline_type": "--pipeline-type",
+    "texture_size": "--texture-size",
     "steps": "--steps", "max_num_tokens": "--max-num-tokens", "no_texture": "no_texture=",
 }
 #: variable -> (modes in which it is refused, why).
 ENV_REFUSED = {
-    "PIXAL3D_FP32_MODELS": (("staged",), "init_pipeline upcasts loaded models; staged loading replaces "
+    "PIXAL3D_FP32_MODELS": (("staged",),
+                            "init_pipeline upcasts loaded models; staged loading replaces "
                             "init_pipeline"),
-    "PIXAL3D_CPU_MODELS": (("staged",), "init_pipeline pins loaded models to the CPU; staged loading "
+    "PIXAL3D_CPU_MODELS": (("staged",),
+                           "init_pipeline pins loaded models to the CPU; staged loading "
                            "replaces init_pipeline"),
     "PIXAL3D_NAF_ANE_REPLACE": (("staged",), "init_pipeline swaps NAF layers after loading it"),
     "PIXAL3D_NAF_ANE_WHOLE": (("staged",), "init_pipeline swaps NAF submodules after loading it"),
@@ -51,7 +58,8 @@ ENV_REFUSED = {
 #: variables the port reads where the adapter runs its code, honoured as they are.
 ENV_HONOURED = {
     "PIXAL3D_SDPA_BACKEND": "image_to_asset pins the attention kernel",
-    "PIXAL3D_NATIVE_SUBPROCESS": "try_export_native_o_voxel_glb: separate interpreter instead of in-process",
+    "PIXAL3D_NATIVE_SUBPROCESS": "try_export_native_o_voxel_glb: separate interpreter instead of "
+                                 "in-process",
     "PIXAL3D_PRECLEAN_NME": "asset_to_glb repairs non-manifold edges first",
     "PIXAL3D_KEEP_NATIVE_O_VOXEL_INPUT": "try_export_native_o_voxel_glb keeps its .npz",
     "O_VOXEL_PYTHON": "the native export's interpreter (with PIXAL3D_NATIVE_SUBPROCESS=1)",
@@ -74,7 +82,8 @@ def refusals(given: Iterable[str], environ: Mapping[str, str], load: str) -> lis
         if dest in MAIN_ONLY:
             out.append(MAIN_ONLY[dest])
         elif dest in OWNED:
-            out.append((f"--{dest.replace('_', '-')}", f"set it with the adapter's own {OWNED[dest]}"))
+            out.append((f"--{dest.replace('_', '-')}",
+                        f"set it with the adapter's own {OWNED[dest]}"))
     for name, (modes, why) in ENV_REFUSED.items():
         if load in modes and env_active(environ, name):
             out.append((name, why))

@@ -57,7 +57,8 @@ _PIPELINE = {
     "to": ("self", "device"),
     "preprocess_image": ("self", "input", "bg_color="),
     "get_proj_cond_ss": ("self", "image", "camera_angle_x=", "distance=", "mesh_scale="),
-    "get_proj_cond_shape": ("self", "image_cond_model", "image", "coords", "camera_angle_x=", "distance=",
+    "get_proj_cond_shape": ("self", "image_cond_model", "image", "coords", "camera_angle_x=",
+                            "distance=",
                             "mesh_scale=", "grid_resolution_override="),
     "sample_sparse_structure": ("self", "cond", "resolution", "num_samples=", "sampler_params="),
     "sample_shape_slat": ("self", "cond", "flow_model", "coords", "sampler_params="),
@@ -65,12 +66,15 @@ _PIPELINE = {
     "decode_shape_slat": ("self", "slat", "resolution"),
     "decode_tex_slat": ("self", "slat", "subs"),
     "decode_latent": ("self", "shape_slat", "tex_slat", "resolution"),
-    "run": ("self", "image", "camera_params", "num_samples=", "seed=", "sparse_structure_sampler_params=",
-            "shape_slat_sampler_params=", "tex_slat_sampler_params=", "preprocess_image=", "return_latent=",
+    "run": ("self", "image", "camera_params", "num_samples=", "seed=",
+            "sparse_structure_sampler_params=",
+            "shape_slat_sampler_params=", "tex_slat_sampler_params=", "preprocess_image=",
+            "return_latent=",
             "pipeline_type=", "max_num_tokens="),
 }
 #: The order of calls inside run() that the stage hooks depend on (both cascades).
-_RUN_ORDER = ("get_proj_cond_ss", "sample_sparse_structure", "get_proj_cond_shape", "sample_shape_slat",
+_RUN_ORDER = ("get_proj_cond_ss", "sample_sparse_structure", "get_proj_cond_shape",
+              "sample_shape_slat",
               "upsample", "get_proj_cond_shape", "sample", "get_proj_cond_shape", "sample_tex_slat",
               "decode_latent")
 _COMMON = {
@@ -80,12 +84,15 @@ _COMMON = {
     "build_image_cond_model": ("config", "device"),
     "load_moge_model": ("device", "model_name="),
     "init_pipeline": ("model_path", "device"),
-    "distance_from_fov": ("camera_angle_x", "grid_point", "target_point", "mesh_scale", "image_resolution"),
-    "get_camera_params_wild_moge": ("image_path", "moge_model", "device", "mesh_scale=", "extend_pixel=",
+    "distance_from_fov": ("camera_angle_x", "grid_point", "target_point", "mesh_scale",
+                          "image_resolution"),
+    "get_camera_params_wild_moge": ("image_path", "moge_model", "device", "mesh_scale=",
+                                    "extend_pixel=",
                                     "image_resolution="),
     "sampler_overrides": ("args", "stage"),
     "output_glb_path": ("output",),
-    "try_export_native_o_voxel_glb": ("mesh", "resolution", "vertices", "faces", "glb_path", "args"),
+    "try_export_native_o_voxel_glb": ("mesh", "resolution", "vertices", "faces", "glb_path",
+                                      "args"),
     "export_fallback_texture_glb": ("mesh", "vertices", "faces", "glb_path", "args"),
     "main": (),
 }
@@ -103,26 +110,34 @@ API_0BE9E69A = PortApi(
     generate_names=("MODEL_PATH", "IMAGE_COND_CONFIGS", "Pixal3DAsset"),
     pipeline=_PIPELINE,
     orders={
-        f"{GENERATE}:main": ("parse_args", "_configure_fdg_environment", "load_runtime_deps", "resolve_device",
-                             "load_pipeline", "image_to_asset", "save_mesh_checkpoint", "asset_to_glb"),
+        f"{GENERATE}:main": ("parse_args", "_configure_fdg_environment", "load_runtime_deps",
+                             "resolve_device",
+                             "load_pipeline", "image_to_asset", "save_mesh_checkpoint",
+                             "asset_to_glb"),
         f"{GENERATE}:load_pipeline": ("init_pipeline",),
-        f"{GENERATE}:init_pipeline": ("from_pretrained", "to", "build_image_cond_model", "_load_naf"),
-        f"{GENERATE}:image_to_asset": ("preprocess_image", "load_moge_model", "get_camera_params_wild_moge",
+        f"{GENERATE}:init_pipeline": ("from_pretrained", "to", "build_image_cond_model",
+                                      "_load_naf"),
+        f"{GENERATE}:image_to_asset": ("preprocess_image", "load_moge_model",
+                                       "get_camera_params_wild_moge",
                                        "manual_seed", "run", "watchdog_help_message", "exit"),
-        f"{GENERATE}:asset_to_glb": ("try_export_native_o_voxel_glb", "export_fallback_texture_glb"),
+        f"{GENERATE}:asset_to_glb": ("try_export_native_o_voxel_glb",
+                                     "export_fallback_texture_glb"),
         f"{PIPELINE}:run": _RUN_ORDER,
     })
 
 #: 0578f857: main() calls init_pipeline, the camera and run() and the export functions inline.
 API_0578F857 = PortApi(
-    generate={**_COMMON, "parse_args": (), "export_geometry_only": ("vertices", "faces", "glb_path")},
+    generate={**_COMMON, "parse_args": (),
+              "export_geometry_only": ("vertices", "faces", "glb_path")},
     generate_names=("MODEL_PATH", "IMAGE_COND_CONFIGS"),
     pipeline=_PIPELINE,
     orders={
         f"{GENERATE}:main": ("parse_args", "load_runtime_deps", "resolve_device", "init_pipeline",
-                             "preprocess_image", "manual_seed", "run", "try_export_native_o_voxel_glb",
+                             "preprocess_image", "manual_seed", "run",
+                             "try_export_native_o_voxel_glb",
                              "export_fallback_texture_glb"),
-        f"{GENERATE}:init_pipeline": ("from_pretrained", "to", "build_image_cond_model", "_load_naf"),
+        f"{GENERATE}:init_pipeline": ("from_pretrained", "to", "build_image_cond_model",
+                                      "_load_naf"),
         f"{PIPELINE}:run": _RUN_ORDER,
     })
 
@@ -143,5 +158,6 @@ KNOWN_COMMITS = {
                         "generate_mps.py at 0be9e69a; pipeline at 12b42371"),
     "0578f8579e01c715a39a92de701efe5986f47f0b": KnownCommit(
         "0578f857", API_0578F857, "main_inline",
-        "generate_mps.py at 0578f857 (names as the first adapter relied on them); pipeline at 12b42371"),
+        "generate_mps.py at 0578f857 (names as the first adapter relied on them); pipeline at "
+        "12b42371"),
 }

@@ -53,7 +53,8 @@ def plan_for(pipeline_type: str) -> dict[str, tuple[str, ...]]:
     try:
         return dict(PLANS[pipeline_type])
     except KeyError:
-        raise ValueError(f"unknown pipeline type {pipeline_type!r}; known: {', '.join(PLANS)}") from None
+        raise ValueError(f"unknown pipeline type {pipeline_type!r}; known: "
+                         f"{', '.join(PLANS)}") from None
 
 
 def keep_across_gap(plan: Mapping[str, tuple[str, ...]], entering: str, loaded: Mapping[str, int],
@@ -73,7 +74,8 @@ def keep_across_gap(plan: Mapping[str, tuple[str, ...]], entering: str, loaded: 
     for name, size in loaded.items():
         if name in plan[entering]:
             continue
-        next_use: Optional[int] = next((i for i, stage in enumerate(later) if name in plan[stage]), None)
+        next_use: Optional[int] = next((i for i, stage in enumerate(later) if name in plan[stage]),
+                                       None)
         if next_use is not None:
             candidates.append((next_use, size, name))
     keep, total = [], 0

@@ -56,10 +56,12 @@ HANDOVER_NAMES = ("Pixal3DAsset", "_mesh_has_voxels", "asset_to_glb", "save_mesh
                   "load_mesh_checkpoint")
 #: generate_mps.py names a port of the entry-point kind (0be9e69a, ``known`` ``runs ==
 #: "entry_points"``) must also have: the run's drivers.
-ENTRY_POINT_NAMES = ("_configure_fdg_environment", "load_pipeline", "image_to_asset", "asset_to_glb")
+ENTRY_POINT_NAMES = ("_configure_fdg_environment", "load_pipeline", "image_to_asset",
+                     "asset_to_glb")
 #: IMAGE_COND_CONFIGS keys, in the order of the four pipeline attributes.
 EXTRACTOR_KEYS = {"ss": "image_cond_model_ss", "shape_512": "image_cond_model_shape_512",
-                  "shape_1024": "image_cond_model_shape_1024", "tex_1024": "image_cond_model_tex_1024"}
+                  "shape_1024": "image_cond_model_shape_1024",
+                  "tex_1024": "image_cond_model_tex_1024"}
 #: Pixal3DImageTo3DPipeline methods the adapter hooks or the run calls.
 PIPELINE_METHODS = (
     "from_pretrained", "to", "preprocess_image", "get_proj_cond_ss", "get_proj_cond_shape",
@@ -126,12 +128,14 @@ def locate_port(port_dir: Optional[os.PathLike | str] = None) -> Path:
     if not folder.is_dir():
         raise PortMissing(f"The Pixal3D-mac folder {folder} ({source}) does not exist.",
                         "Check the path; it must be the folder of a Pixal3D-mac checkout.")
-    lacking = [name for name in ("generate_mps.py", "pixal3d/__init__.py", "pixal3d/pipelines", "pixal3d/models")
+    lacking = [name for name in ("generate_mps.py", "pixal3d/__init__.py", "pixal3d/pipelines",
+                                 "pixal3d/models")
                if not (folder / name).exists()]
     if lacking:
         raise PortMissing(f"{folder} ({source}) is not a Pixal3D-mac checkout: it has no "
                         f"{', '.join(lacking)}.",
-                        "Point --pixal3d-dir at the folder that holds generate_mps.py and pixal3d/.",
+                        "Point --pixal3d-dir at the folder that holds generate_mps.py and "
+                        "pixal3d/.",
                         tuple(lacking))
     return folder.resolve()
 
@@ -189,14 +193,17 @@ def import_port(root: Path) -> tuple[ModuleType, ModuleType, ModuleType, ModuleT
                               "or use a checkout of a supported commit.", (name,)) from None
         except Exception as exc:
             raise PortMissing(f"Cannot import {name} from {root}: {type(exc).__name__}: {exc}",
-                            "Run the port's own setup (its README) with this interpreter, or point the "
-                            "runner at the interpreter of the port's environment.", (name,)) from exc
+                            "Run the port's own setup (its README) with this interpreter, or point "
+                            "the "
+                            "runner at the interpreter of the port's environment.",
+                            (name,)) from exc
     gm, models, pipeline_module, icp = modules
     try:
         gm.load_runtime_deps()  # sets generate_mps's globals (torch, np, Image, the pipeline class)
     except Exception as exc:
         raise PortMissing(f"generate_mps.load_runtime_deps() failed in {root}: "
-                        f"{type(exc).__name__}: {exc}", "Run the port's own setup with this interpreter.",
+                        f"{type(exc).__name__}: {exc}",
+                        "Run the port's own setup with this interpreter.",
                         ("generate_mps.load_runtime_deps",)) from exc
     return gm, models, pipeline_module, icp
 
@@ -209,14 +216,16 @@ def missing_names(gm: ModuleType, models: ModuleType, pipeline_module: ModuleTyp
     missing = [f"generate_mps.{n}" for n in names if not hasattr(gm, n)]
     configs = getattr(gm, "IMAGE_COND_CONFIGS", None)
     if isinstance(configs, dict):
-        missing += [f"generate_mps.IMAGE_COND_CONFIGS[{k!r}]" for k in EXTRACTOR_KEYS if k not in configs]
+        missing += [f"generate_mps.IMAGE_COND_CONFIGS[{k!r}]" for k in EXTRACTOR_KEYS
+                    if k not in configs]
     if not callable(getattr(models, "from_pretrained", None)):
         missing.append("pixal3d.models.from_pretrained")
     cls = getattr(pipeline_module, "Pixal3DImageTo3DPipeline", None)
     if cls is None:
         missing.append("pixal3d.pipelines.pixal3d_image_to_3d.Pixal3DImageTo3DPipeline")
     else:
-        missing += [f"Pixal3DImageTo3DPipeline.{m}" for m in PIPELINE_METHODS if not callable(getattr(cls, m, None))]
+        missing += [f"Pixal3DImageTo3DPipeline.{m}" for m in PIPELINE_METHODS
+                    if not callable(getattr(cls, m, None))]
         for method, params in PIPELINE_PARAMETERS.items():
             fn = getattr(cls, method, None)
             if fn is None:
@@ -230,8 +239,8 @@ def missing_names(gm: ModuleType, models: ModuleType, pipeline_module: ModuleTyp
         if listed is None:
             missing.append("Pixal3DImageTo3DPipeline.model_names_to_load")
         else:
-            missing += [f"Pixal3DImageTo3DPipeline.model_names_to_load[{n!r}]" for n in MODEL_NAMES[:5] + MODEL_NAMES[6:]
-                        if n not in listed]
+            missing += [f"Pixal3DImageTo3DPipeline.model_names_to_load[{n!r}]"
+                        for n in MODEL_NAMES[:5] + MODEL_NAMES[6:] if n not in listed]
     for name in ("rembg", "samplers"):
         if not hasattr(pipeline_module, name):
             missing.append(f"pixal3d.pipelines.pixal3d_image_to_3d.{name}")
@@ -259,16 +268,19 @@ def open_port(port_dir: Optional[os.PathLike | str] = None) -> Port:
     root = locate_port(port_dir)
     static = require_static(root, _git_commit(root))  # sources first: nothing imported on drift
     gm, models, pipeline_module, icp = import_port(root)
-    missing = missing_names(gm, models, pipeline_module, icp, entry_points=static["runs"] == "entry_points")
+    missing = missing_names(gm, models, pipeline_module, icp,
+                            entry_points=static["runs"] == "entry_points")
     if missing:
-        raise PortVersionError(f"The Pixal3D-mac folder {root} lacks what the staged adapter relies on: "
+        raise PortVersionError(f"The Pixal3D-mac folder {root} lacks what the staged adapter "
+                               f"relies on: "
                         f"{', '.join(missing)}. Nothing was loaded.",
                         "Use a Pixal3D-mac version with these names (see docs/pixal3d.md), or run "
                         "with --load eager to use the port's own loading only if it runs at all.",
                         tuple(missing))
     pkg = sys.modules.get("pixal3d")
     version = {"pixal3d": getattr(pkg, "__version__", None), "git": static["commit"], "api": API,
-               "known_commit": static["known_commit"], "matches": static["matches"], "runs": static["runs"]}
+               "known_commit": static["known_commit"], "matches": static["matches"],
+               "runs": static["runs"]}
     return Port(root=root, gm=gm, models=models, pipeline_module=pipeline_module,
                 pipeline_cls=pipeline_module.Pixal3DImageTo3DPipeline, icp=icp, version=version)
 
@@ -302,8 +314,10 @@ def check_port(port_dir: Optional[os.PathLike | str] = None) -> dict:
     Loads no weights."""
     static = static_report(port_dir)
     if not static["ok"]:
-        return {"ok": False, "reason": static["reason"], "hint": static["hint"], "error": static["error"],
-                "missing": static["missing"], "root": static["root"], "version": None, "static": static}
+        return {"ok": False, "reason": static["reason"], "hint": static["hint"],
+                "error": static["error"],
+                "missing": static["missing"], "root": static["root"], "version": None,
+                "static": static}
     try:
         port = open_port(port_dir)
     except PortError as err:

@@ -28,7 +28,8 @@ def call_parse_args(gm, argv: Sequence[str]):
         return gm.parse_args()
     except SystemExit:
         raise KnobRefused(f"The port's parse_args rejected the options {' '.join(argv[1:])}.",
-                          "See the port's `python generate_mps.py --help` for its options and values.",
+                          "See the port's `python generate_mps.py --help` for its options and "
+                          "values.",
                           tuple(a for a in argv[1:] if a.startswith("-"))) from None
     finally:
         sys.argv = old
@@ -46,7 +47,8 @@ def given_options(gm, extra: Sequence[str]) -> list:
 
 def port_namespace(gm, *, model_path: str, pipeline_type: str, extra: Sequence[str] = (),
                    output: Optional[str] = None, seed: int = 42, texture_size: int = 2048,
-                   fov: Optional[float] = None, steps: Optional[int] = None, max_num_tokens: int = 49152,
+                   fov: Optional[float] = None, steps: Optional[int] = None,
+                   max_num_tokens: int = 49152,
                    no_texture: bool = False):
     """The namespace the port's functions receive: the adapter's own values, then ``extra``."""
     argv = [PLACEHOLDER_IMAGE, "--model-path", model_path, "--pipeline-type", pipeline_type,

@@ -40,8 +40,15 @@ from torch import nn
 from ..patching import patched
 from ..sharing import share
 from ..staged import StagedModels
-from .direct import (METHOD_PORT, LoadNote, build_with_cpu_retry, load_checked,
-                     load_port_model, prepare_meta_runtime, with_bare_fallback)
+from .direct import (
+    METHOD_PORT,
+    LoadNote,
+    build_with_cpu_retry,
+    load_checked,
+    load_port_model,
+    prepare_meta_runtime,
+    with_bare_fallback,
+)
 from .errors import PortVersionError
 from .port import EXTRACTOR_KEYS
 from .prefetch_files import model_files

@@ -31,7 +31,8 @@ def signature(node: ast.FunctionDef) -> tuple:
         out.append("*" + a.vararg.arg)
     elif a.kwonlyargs:
         out.append("*")
-    out += [p.arg + ("=" if d is not None else "") for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    out += [p.arg + ("=" if d is not None else "")
+            for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     if a.kwarg is not None:
         out.append("**" + a.kwarg.arg)
     return tuple(out)
@@ -68,22 +69,28 @@ def scan(root: os.PathLike | str) -> dict:
             trees[rel] = ast.parse(path.read_bytes(), filename=str(path))
         except FileNotFoundError:
             raise PortMissing(f"{root} has no {rel}, which the adapter needs.",
-                              "Point --pixal3d-dir at a complete Pixal3D-mac checkout.", (rel,)) from None
+                              "Point --pixal3d-dir at a complete Pixal3D-mac checkout.",
+                              (rel,)) from None
         except (OSError, SyntaxError, ValueError) as exc:
-            raise PortMissing(f"Cannot parse {path}: {exc}", "Check the file; it must be the port's Python "
+            raise PortMissing(f"Cannot parse {path}: {exc}",
+                              "Check the file; it must be the port's Python "
                               "source.", (rel,)) from None
     gen = trees[known.GENERATE].body
     gen_funcs = _functions(gen)
     names = set(gen_funcs) | {n.name for n in gen if isinstance(n, ast.ClassDef)}
     for n in gen:
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+        if isinstance(n, ast.Assign):
+            targets = n.targets
+        else:
+            targets = [n.target] if isinstance(n, ast.AnnAssign) else []
         names |= {t.id for t in targets if isinstance(t, ast.Name)}
     cls = next((n for n in trees[known.PIPELINE].body
                 if isinstance(n, ast.ClassDef) and n.name == known.PIPELINE_CLASS), None)
     methods = _functions(cls.body) if cls is not None else {}
     table_calls = {f"{known.GENERATE}:{k}": calls(v) for k, v in gen_funcs.items()}
     table_calls.update({f"{known.PIPELINE}:{k}": calls(v) for k, v in methods.items()})
-    return {"generate": {k: signature(v) for k, v in gen_funcs.items()}, "generate_names": sorted(names),
+    return {"generate": {k: signature(v) for k, v in gen_funcs.items()},
+            "generate_names": sorted(names),
             "pipeline": {k: signature(v) for k, v in methods.items()} if cls is not None else None,
             "calls": table_calls,
             "not_checked": [rel for rel in known.OTHER_FILES if not (root / rel).is_file()]}
@@ -145,7 +152,8 @@ def drift(table: dict, api: known.PortApi) -> list:
     """Every item of ``api`` that ``table`` (from :func:`scan`) does not have, as text naming it
     exactly (``generate_mps.image_to_asset(pipeline, image, args, device=, *, tmp_dir=)``, …)."""
     out = _signature_drift("generate_mps", table["generate"], api.generate)
-    out += [f"generate_mps.{n} (missing)" for n in api.generate_names if n not in table["generate_names"]]
+    out += [f"generate_mps.{n} (missing)" for n in api.generate_names
+            if n not in table["generate_names"]]
     if table["pipeline"] is None:
         out.append(f"{known.PIPELINE_CLASS} (missing from {known.PIPELINE})")
     else:
@@ -184,7 +192,8 @@ def require_static(root: os.PathLike | str, commit: Optional[str] = None) -> dic
     report = check_static(root, commit)
     if not report["ok"]:
         raise PortVersionError(
-            f"The Pixal3D-mac sources in {root} (commit {commit or 'unknown'}) differ from what the adapter "
+            f"The Pixal3D-mac sources in {root} (commit {commit or 'unknown'}) differ from what "
+            f"the adapter "
             f"relies on: {'; '.join(report['drift'])}. Nothing was loaded.",
             "Use a Pixal3D-mac commit listed in docs/pixal3d.md (newest supported: "
             f"{known.KNOWN_COMMITS[known.NEWEST].label}).", tuple(report["drift"]))

@@ -37,7 +37,8 @@ def build_mesh(vertices: np.ndarray, faces: np.ndarray, uv: np.ndarray, texture:
         roughnessFactor=0.8,
     )
     mesh = trimesh.Trimesh(
-        vertices=vertices, faces=faces, visual=TextureVisuals(uv=uv, material=material), process=False
+        vertices=vertices, faces=faces, visual=TextureVisuals(uv=uv, material=material),
+        process=False
     )
     mesh.metadata["name"] = name
     return mesh

@@ -67,7 +67,8 @@ def make_grid(mask: np.ndarray, max_cells: int = DEFAULT_MAX_CELLS) -> Grid:
     pad = math.ceil(cell) + 1
     padded = np.pad(mask, pad).astype(np.float32)
     box = (c0 + pad, r0 + pad, c0 + pad + gw * cell, r0 + pad + gh * cell)
-    coverage = np.asarray(Image.fromarray(padded, "F").resize((gw, gh), Image.Resampling.BOX, box=box))
+    coverage = np.asarray(Image.fromarray(padded, "F").resize((gw, gh), Image.Resampling.BOX,
+                                                              box=box))
     cells = coverage >= 0.5
     labels, n = ndimage.label(cells, structure=np.ones((3, 3), bool))
     if n:

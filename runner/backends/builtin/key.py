@@ -134,7 +134,8 @@ def key_border(rgb: np.ndarray, *, transparent: np.ndarray | None = None,
             "The whole image is one plain colour: no character stands out from the background.",
             "Use an image with a transparent background, or a character on a plain background.",
         )
-    return Key(~back, tuple(int(round(c)) for c in background), threshold, mixed_pixels(back, dist, candidate))
+    return Key(~back, tuple(int(round(c)) for c in background), threshold,
+               mixed_pixels(back, dist, candidate))
 
 
 def background_colour(border: np.ndarray, reason: str) -> tuple[np.ndarray, float]:
@@ -198,7 +199,8 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
         match: a region the flood without erosion does not reach either must have a median
             distance of at most this (it *is* the background colour, not a shaded highlight);
             every region must have at least ``ENCLOSED_MIN_PIXELS``.
-        reach: px; a region's edge pixels this close to ``outside`` (square neighbourhood) are at the character's
+        reach: px; a region's edge pixels this close to ``outside`` (square neighbourhood) are at
+        the character's
             outline, and with ``SUBJECT_EDGE_SHARE`` of its edge there it is the character's own.
 
     Returns:
@@ -215,7 +217,8 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
     pad = gap + reach + 2
     rows = np.flatnonzero(np.isin(labels, ids).any(axis=1))
     cols = np.flatnonzero(np.isin(labels, ids).any(axis=0))
-    window = (slice(max(0, rows[0] - pad), rows[-1] + pad + 1), slice(max(0, cols[0] - pad), cols[-1] + pad + 1))
+    window = (slice(max(0, rows[0] - pad), rows[-1] + pad + 1),
+              slice(max(0, cols[0] - pad), cols[-1] + pad + 1))
     part = labels[window]
     regions = np.where(np.isin(part, ids), part, 0)
     grown = np.where(candidate[window], ndimage.grey_dilation(regions, size=(2 * gap + 1,) * 2), 0)
@@ -231,7 +234,8 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
     edge = (around > 0) & ~inside
     at_outline = near(outside[window], reach)
     share = np.asarray(ndimage.mean(at_outline[edge], around[edge], ids))
-    result[window] = np.isin(grown, ids[((medians <= match) | through_opening) & (share < SUBJECT_EDGE_SHARE)])
+    subject = ((medians <= match) | through_opening) & (share < SUBJECT_EDGE_SHARE)
+    result[window] = np.isin(grown, ids[subject])
     return result
 
 

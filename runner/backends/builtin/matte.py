@@ -84,16 +84,20 @@ def compute_matte(image: Image.Image, *, had_alpha: bool) -> Matte:
     if had_alpha and share >= MIN_TRANSPARENT_BORDER:
         if not transparent.all():
             cleaned = clean_matte(~transparent)
-            matte = Matte(cleaned, "alpha", None, float(ALPHA_THRESHOLD), cleaned & (alpha >= OPAQUE_ALPHA))
+            matte = Matte(cleaned, "alpha", None, float(ALPHA_THRESHOLD),
+                          cleaned & (alpha >= OPAQUE_ALPHA))
         else:
             raise faint_alpha_error(alpha)
     else:
         reason = "The image has no transparency"
         if had_alpha:
-            reason = (f"The image's transparency leaves its border opaque ({share:.0%} of the border "
-                      f"transparent, {transparent.sum()} px in all), so it does not cut a character "
+            reason = (f"The image's transparency leaves its border opaque ({share:.0%} of the "
+                      f"border "
+                      f"transparent, {transparent.sum()} px in all), so it does not cut a "
+                      f"character "
                       "out and the background is keyed by colour")
-        key = key_border(rgba[..., :3], transparent=transparent if had_alpha else None, reason=reason)
+        key = key_border(rgba[..., :3], transparent=transparent if had_alpha else None,
+                         reason=reason)
         cleaned = clean_matte(key.mask)
         matte = Matte(cleaned, "border", key.background, key.threshold,
                       keyed_colour_mask(key, cleaned, transparent))

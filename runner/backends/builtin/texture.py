@@ -136,7 +136,9 @@ def make_texture(rgba: np.ndarray, matte: Matte, size: int) -> Texture:
     fh = int(np.ceil(((bbox[1] - bbox[0]) * 1.04 + 2) * scale))
     fw = int(np.ceil(((bbox[3] - bbox[2]) * 1.04 + 2) * scale))
     sigma = BACK_BLUR * max(bbox[1] - bbox[0], bbox[3] - bbox[2]) * scale
-    shape = (fh, int(np.ceil(fw * BACK_SQUEEZE))) if axis == 1 else (int(np.ceil(fh * BACK_SQUEEZE)), fw)
+    shape = (fh,
+             int(np.ceil(fw * BACK_SQUEEZE))) if axis == 1 else (int(np.ceil(fh * BACK_SQUEEZE)),
+                                                                 fw)
     back = blurred_back(out[:fh, :fw], valid[:fh, :fw], sigma, shape)
     if axis == 1:
         out[:fh, offset:offset + shape[1]] = back[:, : size - offset]
@@ -208,7 +210,8 @@ def blurred_back(front: np.ndarray, valid: np.ndarray, sigma: float,
     low = (max(1, round(w * BLUR_RESOLUTION)), max(1, round(h * BLUR_RESOLUTION)))
 
     def shrink(channel: np.ndarray) -> np.ndarray:
-        return np.asarray(Image.fromarray(channel.astype(np.float32), "F").resize(low, Image.Resampling.BOX))
+        return np.asarray(Image.fromarray(channel.astype(np.float32), "F").resize(low,
+                                                                                  Image.Resampling.BOX))
 
     weight = valid.astype(np.float32)
     den = ndimage.gaussian_filter(shrink(weight), sigma * BLUR_RESOLUTION)
@@ -221,6 +224,7 @@ def blurred_back(front: np.ndarray, valid: np.ndarray, sigma: float,
     for k in range(3):
         num = ndimage.gaussian_filter(shrink(front[..., k] * weight), sigma * BLUR_RESOLUTION)
         colour = (num / np.maximum(den, 1e-6))[ny, nx]
-        big = Image.fromarray(colour.astype(np.float32), "F").resize(shape[::-1], Image.Resampling.BILINEAR)
+        big = Image.fromarray(colour.astype(np.float32), "F").resize(shape[::-1],
+                                                                     Image.Resampling.BILINEAR)
         out[..., k] = np.clip(np.rint(np.asarray(big)), 0, 255)
     return out
