@@ -311,7 +311,7 @@ TABLE: tuple[Option, ...] = (
            commands=(*JOB_AND_CHECK, "export"),
            panel=Panel("Export budget", section="export", default="", unset="")),
     Option("keep_asset", "keep the decoded asset beside the GLB as NAME.asset.npz, to export "
-           "it again with other levers (python -m runner export, the add-on's Re-export)",
+           "it again with other levers (python -m runner export ASSET.npz)",
            kind="switch", backends=PIXAL3D, affects_output=False,
            panel=Panel("Keep asset for re-export", section="export", default=False)),
     replace(_shared("decimation_target", panel=Panel(
