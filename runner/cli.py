@@ -154,8 +154,16 @@ def main(argv: list[str] | None = None) -> int:
                  stages=backends.get(ns.backend).planned_stages(job.options),
                  python=sys.executable)
     emitter.emit(hello)
+    return run_and_report(emitter, cancel,
+                          lambda: run_job(job, emitter.emit, cancel, config, preamble=[hello]))
+
+
+def run_and_report(emitter: Emitter, cancel: Cancel, run) -> int:
+    """Run one job (``run()`` → ``Outcome``) after its ``hello``: its success line or its error
+    on stderr, its final event on stdout, the cancel sources uninstalled; a bug in it is one
+    ``internal`` error event. Returns the exit status (runner/errors.py)."""
     try:
-        outcome = run_job(job, emitter.emit, cancel, config, preamble=[hello])
+        outcome = run()
     except Exception as exc:  # a bug: one error event, the traceback on stderr only
         return internal_failure(emitter, exc)
     finally:

@@ -23,12 +23,11 @@ from .cli import (
     EXIT_EPILOG,
     ArgumentParser,
     guard_config,
-    internal_failure,
-    report_success,
+    run_and_report,
     setup,
     usage_failure,
 )
-from .errors import RunnerError, explain
+from .errors import RunnerError
 from .job import Job, WorkerJob
 from .jobrun import JobRun
 from .jobtrace import log
@@ -190,15 +189,6 @@ def main(argv: list[str] | None = None) -> int:
                  output=str(Path(ns.output).expanduser().absolute()),
                  trace=str(job.resolved_trace()), stages=list(PLAN), python=sys.executable)
     emitter.emit(hello)
-    try:
-        outcome = ExportRun(job, emitter.emit, cancel, config, preamble=[hello]).run()
-    except Exception as exc:  # a bug: one error event, the traceback on stderr only
-        return internal_failure(emitter, exc)
-    finally:
-        cancel.uninstall()
-    if outcome.ok:
-        report_success(outcome)
-    else:
-        explain(outcome.final)
-    emitter.emit(outcome.final)
-    return outcome.exit_code
+    return run_and_report(emitter, cancel,
+                          lambda: ExportRun(job, emitter.emit, cancel, config,
+                                            preamble=[hello]).run())
