@@ -14,8 +14,10 @@ scales it so its longer side is ``--size`` px (720 by default; Lanczos), and cal
   machine wall time grows with the load, CPU time much less (the load average at the start of
   each run is recorded as ``load_average``);
 - ``process_seconds``: wall seconds of the whole child process, imports included (parent's clock);
-- ``peak_bytes``: the child's kernel high-water mark of resident memory (``getrusage``
-  ``ru_maxrss``: KiB on Linux, bytes on macOS; Linux's ``VmHWM``), imports included;
+- ``peak_bytes``: the child's kernel high-water mark of resident memory
+  (``stageload.meter.high_water_mark``: Linux's ``VmHWM``, macOS's lifetime footprint
+  maximum), imports included; not ``ru_maxrss``, which on Linux also holds the parent's peak
+  (``bench/own_peak.py`` says why);
 - ``sampled_peak_bytes``: the largest resident + swap size the parent saw sampling the child with
   psutil every 20 ms (a cross-check of the high-water mark, which catches what sampling misses).
 
@@ -29,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -61,8 +62,8 @@ def child(image_path: str, size: int, output: str) -> int:
     result = generate(image, output, had_alpha=had_alpha)
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    peak = maxrss if sys.platform == "darwin" else maxrss * 1024
+    from stageload.meter import high_water_mark
+    peak = high_water_mark(os.getpid())
     print(json.dumps({"generate_seconds": seconds, "generate_cpu_seconds": cpu_seconds,
                       "peak_bytes": peak, "input_size": list(image.size),
                       "result": result}))

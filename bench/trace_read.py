@@ -4,7 +4,8 @@ Writes a synthetic runner-like trace of each size (samples at 10 Hz with ``hwm``
 a stage and ready event every 50 000 lines) to a temporary folder, then runs
 ``python -m stageload summary --json`` and ``python -m stageload guard --need-from`` (which
 reads the same file) on it, each in its own process, and records the wall time and the peak
-resident set size of that process (``ru_maxrss`` from ``os.wait4``, Linux kilobytes). The
+resident set size of that process (its own ``VmHWM`` through ``bench.own_peak``, which says
+why not ``ru_maxrss``). The
 ratio that matters is peak RSS against file size: a reader that holds the events grows with
 the file, a streaming one stays flat.
 
@@ -53,15 +54,18 @@ def write_trace(path: Path, size_bytes: int) -> int:
 
 
 def measure(argv: list[str]) -> dict:
-    """Run ``argv`` (stdout discarded); wall seconds, peak RSS in bytes and exit status."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace")[-500:]
-    proc.stderr.close()
-    return {"seconds": round(seconds, 2), "max_rss_bytes": usage.ru_maxrss * 1024,
+    """Run ``python -m ...`` ``argv`` (stdout discarded) under ``bench.own_peak``; wall seconds,
+    the process's own peak RSS in bytes and exit status."""
+    assert argv[:2] == [sys.executable, "-m"], argv
+    with tempfile.TemporaryDirectory(prefix="trace_read_peak_") as tmp:
+        report = Path(tmp) / "peak.json"
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "bench.own_peak", str(report), *argv[1:]],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        seconds = time.perf_counter() - start
+        peak = json.loads(report.read_text())["peak_bytes"]
+    err = proc.stderr.decode(errors="replace")[-500:]
+    return {"seconds": round(seconds, 2), "max_rss_bytes": peak,
             "exit": proc.returncode, "stderr_tail": err}
 
 

@@ -78,8 +78,9 @@ def reset_high_water_mark(pid: int) -> bool:
 
     ``clear_refs`` is writable only by the process's owner (mode 0200), so this works for our own
     processes (same user) and fails for others: returns ``False`` then (and when the process is
-    gone or the kernel is older than 4.0), ``True`` on success. Side effect: the process's own
-    ``getrusage().ru_maxrss`` follows the reset mark too.
+    gone or the kernel is older than 4.0), ``True`` on success. ``getrusage().ru_maxrss`` is not
+    a substitute for ``VmHWM``: it also keeps the peak of the memory the process replaced at
+    ``execve`` (for a child Python starts, its parent's peak; ``bench/own_peak.py``).
     """
     try:
         with open(f"/proc/{int(pid)}/clear_refs", "wb", buffering=0) as f:

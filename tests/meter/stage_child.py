@@ -2,10 +2,12 @@
 own ``stage`` / ``ready`` / ``progress`` events into a trace (``TraceWriter(append=True)``),
 while the test samples it from outside.
 
-usage: python stage_child.py TRACE MODE
+usage: python stage_child.py TRACE MODE [INTERVAL]
   stages  idle 0.8 s; "alloc300" holds 300 MB; "free" frees it (before ready); "alloc100" holds
           100 MB; 0.8 s each.
-  spike   idle 1.5 s; "spike": 200 MB allocated and freed at once; prints {"spike_seconds": s}.
+  spike   idle 1.5 INTERVAL; "spike": 200 MB allocated and freed at once, 1.2 INTERVAL after its
+          ready; prints {"spike_seconds": s} 2.2 INTERVAL later. INTERVAL: the test's sample
+          interval in seconds (default 1.0).
   flood   "flood": writes progress events as fast as it can, growing memory, until killed.
   tree    starts a grandchild (tree mode "hold") that holds 100 MB; prints its pid; sleeps.
   hold    holds 100 MB and sleeps (the grandchild of "tree").
@@ -27,7 +29,7 @@ def touch(nbytes: int) -> np.ndarray:
     return np.ones(nbytes, dtype=np.uint8)
 
 
-def main(trace: str, mode: str) -> None:
+def main(trace: str, mode: str, interval: float = 1.0) -> None:
     sink = TraceWriter(trace, append=True)
     count = 3 if mode == "stages" else 1
 
@@ -57,15 +59,15 @@ def main(trace: str, mode: str) -> None:
     elif mode == "spike":
         del_me = touch(200 * MB)  # the first large allocation of a process is slow; warm up
         del del_me
-        time.sleep(1.5)
+        time.sleep(1.5 * interval)
         stage("spike", 0)
         ready("spike")
-        time.sleep(1.2)  # more than one sample interval after ready: the mark's span lies in the window
+        time.sleep(1.2 * interval)  # more than one interval after ready: the mark's span is inside
         t = time.perf_counter()
         block = touch(200 * MB)
         del block
         spike = time.perf_counter() - t
-        time.sleep(2.2)
+        time.sleep(2.2 * interval)
         print(json.dumps({"spike_seconds": spike}), flush=True)
     elif mode == "flood":
         stage("flood", 0)
@@ -92,4 +94,4 @@ def main(trace: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *(float(a) for a in sys.argv[3:4]))

@@ -4,11 +4,12 @@ for 1024) with colour voxels, like the stand-in's decoded mesh, without running 
 
 ``python export_fixture.py ASSET.npz OUT.glb [--limit N] [--no-remesh] [--target N]`` runs the
 stand-in's native bridge on it under ``ExportSteps`` and prints one JSON line: sub-steps seen,
-faces written, the process's peak RSS (bytes, ``ru_maxrss``) and the RSS before the export."""
+faces written, the process's peak RSS (bytes, its own ``VmHWM``: ``ru_maxrss`` would include the
+peak of the pytest process that started it) and that mark before the export."""
 from __future__ import annotations
 
 import json
-import resource
+import os
 import sys
 from pathlib import Path
 
@@ -51,12 +52,13 @@ def _run(argv) -> dict:
     from stageload.pixal3d.export_steps import ExportSteps
 
     events = []
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    from stageload.meter import high_water_mark
+    before = high_water_mark(os.getpid())
     bridge_argv = ["--input", a.asset, "--output", a.out, "--texture-size", "512",
                    "--decimation-target", str(a.target)] + ([] if a.no_remesh else ["--remesh"])
     with ExportSteps(events.append, postprocess, remesh=not a.no_remesh, remesh_limit=a.limit):
         rc = bridge.main(bridge_argv)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = high_water_mark(os.getpid())
     scene = trimesh.load(a.out)
     faces = sum(len(g.faces) for g in scene.geometry.values())
     return {"rc": rc, "steps": [e["stage"] for e in events],
