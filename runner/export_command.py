@@ -6,9 +6,13 @@ and the same events as a run's export — ``stage`` ``export`` (a one-stage plan
 process's ``pid``), its sub-steps with ``parent`` ``export``, ``progress``, ``memory``, then
 ``result`` or ``error``. No Pixal3D install is needed.
 
-Before anything runs the asset's size and headers are checked against the budget
+Before anything runs the levers are checked (a budget below the engine's minimum is ``usage``,
+exit 2) and the asset's size and headers against the budget
 (``runner.export_engine.asset.inspect_asset``, ``budget.check_file``): a bad or too large asset
-is ``bad_asset`` (exit 18) with nothing written, no trace either.
+is ``bad_asset`` (exit 18) with nothing written, no trace either. A bad value found later (NaN
+vertices, faces past the vertices: the export process's ``load`` step) is ``bad_asset`` too and
+leaves nothing either: no GLB, no temporary files, no default trace, no folder the job made —
+only a trace asked for with ``--trace``, complete and ending with the error.
 """
 from __future__ import annotations
 
@@ -20,7 +24,6 @@ from pathlib import Path
 from .cancel import cancel_error
 from .claims import claim_all
 from .cli import (
-    EXIT_EPILOG,
     ArgumentParser,
     guard_config,
     run_and_report,
@@ -35,6 +38,7 @@ from .outputs import (
     check_output,
     check_path_limits,
     check_trace,
+    discard,
     job_dir,
     sweep_stale_job_dirs,
     trace_conflict,
@@ -44,12 +48,32 @@ from .protocol import make
 PLAN = ("export",)
 """The export command's stage plan: one stage."""
 
+EXIT_EPILOG = """\
+exit status (the last stdout line is the result or error event; every kind, and what
+to do, in runner/PROTOCOL.md and docs/runner.md):
+  0        the GLB was written (result event)
+  1        internal error: a bug (traceback on stderr)
+  2        usage: bad command line or lever (e.g. --export-budget below 256M)
+  3, 4     the guard stopped the export / never admitted it (--start-timeout)
+  11       the asset does not exist
+  18       the asset is not the port's saved asset, or is too large for --export-budget
+  20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
+  40-42    the export failed: an unexpected error, the export process killed (e.g. out
+           of memory) or crashed
+  47, 48   out of memory, a system limit (open files, threads)
+  130      cancelled (signal, closed stdin with --cancel-on-stdin-eof, parent gone)
+"""
+"""``python -m runner export --help``'s epilog: only the statuses an export can end with (no
+image, backend, batch or Pixal3D kinds; tests/runner/test_job_options.py checks it against
+``runner.errors.KINDS``)."""
+
 
 class ExportRun(JobRun):
     """One asset → GLB job: ``JobRun`` with the asset in place of the image and only the
     export process (``job.image`` is the asset; ``job.options`` the export levers)."""
 
     def run(self):
+        made = _missing_folders(self.job.output, self.job.resolved_trace())
         try:
             try:
                 self.validate()
@@ -64,6 +88,22 @@ class ExportRun(JobRun):
             return self.finish(None, info)
         finally:
             self.close()
+            if self.refused:
+                _remove_empty(made)
+
+    refused = False
+
+    def finish(self, error: RunnerError | None, info: dict | None = None):
+        """``JobRun.finish``; an export refused for its asset (``REFUSED``) leaves nothing: the
+        default trace (no ``--trace`` given) is removed with the folders this job made (in
+        ``run``). A trace the user asked for is kept, complete, ending with the error."""
+        outcome = super().finish(error, info)
+        if error is not None and error.kind in REFUSED:
+            self.refused = True
+            if self.job.trace is None and self.trace.path is not None:
+                discard(self.trace.path)
+                outcome.trace = outcome.final["trace"] = None
+        return outcome
 
     def validate(self) -> None:
         """The asset (size and headers, against the budget), the output and the trace; then
@@ -99,6 +139,31 @@ class ExportRun(JobRun):
                          options={**options, "export_engine": "bounded", "stages": list(PLAN)})
         return self.launch("export", work, "the export process",
                            hint="Check the interpreter path.")
+
+
+REFUSED = ("bad_asset",)
+"""The kinds of a refused export: the asset cannot be exported as it is (found from its
+headers before the trace opens, or from its values in the export process's ``load`` step)."""
+
+
+def _missing_folders(*paths: Path) -> list[Path]:
+    """The folders above ``paths`` that do not exist yet, deepest first."""
+    missing: list[Path] = []
+    for path in paths:
+        folder = Path(path).expanduser().absolute().parent
+        while not folder.exists() and folder not in missing:
+            missing.append(folder)
+            folder = folder.parent
+    return sorted(missing, key=lambda f: len(f.parts), reverse=True)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is empty now; never raises."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def check_asset(path: Path, options: dict, texture_size=None) -> dict:

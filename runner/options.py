@@ -114,7 +114,9 @@ class Option:
     (default ``--`` + name with dashes); ``metavar``; ``affects_output``: False when it changes
     how, not what, is computed (batch resume ignores it); ``group`` (:data:`GROUPS`);
     ``panel``: how the add-on shows it (None: not in the add-on); ``default_text``: the
-    runner's default in words when it is not one value (``the backend's: …``)."""
+    runner's default in words when it is not one value (``the backend's: …``);
+    ``command_help``: command → ``(help, default_text)`` where that command's ``--help`` must
+    say something else (``runner export`` has no backend: its levers are the bounded engine's)."""
 
     name: str
     help: str
@@ -134,6 +136,8 @@ class Option:
     group: str = "backend"
     panel: Panel | None = None
     default_text: str = ""
+    command_help: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False,
+                                                        compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS or self.group not in GROUPS:
@@ -212,11 +216,12 @@ class Option:
             return f"must be at least {self.low:,}{unit}"
         return f"must be at most {self.high:,}{unit}"
 
-    def help_text(self) -> str:
-        """The help line with the default (when there is one) and any advice."""
-        text = self.help
-        if self.default_text:
-            text += f" (default: {self.default_text})"
+    def help_text(self, command: str | None = None) -> str:
+        """The help line with the default (when there is one) and any advice; ``command``'s own
+        wording (``command_help``) where it has one."""
+        text, default_text = self.command_help.get(command, (self.help, self.default_text))
+        if default_text:
+            text += f" (default: {default_text})"
         elif self.default not in (None, "", False):
             text += f" (default: {self.default})"
         for advice in self.advice.values():
@@ -259,6 +264,8 @@ TABLE: tuple[Option, ...] = (
            default_text="the backend's: builtin 1024, 1-4096, sizes under 512 are raised to "
                         "512; pixal3d and runner export 2048, one of 512, 1024, 2048, 4096",
            group="job", commands=(*JOB, "export"),
+           command_help={"export": ("base-colour texture side in pixels, one of 512, 1024, "
+                                    "2048, 4096", "2048")},
            panel=Panel("Texture", default=1024, always=True, items=tuple(
                (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                for s in (512, 1024, 2048)))),
@@ -309,6 +316,9 @@ TABLE: tuple[Option, ...] = (
            "an asset that cannot fit is refused before it is read", default_text="3G",
            kind="size", unit="bytes", metavar="SIZE", backends=PIXAL3D,
            commands=(*JOB_AND_CHECK, "export"),
+           command_help={"export": ("memory the bounded export engine plans its pieces for, "
+                                    "e.g. 2G, at least 256M; an asset that cannot fit is "
+                                    "refused before it is read", "3G")},
            panel=Panel("Export budget", section="export", default="", unset="")),
     Option("keep_asset", "keep the decoded asset beside the GLB as NAME.asset.npz, to export "
            "it again with other levers (python -m runner export ASSET.npz)",
@@ -316,7 +326,9 @@ TABLE: tuple[Option, ...] = (
            panel=Panel("Keep asset for re-export", section="export", default=False)),
     replace(_shared("decimation_target", panel=Panel(
         "Decimation target", section="export", default=0, unset=0)),
-        commands=(*JOB_AND_CHECK, "export")),
+        commands=(*JOB_AND_CHECK, "export"),
+        command_help={"export": ("faces the bounded export engine decimates the mesh to",
+                                 "1,000,000")}),
     _shared("remesh", panel=Panel("Remesh", section="export", switch=("on", "off"),
                                   default=True, unset=True)),
     _shared("remesh_resolution", panel=Panel("Remesh resolution", section="export",
@@ -402,8 +414,9 @@ def add_arguments(parser, command: str = "run") -> None:
     """The table's options that ``command`` takes (:data:`COMMANDS`) on ``parser`` (argparse):
     job options at the top level, backends' own options in a "backend options" group (value
     as given, default None = not given, so another backend's option can be told apart and
-    refused; defaults are applied by the backend registry). Guard options are left to
-    ``stageload.guard.add_guard_arguments``."""
+    refused; defaults are applied by the backend registry) — for ``export``, which has no
+    backend, an "export levers" group. Each help line is ``command``'s (``help_text``). Guard
+    options are left to ``stageload.guard.add_guard_arguments``."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
     group = None
@@ -414,17 +427,18 @@ def add_arguments(parser, command: str = "run") -> None:
             kwargs = {"type": _argparse_type(opt)} if opt.kind not in ("choice", "text") else {}
             parser.add_argument(opt.flag, dest=opt.dest, default=opt.default,
                                 choices=opt.choices or None, metavar=opt.metavar,
-                                help=opt.help_text(), **kwargs)
+                                help=opt.help_text(command), **kwargs)
             continue
         if group is None:
-            group = parser.add_argument_group("backend options")
+            group = parser.add_argument_group("export levers" if command == "export"
+                                              else "backend options")
         if opt.switch:
             group.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
-                               const=True, help=opt.help_text())
+                               const=True, help=opt.help_text(command))
         else:
             group.add_argument(opt.flag, dest=opt.dest, default=None,
                                choices=[str(c) for c in opt.choices] or None,
-                               metavar=opt.metavar, help=opt.help_text())
+                               metavar=opt.metavar, help=opt.help_text(command))
 
 
 # ---------------------------------------------------------------- the add-on's views

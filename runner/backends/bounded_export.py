@@ -28,7 +28,8 @@ def check_options(options: dict) -> None:
     """Refuse, before anything runs (``RunnerError('usage')``), the combinations the chosen
     engine cannot honour: with ``bounded`` the port's remesh (``--remesh on``, any
     ``--remesh-resolution``), ``--export-profile fit`` and ``--export-process in-process``;
-    with ``port`` a ``--export-budget``; ``--keep-asset`` with ``--export-process in-process``
+    and a ``--export-budget`` below the engine's minimum; with ``port`` a
+    ``--export-budget``; ``--keep-asset`` with ``--export-process in-process``
     (there is no hand-over file to keep)."""
     from ..errors import RunnerError
 
@@ -43,6 +44,8 @@ def check_options(options: dict) -> None:
                     "export engine (the default) does not remesh: it exports the decoded "
                     "surface, decimated.", f"Leave {flag} out, or add --export-engine port "
                     "(the port's export, about 70 GB at the 1024 grid on a Mac).")
+        if options.get("export_budget") not in (None, ""):  # a budget below the minimum
+            levers(export_budget=options["export_budget"])  # is refused now, not at export
         if in_process:
             raise RunnerError("usage", "The bounded export engine runs in a process of its "
                               "own; --export-process in-process is the port's way.",
@@ -69,8 +72,9 @@ def levers(texture_size=None, decimation_target=None, export_budget=None):
             else parse_faces(decimation_target),
             texture_size=DEFAULT_TEXTURE_SIZE if texture_size is None else int(texture_size),
             budget=None if export_budget in (None, "") else parse_size(export_budget)).check()
-    except ValueError as exc:
-        raise RunnerError("usage", f"Export options: {exc}.") from None
+    except ValueError as exc:  # BudgetTooSmall says which budget is accepted
+        raise RunnerError("usage", f"Export options: {exc}.",
+                          getattr(exc, "hint", None)) from None
 
 
 def export(handover: str, output, *, texture_size=None, emit: Callable[[dict], None] | None = None,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from stageload.units import format_size
 
-from .errors import BadAsset
+from .errors import BadAsset, BudgetTooSmall
 
 GIB = 1 << 30
 DEFAULT_BUDGET = 3 * GIB
@@ -70,13 +70,13 @@ def _clamp(value: float, bounds: tuple[int, int]) -> int:
 
 
 def check_file(file_bytes: int, budget: int | None = None) -> int:
-    """The budget in bytes (None: ``DEFAULT_BUDGET``), after refusing (``BadAsset``) a budget
-    below ``MIN_BUDGET`` or a file larger than it — from its size alone, before reading it."""
+    """The budget in bytes (None: ``DEFAULT_BUDGET``), after refusing a budget below
+    ``MIN_BUDGET`` (``BudgetTooSmall``, a bad lever: ``ExportLevers.check`` refuses it first)
+    and a file larger than the budget (``BadAsset``) — from its size alone, before reading
+    it."""
     budget = DEFAULT_BUDGET if budget is None else int(budget)
     if budget < MIN_BUDGET:
-        raise BadAsset(None, f"an export budget of {format_size(budget)} is below the "
-                       f"engine's minimum of {format_size(MIN_BUDGET)}",
-                       "Give --export-budget 2G or more.")
+        raise BudgetTooSmall(budget, MIN_BUDGET)
     if file_bytes > budget:
         raise BadAsset(None, f"the file is {format_size(file_bytes)}, larger than the export "
                        f"budget of {format_size(budget)}; it was not read",

@@ -19,7 +19,7 @@ from stageload.pixal3d.choices import MAX_DECIMATION_TARGET
 
 from . import budget as budgeting
 from .asset import inspect_asset, load_asset, load_voxels
-from .errors import BadAsset
+from .errors import BadAsset, BudgetTooSmall
 from .steps import Steps
 
 DEFAULT_DECIMATION_TARGET = 1_000_000
@@ -31,7 +31,9 @@ TEXTURE_SIZES = (512, 1024, 2048, 4096)
 class ExportLevers:
     """What the export makes: ``decimation_target`` (faces, 1..``MAX_DECIMATION_TARGET``),
     ``texture_size`` (px, one of ``TEXTURE_SIZES``), ``budget`` (bytes or None for
-    ``budget.DEFAULT_BUDGET``). ``check()`` raises ``ValueError`` naming a bad value."""
+    ``budget.DEFAULT_BUDGET``; at least ``budget.MIN_BUDGET``). ``check()`` raises
+    ``ValueError`` naming a bad value (``BudgetTooSmall``, with a ``hint``, for a budget below
+    the minimum)."""
 
     decimation_target: int = DEFAULT_DECIMATION_TARGET
     texture_size: int = DEFAULT_TEXTURE_SIZE
@@ -48,6 +50,8 @@ class ExportLevers:
         if self.budget is not None and (isinstance(self.budget, bool)
                                         or not isinstance(self.budget, int)):
             raise ValueError(f"export budget {self.budget!r} must be a number of bytes")
+        if self.budget is not None and self.budget < budgeting.MIN_BUDGET:
+            raise BudgetTooSmall(self.budget, budgeting.MIN_BUDGET)
         return self
 
 

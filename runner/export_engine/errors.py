@@ -1,8 +1,10 @@
 """The engine's two ways to stop: a bad asset, and a cancel.
 
-``BadAsset`` carries the runner's error kind ``bad_asset`` (``runner/errors.py``, exit 48):
+``BadAsset`` carries the runner's error kind ``bad_asset`` (``runner/errors.py``, exit 18):
 ``key`` names the ``.npz`` member at fault (None for the file itself) and the message says
-what is wrong and what to do. ``ExportCancelled`` carries ``cancelled`` (exit 130). Both
+what is wrong and what to do. ``BudgetTooSmall`` (a ``ValueError``) is a budget below the
+engine's minimum: the runner's ``usage`` (exit 2), like any other bad lever.
+``ExportCancelled`` carries ``cancelled`` (exit 130). Both
 are raised before anything is written, or after the temporary GLB was removed.
 """
 from __future__ import annotations
@@ -22,6 +24,19 @@ class BadAsset(ValueError):
         self.hint = hint or ("Export the asset again with the port's save_mesh_checkpoint "
                              "(Pixal3D's --keep-asset or the port's --save-mesh).")
         self.message = str(self)
+
+
+class BudgetTooSmall(ValueError):
+    """``--export-budget`` is below the engine's minimum (``budget.MIN_BUDGET``): a bad lever,
+    not a bad asset (the runner reports it as ``usage``, exit 2, before anything runs).
+    ``hint`` names the smallest budget that is accepted."""
+
+    def __init__(self, budget: int, minimum: int):
+        from stageload.units import format_size
+
+        super().__init__(f"an export budget of {format_size(budget)} is below the engine's "
+                         f"minimum of {format_size(minimum)}")
+        self.hint = f"Give --export-budget {minimum >> 20}M or more."
 
 
 class ExportCancelled(Exception):

@@ -122,8 +122,14 @@ def test_a_30_gb_file_is_refused_without_reading_it(tmp_path):
     assert not out.exists() and os.listdir(tmp_path) == ["huge.npz"]
 
 
-def test_an_asset_too_large_for_the_budget(small_asset, tmp_path):
+def test_a_budget_below_the_minimum_is_a_bad_lever_not_a_bad_asset(small_asset, tmp_path):
+    """Below ``MIN_BUDGET`` the budget itself is wrong (whatever the asset): a ``ValueError``
+    (``BudgetTooSmall``, the runner's ``usage``) whose hint names the minimum, not 2G."""
+    from runner.export_engine.errors import BudgetTooSmall
+
     out = tmp_path / "x.glb"
-    with pytest.raises(BadAsset, match="below the engine's minimum"):
+    with pytest.raises(BudgetTooSmall, match="below the engine's minimum of 256.0 MiB") as info:
         export_asset(small_asset, out, ExportLevers(budget=100 << 20))
-    assert not out.exists()
+    assert not isinstance(info.value, BadAsset)
+    assert info.value.hint == "Give --export-budget 256M or more."
+    assert os.listdir(tmp_path) == []

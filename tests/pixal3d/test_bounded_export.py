@@ -120,6 +120,7 @@ def test_runner_export_re_exports_the_kept_asset_with_other_levers(kept, env, re
     (["--export-process", "in-process"], "runs in a process of its own"),
     (["--export-engine", "port", "--export-budget", "2G"], "--export-budget applies to the "
                                                             "bounded export engine"),
+    (["--export-budget", "10M"], "below the engine's minimum of 256.0 MiB"),
 ])
 def test_port_levers_are_refused_with_the_bounded_engine_before_anything_runs(
         extra, match, standin_dir, rgb_image, tmp_path, repo_root):
@@ -169,6 +170,47 @@ def test_runner_export_refuses_a_bad_asset_and_writes_nothing(tmp_path, repo_roo
     assert proc.returncode == 18 and last["kind"] == "bad_asset", proc.stderr[-2000:]
     assert "'faces'" in last["message"] and "indexes past the 4 vertices" in last["message"]
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".job-" in p]
+
+
+def test_a_refused_export_leaves_nothing_but_the_trace_asked_for(tmp_path, repo_root):
+    """A bad value only the export process finds (NaN vertices, in its ``load`` step): no GLB,
+    no temporary or claim file, no default trace, not even the output folder the job made;
+    with ``--trace`` that trace is kept, complete: ``hello`` first, the ``error`` last."""
+    vertices = np.zeros((4, 3), np.float32)
+    vertices[2, 1] = np.nan
+    asset = _bad_asset(tmp_path / "nan.npz", vertices=vertices)
+    out = tmp_path / "made" / "deep" / "nan.glb"
+    proc = _run(["export", asset, "-o", out], dict(os.environ), repo_root, timeout=120)
+    last = _events(proc)[-1]
+    assert proc.returncode == 18 and last["kind"] == "bad_asset", proc.stderr[-2000:]
+    assert "'vertices': holds NaN" in last["message"] and last["trace"] is None
+    assert any(e.get("stage") == "load" for e in _events(proc))  # found by the export process
+    assert os.listdir(tmp_path) == ["nan.npz"]
+    trace = tmp_path / "traces" / "nan.trace.jsonl"
+    proc = _run(["export", asset, "-o", out, "--trace", trace], dict(os.environ), repo_root,
+                timeout=120)
+    assert proc.returncode == 18, proc.stderr[-2000:]
+    assert _events(proc)[-1]["trace"] == str(trace)
+    lines = _trace(trace)
+    assert lines[0]["event"] == "hello" and lines[-1]["event"] == "error"
+    assert lines[-1]["kind"] == "bad_asset" and lines[-1] == _events(proc)[-1]
+    assert sorted(os.listdir(tmp_path)) == ["nan.npz", "traces"]
+    assert os.listdir(tmp_path / "traces") == ["nan.trace.jsonl"]
+
+
+def test_a_budget_below_the_minimum_is_a_usage_error_with_a_hint_that_matches(tmp_path,
+                                                                               repo_root):
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "sphere.npz", subdivisions=2, resolution=32)
+    proc = _run(["export", asset, "-o", tmp_path / "x.glb", "--export-budget", "10M"],
+                dict(os.environ), repo_root, timeout=120)
+    events = _events(proc)
+    assert proc.returncode == 2 and events[-1]["kind"] == "usage", proc.stderr[-2000:]
+    assert [e["event"] for e in events] == ["hello", "error"]
+    assert "10.0 MiB is below the engine's minimum of 256.0 MiB" in events[-1]["message"]
+    assert events[-1]["hint"] == "Give --export-budget 256M or more."
+    assert os.listdir(tmp_path) == ["sphere.npz"]
 
 
 def test_runner_export_cancel_stops_the_export_process(tmp_path, repo_root):

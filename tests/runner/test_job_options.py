@@ -120,8 +120,10 @@ def test_run_and_check_help_list_the_exit_statuses(repo_root):
     from runner.errors import KINDS
 
     known = {k.exit_code for k in KINDS.values()} | {0}
+    export = {0, 1, 2, 3, 4, 11, 18, 20, 21, 22, 23, 40, 41, 42, 47, 48, 130}
     for command, must in (((), known - {5}),
-                          (("check",), {0, 2, 30, 31, 32, 33, 34, 35, 36, 37, 42})):
+                          (("check",), {0, 2, 30, 31, 32, 33, 34, 35, 36, 37, 42}),
+                          (("export",), export)):
         text = _help(repo_root, *command)
         assert "exit status" in text and "runner/PROTOCOL.md" in text
         listed: set[int] = set()
@@ -129,3 +131,18 @@ def test_run_and_check_help_list_the_exit_statuses(repo_root):
             listed |= _codes(spec)
         assert listed <= known, (command, listed - known)
         assert must <= listed, (command, must - listed)
+        if command == ("export",):  # no image, batch, backend or Pixal3D status
+            assert listed == export, listed ^ export
+
+
+def test_export_help_describes_the_export_only(repo_root):
+    """``runner export --help`` speaks of the bounded engine's levers, not of backends or of
+    the port (its options table entries' ``command_help``)."""
+    text = _help(repo_root, "export")
+    flat = " ".join(text.split())
+    assert "backend" not in text.lower() and "the port simplifies" not in flat
+    assert "export levers:" in text
+    assert "--texture-size PX base-colour texture side in pixels, one of 512, 1024, 2048, " \
+           "4096 (default: 2048)" in flat
+    assert "faces the bounded export engine decimates the mesh to (default: 1,000,000)" in flat
+    assert "at least 256M" in flat
