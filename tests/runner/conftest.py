@@ -10,11 +10,15 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
+
+if TYPE_CHECKING:  # Pillow is imported where it is used, so the conftest stays light
+    from PIL import Image
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +118,9 @@ class Live:
                 ev = self.queue.get(timeout=left)
             except queue.Empty:
                 continue
-            assert ev is not None, f"stream ended before {name!r}: {[e['event'] for e in self.events]}; stderr: {self.stderr[-2000:]}"
+            assert ev is not None, (f"stream ended before {name!r}: "
+                                    f"{[e['event'] for e in self.events]}; "
+                                    f"stderr: {self.stderr[-2000:]}")
             if ev["event"] == name:
                 return ev
 
@@ -123,7 +129,8 @@ class Live:
         end = time.monotonic() + timeout
         while True:
             left = end - time.monotonic()
-            assert left > 0, f"no {names} event within {timeout} s: {[e['event'] for e in self.events]}"
+            assert left > 0, (f"no {names} event within {timeout} s: "
+                              f"{[e['event'] for e in self.events]}")
             try:
                 ev = self.queue.get(timeout=left)
             except queue.Empty:
@@ -203,7 +210,7 @@ def sentinel_output(tmp_path):
     return path
 
 
-def _character(size=(128, 192), bg=(255, 255, 255), fg=(40, 90, 160)) -> "Image.Image":
+def _character(size=(128, 192), bg=(255, 255, 255), fg=(40, 90, 160)) -> Image.Image:
     """A simple opaque 'character' (ellipse body + head) on a plain background, RGB."""
     from PIL import Image, ImageDraw
 

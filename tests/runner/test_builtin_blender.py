@@ -43,13 +43,15 @@ print("RESULT " + json.dumps(out))
 
 def test_blender_imports_an_upright_textured_character(shared_images, tmp_path):
     pytest.importorskip("bpy")
-    path = next((p for p in shared_images if p.name == "typical_humanoid_dwarf.png"), shared_images[0])
+    path = next((p for p in shared_images if p.name == "typical_humanoid_dwarf.png"),
+                shared_images[0])
     with Image.open(path) as im:
         had_alpha = "A" in im.getbands()
         image = im.convert("RGBA")
     glb = tmp_path / "dwarf.glb"
     result = generate(image, glb, had_alpha=had_alpha)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(glb)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(glb)], capture_output=True, text=True,
+                          timeout=120)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-2000:]
     out = json.loads(lines[-1][len("RESULT "):])

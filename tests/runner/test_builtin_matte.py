@@ -40,7 +40,8 @@ def iou(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def flatten(rgba: np.ndarray, background=(255, 255, 255), jpeg: bool = False) -> Image.Image:
-    """The picture composited onto an opaque colour (alpha 255 everywhere), optionally as JPEG q90."""
+    """The picture composited onto an opaque colour (alpha 255 everywhere), optionally as JPEG
+    q90."""
     flat = Image.new("RGBA", (rgba.shape[1], rgba.shape[0]), (*background, 255))
     flat.alpha_composite(Image.fromarray(rgba))
     if jpeg:

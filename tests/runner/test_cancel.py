@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -54,10 +53,11 @@ def test_cancel_on_first_stage(rt, shared_images, tmp_path, how):
     assert not out.exists()
     assert not list(out.parent.glob(".*partial*")), list(out.parent.iterdir())
     trace = out.with_suffix(".trace.jsonl")
-    lines = [json.loads(l) for l in trace.read_text(encoding="utf-8").splitlines()]
-    assert lines[-1]["event"] == "error" and lines[-1]["kind"] == "cancelled"
-    assert any(l["event"] == "sample" for l in lines) and any(l["event"] == "stage" for l in lines)
-    assert any(l["event"] == "guard" and l["state"] == "stopped" for l in lines)
+    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    assert events[-1]["event"] == "error" and events[-1]["kind"] == "cancelled"
+    assert any(e["event"] == "sample" for e in events)
+    assert any(e["event"] == "stage" for e in events)
+    assert any(e["event"] == "guard" and e["state"] == "stopped" for e in events)
 
 
 _PARENT = r"""
@@ -153,8 +153,8 @@ def test_stale_partial_swept_only_when_its_runner_is_dead(tmp_path):
 
 
 def test_cancel_while_waiting_for_admission(rt, shared_images, tmp_path):
-    """The guard is waiting (available memory never reaches 99.99 %: the kernel alone uses more): closing stdin ends the
-    wait at once; no worker was ever started, the result is `cancelled`."""
+    """The guard is waiting (available memory never reaches 99.99 %: the kernel alone uses more):
+    closing stdin ends the wait at once; no worker was ever started, the result is `cancelled`."""
     live = rt.Live([shared_images[0], "-o", tmp_path / "a.glb", "--wait-free", "99.99%",
                     "--cancel-on-stdin-eof"])
     try:

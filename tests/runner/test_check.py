@@ -67,7 +67,8 @@ def _venv_with_links(root: Path, modules) -> str:
     if r.returncode != 0:
         pytest.skip(f"cannot create a venv: {r.stderr[-300:]}")
     py = root / "env" / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(py), "-c", purelib],
                                capture_output=True, text=True, check=True).stdout.strip())
     links = root / "links"
     links.mkdir()
@@ -146,7 +147,8 @@ def test_check_without_torch(rt, python_without_torch):
     assert fin.returncode != 0 and c["torch"]["ok"] is False and c["torch"]["version"] is None
     assert python_without_torch in c["torch"]["hint"]
     assert c["backends"]["builtin"]["ok"] is False
-    assert "trimesh" in c["backends"]["builtin"]["reason"] or "scipy" in c["backends"]["builtin"]["reason"]
+    reason = c["backends"]["builtin"]["reason"]
+    assert "trimesh" in reason or "scipy" in reason
 
 
 def test_interpreter_without_pillow(rt, tmp_path):

@@ -13,10 +13,9 @@ import signal
 import pytest
 from PIL import Image
 
-from runner.errors import KINDS
+from runner.errors import KINDS, RunnerError
 from runner.inputs import probe_image
 from runner.memory import MemoryTracker
-from runner.errors import RunnerError
 
 HUMAN = re.compile(r"^runner: (\w+): (.+) — (.+)$", re.MULTILINE)
 

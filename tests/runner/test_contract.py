@@ -57,13 +57,14 @@ def _emitted_event_names(repo_root) -> dict[str, str]:
                 names = []
                 if isinstance(node, ast.Call):
                     func = node.func
-                    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                    called = (func.attr if isinstance(func, ast.Attribute)
+                              else getattr(func, "id", None))
                     strings = [a.value for a in node.args
                                if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                     if called in _EVENT_MAKERS and strings:
                         names.append(strings[0])
                 elif isinstance(node, ast.Dict):
-                    names += [v.value for k, v in zip(node.keys, node.values)
+                    names += [v.value for k, v in zip(node.keys, node.values, strict=True)
                               if isinstance(k, ast.Constant) and k.value == "event"
                               and isinstance(v, ast.Constant) and isinstance(v.value, str)]
                 for name in names:
@@ -150,8 +151,13 @@ def test_backend_exception_kinds():
 
     from runner.backends import pixal3d as backend
     from runner.worker import _classify
-    from stageload.pixal3d.errors import (EmptyMeshError, KnobRefused, PortError, PortMissing,
-                                          PortVersionError)
+    from stageload.pixal3d.errors import (
+        EmptyMeshError,
+        KnobRefused,
+        PortError,
+        PortMissing,
+        PortVersionError,
+    )
 
     class OwnKind(Exception):
         def __init__(self, message, kind, hint):
@@ -213,7 +219,6 @@ def test_worker_output_never_reaches_stdout(rt):
 
 def test_emitter_writes_utf8_whatever_the_locale(rt, tmp_path):
     """Under a Latin-1 locale, a path with CJK characters still comes out as UTF-8 JSON."""
-    import os
 
     env = dict(rt.env(), LANG="en_US.ISO-8859-1", LC_ALL="C", PYTHONIOENCODING="latin-1",
                PYTHONUTF8="0")
@@ -223,6 +228,6 @@ def test_emitter_writes_utf8_whatever_the_locale(rt, tmp_path):
     lines = proc.stdout.decode("utf-8").splitlines()
     import json
 
-    events = [json.loads(l) for l in lines]
+    events = [json.loads(line) for line in lines]
     assert [e["event"] for e in events] == ["hello", "error"]
     assert events[-1]["kind"] == "input_missing" and "漢字 ö.png" in events[-1]["message"]

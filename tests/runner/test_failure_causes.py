@@ -27,7 +27,7 @@ def _wrapped(inner: BaseException, explicit: bool) -> RuntimeError:
         try:
             raise inner
         except BaseException:
-            raise RuntimeError("texture stage failed")
+            raise RuntimeError("texture stage failed")  # noqa: B904  implicit chaining is the case
     except RuntimeError as outer:
         return outer
 

@@ -28,5 +28,6 @@ def test_batch_manifest_records_each_images_notes(rt, samples, tmp_path):
     assert entries["rotated.jpg"]["notes"] == ["EXIF orientation 6 applied"]
     assert "converted from CMYK" in entries["cmyk.jpg"]["notes"]
     by_item = {e["item"]: e["notes"] for e in fin.events if e["event"] == "input"}
-    assert sorted(map(tuple, by_item.values())) == sorted(tuple(e["notes"]) for e in entries.values())
+    assert (sorted(map(tuple, by_item.values()))
+            == sorted(tuple(e["notes"]) for e in entries.values()))
     assert "runner: note: rotated.jpg: EXIF orientation 6 applied" in fin.stderr.splitlines()

@@ -8,7 +8,6 @@ import pytest
 
 from runner import backends
 
-
 BAD = [
     (["--height", "inf"], "--height"),
     (["--height", "nan"], "--height"),

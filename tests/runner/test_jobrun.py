@@ -7,8 +7,8 @@ import sys
 
 from runner.cancel import Cancel
 from runner.child import Child
-from runner.jobrun import JobRun
 from runner.job import Job
+from runner.jobrun import JobRun
 from stageload.guard import GuardConfig
 
 # A child that writes one relayed event and one private event to its events pipe.

@@ -11,7 +11,8 @@ import pytest
 _HELPER = """
 import os, subprocess, time
 pidfile = {pidfile!r}
-subprocess.Popen(["sh", "-c", '{detach}sleep 300 & echo $! > "$0.tmp" && mv "$0.tmp" "$0"', pidfile])
+subprocess.Popen(["sh", "-c", '{detach}sleep 300 & echo $! > "$0.tmp" && mv "$0.tmp" "$0"',
+                  pidfile])
 while not os.path.exists(pidfile):
     time.sleep(0.01)
 """
@@ -37,7 +38,8 @@ def test_a_helper_the_worker_started_does_not_outlive_the_runner(rt, request, tm
         assert fin.last()["event"] == ("result" if kind is None else "error"), fin.stderr[-2000:]
         assert fin.last().get("kind") == kind
         assert helper is None or not rt.alive([helper]), \
-            f"helper {helper.pid} ({helper.name()}) outlived the runner; stderr: {fin.stderr[-1500:]}"
+            (f"helper {helper.pid} ({helper.name()}) outlived the runner; "
+             f"stderr: {fin.stderr[-1500:]}")
         assert "leaving 1 process(es); stopping them" in fin.stderr
     finally:
         if helper is not None and rt.alive([helper]):

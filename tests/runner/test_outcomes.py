@@ -27,7 +27,7 @@ def test_odd_but_valid_images(rt, samples, tmp_path):
     out_dir = tmp_path / "Ausgabe ü 出力"
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = dict(zip(names, pool.map(
-            lambda n: rt.run([samples[n], "-o", out_dir / f"{n} ü.glb"]), names)))
+            lambda n: rt.run([samples[n], "-o", out_dir / f"{n} ü.glb"]), names), strict=True))
     for name, fin in runs.items():
         assert fin.returncode == 0, (name, fin.last(), fin.stderr[-2000:])
         result = fin.last()
@@ -124,7 +124,8 @@ def test_backend_refusals_have_their_kinds(rt, tmp_path):
         a, b = pool.map(lambda p: rt.run([p, "-o", tmp_path / f"{p.stem}.glb"]), [noise, plain])
     for fin, kind in ((a, "background_not_plain"), (b, "empty_matte")):
         err = fin.last()
-        assert err["kind"] == kind and fin.returncode == KINDS[kind].exit_code, (err, fin.stderr[-1500:])
+        assert err["kind"] == kind and fin.returncode == KINDS[kind].exit_code, \
+            (err, fin.stderr[-1500:])
         assert err["hint"] and "Traceback" not in fin.stdout
         # a known kind: one clear line on stderr, never a traceback (PROTOCOL.md)
         assert "Traceback" not in fin.stderr, fin.stderr[-2000:]

@@ -35,7 +35,8 @@ def test_a_name_whose_partial_file_would_be_too_long(rt, character, tmp_path):
 
 
 def test_a_trace_name_over_name_max(rt, character, tmp_path):
-    fin = rt.run([character, "-o", tmp_path / "a.glb", "--trace", tmp_path / ("t" * 300 + ".jsonl")])
+    fin = rt.run([character, "-o", tmp_path / "a.glb",
+                  "--trace", tmp_path / ("t" * 300 + ".jsonl")])
     err = fin.last()
     assert err["kind"] == "output_invalid" and "at most 255" in err["message"], err
     assert "Traceback" not in fin.stderr
@@ -43,6 +44,7 @@ def test_a_trace_name_over_name_max(rt, character, tmp_path):
 
 def test_a_long_folder_within_the_limits_still_works(rt, character, tmp_path):
     folder = _deep(tmp_path, 4000)
-    fin = rt.run([character, "-o", os.path.join(folder, "a.glb"), "--trace", tmp_path / "a.trace.jsonl"])
+    fin = rt.run([character, "-o", os.path.join(folder, "a.glb"),
+                  "--trace", tmp_path / "a.trace.jsonl"])
     assert fin.returncode == 0, (fin.last(), fin.stderr[-2000:])
     assert os.listdir(folder) == ["a.glb"]

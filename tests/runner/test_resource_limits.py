@@ -7,7 +7,6 @@ is checked on the exception Python's ``threading`` raises, with the limit really
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -43,8 +42,8 @@ def test_thread_start_failure_names_the_process_limit(repo_root):
             "from runner.limits import resource_error\n"
             "err = resource_error([RuntimeError(\"can't start new thread\")], 'The worker')\n"
             "print(json.dumps(err.fields()))\n")
-    proc = subprocess.run([PRLIMIT, "--nproc=4000", sys.executable, "-c", code], capture_output=True,
-                          text=True, timeout=60, cwd=repo_root)
+    proc = subprocess.run([PRLIMIT, "--nproc=4000", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=60, cwd=repo_root)
     fields = json.loads(proc.stdout)
     assert fields["kind"] == "resource_limit" and fields["exit_code"] == 48
     assert "(RLIMIT_NPROC, `ulimit -u`) of 4000" in fields["message"], fields

@@ -12,7 +12,6 @@ import pytest
 from stageload.summary import summarize
 
 
-
 def check_stream(fin, image: Path, out: Path) -> None:
     """Protocol checks for one successful single-image run."""
     events = fin.events
@@ -26,7 +25,8 @@ def check_stream(fin, image: Path, out: Path) -> None:
     assert all(e["v"] == 1 and isinstance(e["t"], float) for e in events)
     # stages: announced in the planned order, each followed by its ready
     stages = [e for e in events if e["event"] == "stage"]
-    assert [e["stage"] for e in stages] == hello["stages"] == ["matte", "shape", "texture", "export"]
+    assert ([e["stage"] for e in stages] == hello["stages"]
+            == ["matte", "shape", "texture", "export"])
     assert [e["index"] for e in stages] == list(range(len(stages)))
     names = [e["event"] for e in events]
     for s in stages:
@@ -42,7 +42,7 @@ def check_stream(fin, image: Path, out: Path) -> None:
     for m in memory:
         assert {"footprint", "peak", "stage", "stage_peak", "swap", "available", "total"} <= set(m)
         assert m["footprint"] > 0 and m["peak"] >= m["footprint"]
-    gaps = [b["t"] - a["t"] for a, b in zip(memory, memory[1:])]
+    gaps = [b["t"] - a["t"] for a, b in zip(memory, memory[1:], strict=False)]
     assert max(gaps) < 1.0, max(gaps)
     assert result["peak"] == memory[-1]["peak"] or result["peak"] >= memory[-1]["peak"]
     # the GLB is there (glTF binary magic), no partial file is left
@@ -50,12 +50,12 @@ def check_stream(fin, image: Path, out: Path) -> None:
     assert not list(out.parent.glob(".*partial*"))
     # the trace: every stdout line is in it, the result's summary is the trace's summary
     trace = Path(result["trace"])
-    lines = [json.loads(l) for l in trace.read_text(encoding="utf-8").splitlines()]
+    lines = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
     assert lines[0]["event"] == "hello" and lines[-1]["event"] == "result"
-    samples = [l for l in lines if l["event"] == "sample"]
+    samples = [e for e in lines if e["event"] == "sample"]
     assert len(samples) >= 5 * (samples[-1]["t"] - samples[0]["t"])  # ~10 Hz, machine shared
-    stdout_in_trace = [l for l in lines if l.get("v") == 1]
-    assert [l["event"] for l in stdout_in_trace] == names
+    stdout_in_trace = [e for e in lines if e.get("v") == 1]
+    assert [e["event"] for e in stdout_in_trace] == names
     again = json.loads(json.dumps(summarize(lines[:-1]), default=str))
     assert again == result["summary"]
     assert result["summary"]["peak"]["bytes"] == max(
@@ -67,7 +67,7 @@ def test_every_shared_image(shared_images, tmp_path, rt):
     outs = {img: tmp_path / f"{img.stem}.glb" for img in shared_images}
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = dict(zip(shared_images, pool.map(
-            lambda img: rt.run([img, "-o", outs[img]]), shared_images)))
+            lambda img: rt.run([img, "-o", outs[img]]), shared_images), strict=True))
     for img, fin in runs.items():
         check_stream(fin, img, outs[img])
 

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from runner.errors import RunnerError
-from runner.outputs import check_trace, failed_runs_trace
 from runner.jobtrace import JobTrace
+from runner.outputs import check_trace, failed_runs_trace
 
 
 def _digest(path) -> str:
@@ -107,7 +107,7 @@ def test_two_runners_on_one_output_keep_the_winners_trace(rt, shared_images, tmp
     assert fin.last()["kind"] == "guard_timeout"
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert lines[0]["event"] == "hello" and lines[0]["pid"] == a.proc.pid
-    assert {l.get("pid") for l in lines if l["event"] == "hello"} == {a.proc.pid}
+    assert {e.get("pid") for e in lines if e["event"] == "hello"} == {a.proc.pid}
     assert lines[-1]["event"] == "error" and lines[-1]["kind"] == "guard_timeout"
 
 
