@@ -16,9 +16,10 @@ import pytest
 
 
 def _run_json(code: str, *, cwd: Path, timeout: float = 180) -> dict:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, \
+        f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, f"subprocess printed no JSON:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(lines[-1])

@@ -21,7 +21,8 @@ def fake_devices(monkeypatch):
     mps_state = torch.tensor([3], dtype=torch.uint8)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: calls.append("cuda get") or cuda_state)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all",
+                        lambda: calls.append("cuda get") or cuda_state)
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: calls.append(("cuda set", s)))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("cuda empty"))
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
@@ -35,7 +36,8 @@ def test_every_device_generator_is_saved_and_restored(fake_devices):
     calls, cuda_state, mps_state = fake_devices
     with preserved_rng():
         calls.append("body")
-    assert calls == ["cuda get", "mps get", "body", ("cuda set", cuda_state), ("mps set", mps_state)]
+    assert calls == ["cuda get", "mps get", "body",
+                     ("cuda set", cuda_state), ("mps set", mps_state)]
 
 
 def test_release_through_enter_empties_both_caches_once(fake_devices):

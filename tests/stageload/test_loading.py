@@ -103,6 +103,7 @@ def test_read_state_fresh_cpu_memory_gives_equal_aligned_tensors(tmp_path):
     """fresh_cpu_memory: every dtype and shape round-trips, each tensor in its own 64-byte
     aligned allocation (not the file's mapping); a truncated file is a CheckpointError."""
     from safetensors.torch import save_file
+
     from stageload.errors import CheckpointError
     from stageload.loading import read_state
     state = {"w": torch.randn(3, 5), "h": torch.randn(7).to(torch.bfloat16), "i": torch.arange(4),

@@ -6,25 +6,25 @@ import sys
 
 import pytest
 
-import stageload
 from stageload.events import fan_out, make_event
 
 
 def test_public_api_names():
-    from stageload import ReleasedModuleError, StagedModels, on_call, release, share  # noqa: F401
     import stageload.releasing  # noqa: F401  importing the submodules must not hide the functions
     import stageload.sharing  # noqa: F401
+    from stageload import ReleasedModuleError, StagedModels, on_call, release, share  # noqa: F401
     assert callable(stageload.release) and stageload.release.__name__ == "release"
     assert callable(stageload.share) and stageload.share.__name__ == "share"
     assert type(stageload) is type(sys), "the package is a plain module (no class swap)"
     for name in stageload.__all__:
         assert getattr(stageload, name) is not None
     with pytest.raises(AttributeError):
-        stageload.nothing_here
+        _ = stageload.nothing_here
 
 
 def test_import_stageload_does_not_import_torch(tmp_path):
-    code = "import sys, stageload, stageload.events, stageload.errors; print('torch' in sys.modules)"
+    code = ("import sys, stageload, stageload.events, stageload.errors; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

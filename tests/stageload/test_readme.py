@@ -9,7 +9,8 @@ HEADING = "## stageload: only the current stage's models in memory"
 
 
 def readme_block(readme: str) -> str:
-    """The first ```python block of the stageload section (error if the section or block is gone)."""
+    """The first ```python block of the stageload section (error if the section or block is
+    gone)."""
     assert HEADING in readme, f"README.md lost its section {HEADING!r}"
     section = readme.split(HEADING, 1)[1].split("\n## ", 1)[0]
     match = re.search(r"```python\n(.*?)\n```", section, re.S)
@@ -22,8 +23,8 @@ def test_readme_example_runs(repo_root, tmp_path):
     assert "StagedModels" in code and code.count("\n") >= 15
     script = tmp_path / "readme_example.py"
     script.write_text(code + "\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, f"README example failed:\n{proc.stdout}\n{proc.stderr}"
     out = proc.stdout
     assert "model 'encoder' was released by stage 'decode'" in out

@@ -9,7 +9,6 @@ reference alone (no release) while the other object still holds the module frees
 """
 from __future__ import annotations
 
-
 CODE = r"""
 import gc, json
 import psutil, torch
@@ -55,7 +54,8 @@ from safetensors.torch import save_file
 from stageload import load_module
 save_file(build().state_dict(), "big.safetensors")
 gc.collect()
-mapped = StagedModels({"big": lambda: load_module(build, "big.safetensors"), "small": lambda: nn.Linear(8, 8)},
+mapped = StagedModels({"big": lambda: load_module(build, "big.safetensors"),
+                       "small": lambda: nn.Linear(8, 8)},
                       {"heavy": ["big"], "light": ["small"]})
 mapped.enter("heavy")
 holder.mapped = mapped["big"]
@@ -80,6 +80,7 @@ def test_release_frees_rss_while_a_reference_is_held(run_json, tmp_path):
     assert result["released"] == size
     assert result["drop"] >= 0.8 * size, f"RSS fell by {result['drop']} B, model is {size} B"
     assert "'big'" in result["error"] and "'light'" in result["error"]
-    assert result["mapped_drop"] >= 0.8 * size, f"load_module weights: RSS fell by {result['mapped_drop']} B"
+    assert result["mapped_drop"] >= 0.8 * size, \
+        f"load_module weights: RSS fell by {result['mapped_drop']} B"
     # the control: without release, the other object's reference keeps the memory
     assert result["control_drop"] < 0.2 * size, result

@@ -117,7 +117,7 @@ def test_staged_equals_eager_bit_for_bit(checkpoints):
     eager = [eager_run(checkpoints, seed) for seed in (0, 5)]
     events = []
     staged = staged_run(checkpoints, (0, 5), events=events.append)
-    for a, b in zip(eager, staged):
+    for a, b in zip(eager, staged, strict=True):
         assert torch.equal(a, b)
     assert not torch.equal(eager[0], eager[1])  # the two inputs really differ
     loads = [e for e in events if e["event"] in ("load", "reload")]

@@ -5,8 +5,16 @@ import pytest
 import torch
 from torch import nn
 
-from stageload import (LoaderError, NotAModuleError, PlanError, ReleasedModuleError, StagedModels,
-                       StageloadError, UnknownModelError, UnknownStageError)
+from stageload import (
+    LoaderError,
+    NotAModuleError,
+    PlanError,
+    ReleasedModuleError,
+    StagedModels,
+    StageloadError,
+    UnknownModelError,
+    UnknownStageError,
+)
 from stageload.releasing import is_released, module_bytes
 
 FIELDS = {
@@ -312,7 +320,8 @@ def test_release_one_model_now_and_reload_it(setup):
     size = module_bytes(b)
     assert models.release("b") == size
     assert is_released(b) and models.loaded() == []
-    assert events[-1]["event"] == "release" and events[-1]["model"] == "b" and events[-1]["stage"] == "two"
+    assert events[-1]["event"] == "release" and events[-1]["model"] == "b"
+    assert events[-1]["stage"] == "two"
     assert models.release("b") == 0
     assert models["b"] is not b and events[-1]["event"] == "reload"
     with pytest.raises(UnknownModelError):

@@ -98,7 +98,8 @@ def _calls_to(module: Path) -> set[str]:
     for node in ast.walk(ast.parse(module.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
             names |= {a.name for a in node.names
-                      if node.module.endswith("units") or (a.name == "units" and node.module == "stageload")}
+                      if node.module.endswith("units")
+                      or (a.name == "units" and node.module == "stageload")}
     return names
 
 
@@ -113,9 +114,11 @@ def test_every_size_reader_and_writer_uses_stageload_units(path):
 
 def test_no_other_size_helper_keeps_its_own_multiples():
     """No module in runner/ or stageload/ defines its own size helper (a second copy drifts)."""
-    own = [str(p.relative_to(ROOT)) for pkg in ("runner", "stageload") for p in (ROOT / pkg).rglob("*.py")
+    helpers = {"parse_size", "format_size", "gb", "_bytes", "_size"}
+    own = [str(p.relative_to(ROOT))
+           for pkg in ("runner", "stageload") for p in (ROOT / pkg).rglob("*.py")
            if p.name != "units.py" and any(
-               isinstance(n, ast.FunctionDef) and n.name in {"parse_size", "format_size", "gb", "_bytes", "_size"}
+               isinstance(n, ast.FunctionDef) and n.name in helpers
                and any(m in ast.unparse(n) for m in MULTIPLE_SPELLINGS)
                for n in ast.walk(ast.parse(p.read_text())))]
     assert own == []
