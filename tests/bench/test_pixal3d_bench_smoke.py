@@ -51,7 +51,8 @@ def test_table_is_generated_from_summary(bench_run):
     table = (bench_run["out"] / "table.md").read_text()
     assert table == report.table_markdown(summary)
     for row in summary["stages"]:
-        cells = f"| {row['stage']} | {report.gib_span(row['eager'])} | {report.gib_span(row['staged'])} |"
+        cells = (f"| {row['stage']} | {report.gib_span(row['eager'])} "
+                 f"| {report.gib_span(row['staged'])} |")
         assert cells in table, cells
 
 
@@ -84,7 +85,8 @@ def test_working_memory_alone_matches_what_was_allocated(bench_run):
     for row in summary["stages"]:
         target = row["working_target"]
         if target >= 16 * 2**20:
-            assert row["working_alone"] == pytest.approx(target, rel=0.10, abs=4 * 2**20), row["stage"]
+            assert row["working_alone"] == pytest.approx(target, rel=0.10, abs=4 * 2**20), \
+                row["stage"]
             # Every mode's stage peak holds the stage's working memory (it was allocated inside
             # the stage's window, export included).
             for mode in ("eager", "staged", "budget"):
@@ -115,7 +117,8 @@ def test_traces_sampled_at_10hz_and_modes_differ_as_expected(bench_run):
     for who in (paid["alone"], paid["staged"][0], paid["budget"][0]):
         assert who["modules"] > 100 and who["rss_bytes"] > 20e6, who
     # Eager loads every weight in setup (but no meta runtime); staged loads none there.
-    assert stages["setup"]["eager"]["max"] > stages["setup"]["staged"]["max"] - paid["staged"][0]["rss_bytes"]
+    assert (stages["setup"]["eager"]["max"]
+            > stages["setup"]["staged"]["max"] - paid["staged"][0]["rss_bytes"])
     eager_loaded = summary["loading"]["eager"][0]["bytes"]
     staged_loaded = summary["loading"]["staged"][0]["bytes"]
     assert eager_loaded > staged_loaded > 0  # four backbones and the unused 512 texture flow
@@ -149,7 +152,8 @@ def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
     doc.write_text(f"# Title\n\nbefore\n{report.BEGIN}\nOLD-BLOCK-CONTENT\n{report.END}\nmiddle\n"
                    f"{report.README_BEGIN}\nOLD-README-CONTENT\n{report.README_END}\nafter\n")
     proc = subprocess.run([sys.executable, "-m", "bench.pixal3d.report", str(summary_path),
-                           "--docs", str(doc)], cwd=REPO, capture_output=True, text=True, timeout=60)
+                           "--docs", str(doc)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
     text = doc.read_text()
     assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{report.README_END}\nafter\n")
@@ -159,7 +163,8 @@ def test_report_refreshes_only_the_marked_block(bench_run, tmp_path):
     bare = tmp_path / "bare.md"
     bare.write_text("no markers\n")
     proc = subprocess.run([sys.executable, "-m", "bench.pixal3d.report", str(summary_path),
-                           "--docs", str(bare)], cwd=REPO, capture_output=True, text=True, timeout=60)
+                           "--docs", str(bare)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 2 and "bench:begin" in proc.stderr
     assert bare.read_text() == "no markers\n"
 
