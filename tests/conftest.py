@@ -1,7 +1,12 @@
-"""Shared test settings: the repository root and the test images (tests/data/images, in the repository)."""
+"""Shared test settings: the repository root and the test images (tests/data/images, in the
+repository), and the libSystem stand-in's fixtures (tests/macos_standin/macos_fixtures.py)."""
 from pathlib import Path
 
 import pytest
+
+# The stand-in Mac's fixtures (standin_libs, mac, old_mac) for every test that asks for them by
+# name; tests/macos_standin is on the path through pyproject.toml's pytest `pythonpath`.
+pytest_plugins = ["macos_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "tests" / "data" / "images"  # source and licence: SOURCE.md there

@@ -3,9 +3,10 @@
 - ``hog STEP CAP [PAUSE]``: allocate STEP bytes at a time up to CAP, writing one byte in every
   4 KiB page so the memory is really resident, printing the running total; then hold it.
 - ``tree PIDFILE TAG``: spawn grandchildren and write their pids, one a line, to PIDFILE:
-  a plain child (same process group), a child that ignores SIGTERM (waited for until its handler is in place), a child that calls
-  ``setsid`` (leaves the group), and a daemon made by double fork + ``setsid`` whose parent exits
-  at once (so no ancestry links it to us any more). Then sleep.
+  a plain child (same process group), a child that ignores SIGTERM (waited for until its
+  handler is in place), a child that calls ``setsid`` (leaves the group), and a daemon made by
+  double fork + ``setsid`` whose parent exits at once (so no ancestry links it to us any more).
+  Then sleep.
 - ``sleeper TAG``: sleep for a minute (the same command line as the tree's grandchildren).
 - ``stamp FILE``: write ``time.time()`` to FILE and exit 0.
 """

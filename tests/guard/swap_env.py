@@ -73,7 +73,8 @@ def _memory_cgroup():
         group = v2 / name
         limit_file, limit = "memory.max", str(LIMIT)
     else:
-        raise Unavailable("no memory cgroup controller (neither v1 /sys/fs/cgroup/memory nor v2 'memory' in cgroup.controllers)")
+        raise Unavailable("no memory cgroup controller (neither v1 /sys/fs/cgroup/memory nor "
+                          "v2 'memory' in cgroup.controllers)")
     try:
         group.mkdir()
     except OSError as exc:
@@ -82,7 +83,8 @@ def _memory_cgroup():
         try:
             (group / limit_file).write_text(limit)
         except OSError as exc:
-            raise Unavailable(f"cannot limit cgroup memory ({group / limit_file}): {exc.strerror}") from None
+            raise Unavailable(f"cannot limit cgroup memory ({group / limit_file}): "
+                              f"{exc.strerror}") from None
         yield group / "cgroup.procs"
     finally:
         # Anything still inside must be gone before rmdir; the caller's fixture kills its

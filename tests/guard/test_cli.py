@@ -9,9 +9,9 @@ import threading
 import time
 
 import pytest
+from guard_helpers import alive, guard_cmd, procs, run_guard, wait_for_file
 
 from stageload.meter import system_memory
-from guard_helpers import alive, guard_cmd, procs, run_guard, wait_for_file
 
 FAST = ["--poll", "0.1", "--grace", "1"]
 
@@ -25,7 +25,8 @@ def test_exit_zero_and_command_own_code(env):
 
 
 def test_command_killed_by_signal_gives_128_plus_n(env):
-    code, err, _ = run_guard(FAST, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], env)
+    code, err, _ = run_guard(FAST, [sys.executable, "-c",
+                                    "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], env)
     assert code == 128 + signal.SIGKILL, err
 
 
@@ -46,7 +47,8 @@ def test_cannot_start_is_127(env, tmp_path):
 
 
 @pytest.mark.parametrize("option", [["--wait-free", "{total_plus_1}B"], ["--wait-free", "100%"],
-                                    ["--need", "{total_plus_1}B"], ["--kill-free", "{total_plus_1}B"]])
+                                    ["--need", "{total_plus_1}B"],
+                                    ["--kill-free", "{total_plus_1}B"]])
 def test_a_condition_that_can_never_hold_is_refused_at_once(env, tmp_path, option):
     """More than the machine's total memory (or 100 %) would wait for ever: exit 2 at once,
     a message naming the machine's total, nothing started, no traceback."""
@@ -66,7 +68,8 @@ def test_a_condition_that_can_never_hold_is_refused_at_once(env, tmp_path, optio
 def test_wait_free_beyond_what_is_available_times_out_with_4(env, tmp_path):
     total = system_memory().total
     log = tmp_path / "guard.jsonl"
-    code, err, seconds = run_guard(  # 99.99 % is allowed, but the kernel alone uses more than 0.01 %
+    # 99.99 % is allowed, but the kernel alone uses more than 0.01 %
+    code, err, seconds = run_guard(
         FAST + ["--wait-free", "99.99%", "--start-timeout", "1.5", "--log", str(log)],
         procs("stamp", tmp_path / "started"), env)
     assert code == 4, err
@@ -84,7 +87,8 @@ def test_wait_free_beyond_what_is_available_times_out_with_4(env, tmp_path):
 def test_kill_free_stop_is_exit_3_even_at_full_memory(env, tmp_path):
     """100 % can never hold, so the budget stops the command after --kill-samples polls."""
     log = tmp_path / "guard.jsonl"
-    code, err, seconds = run_guard(FAST + ["--kill-free", "100%", "--kill-samples", "2", "--log", str(log)],
+    code, err, seconds = run_guard(FAST + ["--kill-free", "100%", "--kill-samples", "2",
+                                           "--log", str(log)],
                                    ["sleep", "30"], env)
     assert code == 3, err
     assert seconds < 10
@@ -101,7 +105,8 @@ def test_busy_then_quiet_for_measured_across_a_chain(env, tmp_path, tag):
     quiet_for = 1.5
     marker = f"busyjob-{tag}"
     busy_argv = [sys.executable, "-c",
-                 "import time, sys; time.sleep(float(sys.argv[1])); open(sys.argv[2], 'w').write(repr(time.time()))"]
+                 "import time, sys; time.sleep(float(sys.argv[1])); "
+                 "open(sys.argv[2], 'w').write(repr(time.time()))"]
     ends = [tmp_path / "first.end", tmp_path / "second.end"]
 
     def chain():
@@ -166,15 +171,16 @@ def test_guard_sigterm_stops_the_command_first_and_exits_143(env, tmp_path, tag)
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_guard_sigint_sighup_while_waiting_exit_128_plus_n(env, tmp_path, sig):
-    total = system_memory().total
     stamp = tmp_path / "started"
     log = tmp_path / "guard.jsonl"
     guard = subprocess.Popen(guard_cmd(*FAST, "--wait-free", "99.99%", "--log", str(log),
                                        command=procs("stamp", stamp)),
                              env=env, stderr=subprocess.PIPE, text=True)
     try:
-        end = time.monotonic() + 20  # wait until it logged "waiting": its signal handlers are in place
-        while time.monotonic() < end and '"waiting"' not in (log.read_text() if log.exists() else ""):
+        # wait until it logged "waiting": its signal handlers are in place
+        end = time.monotonic() + 20
+        while (time.monotonic() < end
+               and '"waiting"' not in (log.read_text() if log.exists() else "")):
             time.sleep(0.05)
         guard.send_signal(sig)
         assert guard.wait(timeout=10) == 128 + sig
@@ -183,7 +189,8 @@ def test_guard_sigint_sighup_while_waiting_exit_128_plus_n(env, tmp_path, sig):
         assert "guard: interrupted while waiting; nothing was started" in err
         assert "Traceback" not in err
         exited = json.loads(log.read_text().splitlines()[-1])
-        assert (exited["state"], exited["exit_code"], exited["by"]) == ("exited", 128 + sig, "guard")
+        assert (exited["state"], exited["exit_code"], exited["by"]) == \
+            ("exited", 128 + sig, "guard")
     finally:
         if guard.poll() is None:
             guard.kill()
@@ -192,7 +199,9 @@ def test_guard_sigint_sighup_while_waiting_exit_128_plus_n(env, tmp_path, sig):
 
 def test_leftovers_are_stopped_when_the_command_exits(env, tmp_path, tag):
     pidfile = tmp_path / "bg"
-    script = f"import subprocess, sys; p = subprocess.Popen({procs('sleeper', tag)!r}, start_new_session=True); open({str(pidfile)!r}, 'w').write(str(p.pid))"
+    script = (f"import subprocess, sys; "
+              f"p = subprocess.Popen({procs('sleeper', tag)!r}, start_new_session=True); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid))")
     code, err, _ = run_guard(FAST, [sys.executable, "-c", script], env)
     assert code == 0, err
     assert not alive(int(pidfile.read_text()))
@@ -234,10 +243,12 @@ def test_units_are_accepted_with_a_suffix_or_as_zero(env):
 
 
 def test_a_forgotten_double_dash_gets_a_hint(env):
-    done = subprocess.run([sys.executable, "-m", "stageload", "guard", "--poll", "0.1", "sleep", "1"],
+    done = subprocess.run([sys.executable, "-m", "stageload", "guard", "--poll", "0.1",
+                           "sleep", "1"],
                           env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
-    assert "put -- before the command: python -m stageload guard [options] -- sleep 1" in done.stderr
+    assert ("put -- before the command: python -m stageload guard [options] -- sleep 1"
+            in done.stderr)
     assert "Traceback" not in done.stderr
 
 
@@ -283,8 +294,10 @@ def test_log_is_appended_not_overwritten(env, tmp_path):
 def test_need_from_an_earlier_trace_admits_or_waits(env, tmp_path):
     total = system_memory().total
     small, huge = tmp_path / "small.trace.jsonl", tmp_path / "huge.trace.jsonl"
-    small.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1, "footprint": 64 * 1024**2, "hwm": None}) + "\n")
-    huge.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1, "footprint": 1, "hwm": total - 2**20}) + "\n")
+    small.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1,
+                                 "footprint": 64 * 1024**2, "hwm": None}) + "\n")
+    huge.write_text(json.dumps({"event": "sample", "t": 1.0, "pid": 1,
+                                "footprint": 1, "hwm": total - 2**20}) + "\n")
     code, err, _ = run_guard(FAST + ["--need-from", str(small)], ["true"], env)
     assert code == 0, err
     assert "covers need 64.0 MiB" in err

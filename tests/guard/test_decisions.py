@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from stageload.guard import (Amount, Budget, ConfigError, GuardConfig, add_guard_arguments,
-                             decide_admission, parse_amount)
+from stageload.guard import (
+    Amount,
+    Budget,
+    ConfigError,
+    GuardConfig,
+    add_guard_arguments,
+    decide_admission,
+    parse_amount,
+)
 from stageload.trace import TraceError, peak_from_trace
 from stageload.units import format_size
 
@@ -20,8 +27,8 @@ MB = 1024**2
 
 
 def recorded_swap_run() -> list[dict]:
-    lines = [json.loads(l) for l in (DATA / "swap_run.jsonl").read_text().splitlines()]
-    return [l for l in lines if l["event"] == "sample"]
+    lines = [json.loads(line) for line in (DATA / "swap_run.jsonl").read_text().splitlines()]
+    return [e for e in lines if e["event"] == "sample"]
 
 
 def replay(budget: Budget, samples: list[dict]) -> tuple[int | None, str | None]:
@@ -87,13 +94,15 @@ def test_unknown_available_neither_counts_nor_resets():
     budget = Budget(config, swap_at_start=0)
     assert budget.observe(low(3 * GB)) is None
     assert budget.observe(low(None)) is None           # unknown: skipped
-    assert budget.observe({"available": 3 * GB, "total": None, "swap": 0}) is None  # percent needs total
+    # percent needs total
+    assert budget.observe({"available": 3 * GB, "total": None, "swap": 0}) is None
     assert budget.observe(low(3 * GB)) is not None     # second low sample stops
 
 
 def test_absolute_kill_free():
     config = GuardConfig(kill_free=Amount(bytes=2 * GB), kill_samples=1, swap_budget=None)
-    assert Budget(config, 0).observe(low(1 * GB)) == "available 1.0 GiB < 2.0 GiB for 1 consecutive samples"
+    assert Budget(config, 0).observe(low(1 * GB)) == \
+        "available 1.0 GiB < 2.0 GiB for 1 consecutive samples"
     assert Budget(config, 0).observe(low(2 * GB)) is None
 
 
@@ -101,37 +110,44 @@ def test_both_reasons_are_given_when_both_trip():
     config = GuardConfig(kill_free=Amount(percent=10), kill_samples=1, swap_budget=8 * GB)
     reason = Budget(config, swap_at_start=0).observe({"available": int(3.4 * GB), "total": 48 * GB,
                                                        "swap": int(8.3 * GB)})
-    assert reason == "swap +8.3 GiB over start (budget 8.0 GiB); available 7 % < 10 % for 1 consecutive samples"
+    assert reason == ("swap +8.3 GiB over start (budget 8.0 GiB); "
+                      "available 7 % < 10 % for 1 consecutive samples")
 
 
 # -- admission -----------------------------------------------------------------------------------
 def test_admission_percent_and_unknown():
     config = GuardConfig(wait_free=Amount(percent=40))
     verdict = decide_admission(config, {"available": 7700000000, "total": 25000000000, "swap": 0})
-    assert not verdict.ok and verdict.reason == "available 31 % < 40 %" and verdict.blocking == ("wait_free",)
+    assert not verdict.ok and verdict.reason == "available 31 % < 40 %"
+    assert verdict.blocking == ("wait_free",)
     assert decide_admission(config, {"available": 11 * GB, "total": 25 * GB, "swap": 0}).ok
     unknown = decide_admission(config, {"available": None, "total": 25 * GB, "swap": 0})
-    assert not unknown.ok and unknown.blocking == ("unknown",) and "available cannot be read" in unknown.reason
+    assert not unknown.ok and unknown.blocking == ("unknown",)
+    assert "available cannot be read" in unknown.reason
     # The budget's readings count too: swap unknown with a swap budget means "do not start".
-    assert not decide_admission(GuardConfig(), {"available": 20 * GB, "total": 25 * GB, "swap": None}).ok
+    assert not decide_admission(GuardConfig(),
+                                {"available": 20 * GB, "total": 25 * GB, "swap": None}).ok
     assert decide_admission(GuardConfig(swap_budget=None, kill_free=None), {}).ok
 
 
 def test_admission_need_includes_the_kill_free_floor():
     config = GuardConfig(need=10 * GB, kill_free=Amount(bytes=2 * GB))
     short = decide_admission(config, {"available": 11 * GB, "total": 48 * GB, "swap": 0})
-    assert not short.ok and short.reason == "available 11.0 GiB < need 10.0 GiB + kill-free floor 2.0 GiB"
+    assert not short.ok
+    assert short.reason == "available 11.0 GiB < need 10.0 GiB + kill-free floor 2.0 GiB"
     assert decide_admission(config, {"available": 12 * GB, "total": 48 * GB, "swap": 0}).ok
 
 
 def test_admission_busy_quiet_and_swap_limit():
     config = GuardConfig(busy=["ffmpeg"], quiet_for=180, swap_limit=1 * GB)
     readings = {"available": 20 * GB, "total": 48 * GB, "swap": 2 * GB}
-    verdict = decide_admission(config, readings, busy_seen=["pid 5: ffmpeg -i a.mov"], quiet_seconds=0)
+    verdict = decide_admission(config, readings, busy_seen=["pid 5: ffmpeg -i a.mov"],
+                               quiet_seconds=0)
     assert verdict.blocking == ("busy", "swap_limit")
     assert verdict.reason == "busy: pid 5: ffmpeg -i a.mov; swap 2.0 GiB > limit 1.0 GiB"
     readings["swap"] = 0
-    assert decide_admission(config, readings, quiet_seconds=179.5).reason == "quiet for 179 s of 180 s"
+    assert decide_admission(config, readings, quiet_seconds=179.5).reason == \
+        "quiet for 179 s of 180 s"
     assert decide_admission(config, readings, quiet_seconds=180).ok
 
 
@@ -151,7 +167,8 @@ def test_satisfiable_is_judged_against_total_memory():
     GuardConfig(wait_free=Amount(percent=99.0)).check_satisfiable(total)
     GuardConfig(need=14 * GB).check_satisfiable(total)  # + 1.6 GiB floor < 16 GiB
     for config, message in [
-        (GuardConfig(wait_free=Amount(bytes=30 * GB)), "--wait-free 30.0 GiB is not less than this machine's 16.0 GiB"),
+        (GuardConfig(wait_free=Amount(bytes=30 * GB)),
+         "--wait-free 30.0 GiB is not less than this machine's 16.0 GiB"),
         (GuardConfig(wait_free=Amount(percent=100.0)), "never reaches 100 %"),
         (GuardConfig(need=100 * GB), "--need 100.0 GiB is not less than"),
         (GuardConfig(need=15 * GB), "plus the --kill-free floor 1.6 GiB"),
@@ -181,13 +198,15 @@ def test_options_round_trip_and_defaults():
     config = parse()
     assert config.kill_free == Amount(percent=10) and config.swap_budget == 8 * GB
     assert config.start_timeout is None and config.busy == []
-    config = parse("--wait-free", "18G", "--busy", "ffmpeg", "--busy", "python .*train", "--quiet-for", "180",
-                   "--swap-limit", "1G", "--start-timeout", "600", "--swap-budget", "off", "--kill-free", "5%",
-                   "--kill-samples", "4", "--poll", "0.25", "--grace", "3", "--log", "g.jsonl", "--need", "3G")
-    assert (config.wait_free, config.busy, config.quiet_for, config.swap_limit, config.start_timeout) == \
+    config = parse("--wait-free", "18G", "--busy", "ffmpeg", "--busy", "python .*train",
+                   "--quiet-for", "180", "--swap-limit", "1G", "--start-timeout", "600",
+                   "--swap-budget", "off", "--kill-free", "5%", "--kill-samples", "4",
+                   "--poll", "0.25", "--grace", "3", "--log", "g.jsonl", "--need", "3G")
+    assert (config.wait_free, config.busy, config.quiet_for, config.swap_limit,
+            config.start_timeout) == \
         (Amount(bytes=18 * GB), ["ffmpeg", "python .*train"], 180.0, 1 * GB, 600.0)
-    assert (config.swap_budget, config.kill_free, config.kill_samples, config.poll, config.grace, config.log,
-            config.need) == (None, Amount(percent=5.0), 4, 0.25, 3.0, "g.jsonl", 3 * GB)
+    assert (config.swap_budget, config.kill_free, config.kill_samples, config.poll, config.grace,
+            config.log, config.need) == (None, Amount(percent=5.0), 4, 0.25, 3.0, "g.jsonl", 3 * GB)
 
 
 def test_need_from_trace_takes_the_peak_of_footprint_and_hwm(tmp_path):

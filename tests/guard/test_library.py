@@ -7,17 +7,18 @@ import threading
 import time
 
 import pytest
+from guard_helpers import alive
 
 from stageload.guard import Amount, Guard, GuardConfig
 from stageload.meter import system_memory
-from guard_helpers import alive
 
 GB = 1024**3
 
 
 def test_check_with_samples_stops_the_group_and_returns_the_decision(env):
     events = []
-    guard = Guard(GuardConfig(kill_free=Amount(bytes=2 * GB), kill_samples=2, swap_budget=None, grace=1),
+    guard = Guard(GuardConfig(kill_free=Amount(bytes=2 * GB), kill_samples=2, swap_budget=None,
+                              grace=1),
                   log=events.append, human=None)
     assert guard.wait_for_admission()
     popen = guard.start([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
@@ -39,7 +40,8 @@ def test_check_with_samples_stops_the_group_and_returns_the_decision(env):
         assert event["event"] == "guard" and isinstance(event["t"], float)
         assert set(event) == {"event", "t", "state", "reason", "readings"}
         assert {"available", "total", "swap"} <= set(event["readings"])
-    assert guard.stop("again") is not None and [e["state"] for e in events] == ["started", "stopped"]
+    assert guard.stop("again") is not None
+    assert [e["state"] for e in events] == ["started", "stopped"]
 
 
 def test_cancel_from_another_thread_ends_the_wait(env):
@@ -78,7 +80,8 @@ def test_unknown_readings_mean_do_not_start(env):
     """The meter cannot be made to fail on this machine, so the readings are injected."""
     events = []
     unknown = {"available": None, "total": 24 * GB, "swap": 0, "swap_total": 0, "pressure": None}
-    guard = Guard(GuardConfig(start_timeout=0.3, poll=0.1), log=events.append, human=None, read=lambda: unknown)
+    guard = Guard(GuardConfig(start_timeout=0.3, poll=0.1), log=events.append, human=None,
+                  read=lambda: unknown)
     assert guard.wait_for_admission() is False
     assert [e["state"] for e in events] == ["waiting", "timeout"]
     assert "available cannot be read" in events[0]["reason"]

@@ -9,15 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from guard_helpers import guard_cmd, procs  # tests/guard, put on the path by its conftest
+from libsystem_standin import GIB, ISSUE_MAC, PAGE  # tests/macos_standin (pyproject pythonpath)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "macos_standin"))
-
-from macos_fixtures import mac, standin_libs  # noqa: E402,F401
-from guard_helpers import guard_cmd, procs  # noqa: E402
-from libsystem_standin import GIB, ISSUE_MAC, PAGE  # noqa: E402
-
-from stageload.guard import Amount, GuardConfig, decide_admission  # noqa: E402
-from stageload.guard.budget import Budget  # noqa: E402
+from stageload.guard import Amount, GuardConfig, decide_admission
+from stageload.guard.budget import Budget
 
 TIGHT = 40 * GIB // PAGE   # internal pages that leave 48 - (39 + 4 + 2) = 3 GiB available
 
@@ -123,7 +119,8 @@ def test_unknown_pressure_is_not_fine(mac, env, tmp_path):
     log = tmp_path / "guard.jsonl"
     guard = _guard(mac, env, log, "--start-timeout", "1", command=["true"])
     assert _finish(guard) == 4
-    assert "pressure cannot be read (unknown is not fine)" in _wait_for(log, "timeout", guard)["reason"]
+    assert ("pressure cannot be read (unknown is not fine)"
+            in _wait_for(log, "timeout", guard)["reason"])
     off = _guard(mac, env, tmp_path / "off.jsonl", "--wait-pressure", "off",
                  "--stop-at-pressure", "off", "--start-timeout", "5", command=["true"])
     assert _finish(off) == 0
@@ -155,7 +152,8 @@ def test_admission_pressure_condition():
 
 
 def test_budget_pressure_needs_consecutive_samples_and_ignores_unknown():
-    budget = Budget(GuardConfig(stop_at_pressure=4, kill_samples=3, kill_free=Amount(percent=10)), 0)
+    budget = Budget(GuardConfig(stop_at_pressure=4, kill_samples=3,
+                                kill_free=Amount(percent=10)), 0)
     for level in (4, 4, None, 2):            # unknown neither counts nor clears; 2 clears
         assert budget.observe({**READ, "pressure": level}) is None
     assert budget.pressure_samples == 0

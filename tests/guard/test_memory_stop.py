@@ -7,9 +7,9 @@ a 4 GB cap trips it, the guard exits 3 and its log line carries the readings beh
 import json
 
 import pytest
+from guard_helpers import procs, run_guard, tagged
 
 from stageload.meter import system_memory
-from guard_helpers import procs, run_guard, tagged
 
 GB = 1024**3
 STEP = 256 * 1024**2
@@ -45,7 +45,7 @@ def test_memory_hog_is_stopped_under_kill_free(env, tmp_path, tag):
     assert stop["readings"]["total"] == system_memory().total
     assert "consecutive samples" in stop["reason"]
     # The human line on stderr says the same, with the readings.
-    line = next(l for l in err.splitlines() if l.startswith("guard: stop: available "))
+    line = next(x for x in err.splitlines() if x.startswith("guard: stop: available "))
     assert "for 3 consecutive samples; available " in line and "swap " in line
     # The hog is gone (the guard waits for that before it exits).
     assert not [p for p in tagged(tag) if "hog" in p.cmdline()]

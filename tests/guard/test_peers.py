@@ -9,8 +9,8 @@ import time
 
 import psutil
 import pytest
-
 from guard_helpers import guard_cmd
+
 from stageload.guard.peers import Peers
 
 JOB = ("import os, sys, time; out = sys.argv[2]; open(out + '.pid', 'w').write(str(os.getpid())); "
@@ -39,10 +39,10 @@ def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag, wr
     quiet = 1.0
     logs = [tmp_path / f"{name}.jsonl" for name in "ab"]
     guards = [subprocess.Popen(
-        wrapper + guard_cmd("--busy", pattern, "--quiet-for", str(quiet), "--poll", "0.1", "--grace", "1",
-                  "--start-timeout", "20", "--log", str(log),
+        wrapper + guard_cmd("--busy", pattern, "--quiet-for", str(quiet), "--poll", "0.1",
+                  "--grace", "1", "--start-timeout", "20", "--log", str(log),
                   command=[python, "-c", JOB, pattern, str(tmp_path / name)]),
-        env=env, stderr=subprocess.PIPE, text=True) for name, log in zip("ab", logs)]
+        env=env, stderr=subprocess.PIPE, text=True) for name, log in zip("ab", logs, strict=True)]
     try:
         errs = [g.communicate(timeout=40)[1] for g in guards]
     finally:
@@ -51,7 +51,8 @@ def test_two_guards_with_the_same_busy_pattern_take_turns(env, tmp_path, tag, wr
                 g.kill()
                 g.wait()
     assert [g.returncode for g in guards] == [0, 0], errs
-    runs = sorted((float((tmp_path / f"{n}.start").read_text()), float((tmp_path / f"{n}.end").read_text()))
+    runs = sorted((float((tmp_path / f"{n}.start").read_text()),
+                   float((tmp_path / f"{n}.end").read_text()))
                   for n in "ab")
     (first_start, first_end), (second_start, second_end) = runs
     # never at the same time, and the second waited --quiet-for after the first one ended
@@ -79,8 +80,8 @@ def test_registry_lists_live_guards_and_drops_stale_entries(tmp_path):
     (tmp_path / "reg" / f"{dead.pid}-9").write_text(repr(time.time()))
     pids = peers.guard_pids()
     assert os.getppid() not in pids and dead.pid not in pids and os.getpid() in pids
-    assert sorted(p.name.split("-")[0] for p in (tmp_path / "reg").iterdir() if p.name != "start.lock") \
-        == [str(os.getpid())]
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "reg").iterdir()
+                  if p.name != "start.lock") == [str(os.getpid())]
     peers.unregister()
     assert peers.guard_pids() == set()
 
@@ -90,8 +91,10 @@ def test_start_lock_admits_one_guard_at_a_time(tmp_path):
     assert a.try_lock()
     # flock locks belong to the open file description: a second one in another process is refused
     probe = subprocess.run([sys.executable, "-c",
-                            "import sys; from stageload.guard.peers import Peers; from pathlib import Path; "
-                            "sys.exit(0 if Peers(Path(sys.argv[1])).try_lock() else 1)", str(tmp_path / "reg")])
+                            "import sys; from stageload.guard.peers import Peers; "
+                            "from pathlib import Path; "
+                            "sys.exit(0 if Peers(Path(sys.argv[1])).try_lock() else 1)",
+                            str(tmp_path / "reg")])
     assert probe.returncode == 1
     a.unlock()
     assert b.try_lock()
@@ -129,9 +132,11 @@ def test_guard_entry_points_are_recognised_but_their_commands_are_not(monkeypatc
     monkeypatch.setattr(peers, "_ENTRY_POINTS", dict(peers._ENTRY_POINTS))  # undone after the test
     register_entry_point("runner")
     assert looks_like_guard([py, "-m", "stageload", "guard", "--busy", "x", "--", "sleep", "33"])
-    assert looks_like_guard(["python3", "-u", "-m", "runner", "img.png", "-o", "a.glb", "--busy", "runner"])
+    assert looks_like_guard(["python3", "-u", "-m", "runner", "img.png", "-o", "a.glb",
+                             "--busy", "runner"])
     assert looks_like_guard([py, "-m", "runner", "batch", "a.png"])
     assert not looks_like_guard([py, "-m", "runner.worker", "3"])  # the command a runner starts
     assert not looks_like_guard([py, "-m", "stageload", "summary", "t.jsonl"])
-    assert not looks_like_guard(["sleep", "33"]) and not looks_like_guard(["sh", "-c", "python -m runner x"])
+    assert not looks_like_guard(["sleep", "33"])
+    assert not looks_like_guard(["sh", "-c", "python -m runner x"])
     assert not looks_like_guard([py, "train.py", "-m", "runner"])

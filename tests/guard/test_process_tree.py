@@ -2,13 +2,11 @@
 daemon, a child that ignores SIGTERM — and an unrelated twin the test started stays alive."""
 import os
 import signal
-import time
-from pathlib import Path
 
 import pytest
+from guard_helpers import alive, procs, wait_for_file
 
 from stageload.guard import Guard, GuardConfig, ProcessTree
-from guard_helpers import alive, procs, wait_for_file
 
 
 def test_stop_reaches_escaped_descendants_and_spares_a_twin(tmp_path, tag, env):

@@ -52,7 +52,7 @@ def test_six_guards_with_a_need_only_one_fits_run_one_after_another(registry, tm
     assert [p.returncode for p in procs] == [0] * RUNS, errs
     spans = sorted(tuple(map(float, line.split())) for line in spans_file.read_text().splitlines())
     assert len(spans) == RUNS
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end, f"two commands ran at once: {spans}"
     # Under load a guard may start only after the others have finished and never wait; the
     # commands' 1.5 s keep most of them waiting on a reservation.

@@ -1,13 +1,13 @@
 """pytest fixtures for tests that run the macOS reader against the libSystem stand-in.
 
-Import them into a test module with ``from macos_fixtures import standin_libs, mac  # noqa``
-after putting this folder on ``sys.path`` (the suite runs with ``--import-mode=importlib``).
+A pytest plugin: tests/conftest.py names it in ``pytest_plugins`` and pyproject.toml puts this
+folder on the path, so a test asks for ``mac``, ``old_mac`` or ``standin_libs`` by name and
+imports nothing from here.
 """
 from __future__ import annotations
 
-import pytest
-
 import libsystem_standin as standin_mod
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -13,15 +13,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from libsystem_standin import GIB, ISSUE_MAC, PAGE  # tests/macos_standin (pyproject pythonpath)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "macos_standin"))
+from stageload.meter import Sampler, _macos, _macos_lib, _macos_vm, _platform
 
-from macos_fixtures import mac, old_mac, standin_libs  # noqa: E402,F401
-from libsystem_standin import GIB, ISSUE_MAC, PAGE  # noqa: E402
-
-from stageload.meter import Sampler, _macos, _macos_lib, _macos_vm, _platform  # noqa: E402
-
-HOLD = ("import sys\nb = bytearray(40_000_000)\nb[::4096] = b'\\1' * len(range(0, 40_000_000, 4096))"
+HOLD = ("import sys\nb = bytearray(40_000_000)\n"
+        "b[::4096] = b'\\1' * len(range(0, 40_000_000, 4096))"
         "\nprint('ready', flush=True)\nsys.stdin.read()\n")
 
 
@@ -210,7 +207,8 @@ def test_sampler_against_the_standin_never_writes_a_zero_for_the_exited(mac):
     sampler, samples = _sample_a_holder(mac)
     assert all(s["footprint"] > 30_000_000 for s in samples)   # no 0 for the exited child
     assert all(s["available"] == 16 * GIB and s["pressure"] == 1 for s in samples)
-    assert all(isinstance(s["hwm_since"], float) for s in samples)  # interval peaks, reset each time
+    # interval peaks, reset each time
+    assert all(isinstance(s["hwm_since"], float) for s in samples)
     assert all(s["hwm"] >= 30_000_000 for s in samples)
     assert sampler.note is None
 

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from PIL import Image
 
 from stageload.plot import load_run, main, make_figure
@@ -149,8 +148,9 @@ def _crowded_trace(path: Path) -> Path:
     lines = []
     starts = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 6.0]
     names = ["setup", "preprocess", "camera", "condition", "upsample", "structure", "export"]
-    for i, (s, name) in enumerate(zip(starts, names)):
-        lines.append({"event": "stage", "t": t0 + s, "stage": name, "index": i, "count": len(names)})
+    for i, (s, name) in enumerate(zip(starts, names, strict=True)):
+        lines.append({"event": "stage", "t": t0 + s, "stage": name, "index": i,
+                      "count": len(names)})
         lines.append({"event": "ready", "t": t0 + s + 0.001, "stage": name, "resident_bytes": 0})
     for k in range(101):
         lines.append({"event": "sample", "t": t0 + k * 0.1, "pid": 1,

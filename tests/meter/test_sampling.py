@@ -11,8 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stageload.meter import (MemoryMeter, Sampler, footprint, high_water_mark,
-                             reset_high_water_mark, system_memory)
+from stageload.meter import (
+    MemoryMeter,
+    Sampler,
+    footprint,
+    high_water_mark,
+    reset_high_water_mark,
+    system_memory,
+)
 from stageload.summary import summarize
 from stageload.trace import TraceWriter, read_trace
 
@@ -101,7 +107,7 @@ def test_sigkilled_writer_leaves_valid_lines_and_a_readable_summary(tmp_path):
     assert raw.endswith(b"\n")
     lines = raw.splitlines()
     assert len(lines) > 1000
-    for number, line in enumerate(lines, 1):
+    for line in lines:
         json.loads(line)  # raises on a torn line
     s = summarize(lines)
     assert not s["truncated"]

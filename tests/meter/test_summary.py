@@ -49,7 +49,8 @@ def test_stage_figures_by_hand(summary):
     assert setup["release_seconds"] == 0.05
     assert (setup["peak"], setup["peak_footprint"], setup["peak_hwm"]) == (1800, 1700, 1800)
     assert setup["samples"] == 2
-    assert (setup["loads"], setup["load_bytes"], setup["load_seconds"]) == (1, 500, pytest.approx(0.2))
+    assert (setup["loads"], setup["load_bytes"], setup["load_seconds"]) == \
+        (1, 500, pytest.approx(0.2))
     # denoise: stage 1000.5, ready 1000.7, next 1001.3; samples 1000.8 (1100, mark span starts
     # 1000.6 < ready: not counted), 1001.0 (1900, mark 2100 counted), 1001.2 (2000, mark 2050)
     assert denoise["seconds"] == pytest.approx(0.8)
@@ -80,9 +81,11 @@ def test_hwm_placement_rule():
     assert hwm_interval(b, c) is None
     assert hwm_interval(a, {"t": 2.0, "hwm": None}) is None
     samples = [dict(a, footprint=400), dict(b, footprint=450), dict(c, footprint=460)]
-    assert window_peak(samples, 0.5, None) == {"footprint": 460, "hwm": 800, "peak": 800, "samples": 3}
+    assert window_peak(samples, 0.5, None) == {"footprint": 460, "hwm": 800, "peak": 800,
+                                                "samples": 3}
     assert window_peak(samples, 1.5, None)["hwm"] is None  # the rise began before the window
-    assert window_peak(samples, 5.0, None) == {"footprint": None, "hwm": None, "peak": None, "samples": 0}
+    assert window_peak(samples, 5.0, None) == {"footprint": None, "hwm": None, "peak": None,
+                                                "samples": 0}
 
 
 def test_stage_without_ready_starts_at_its_stage_event():
