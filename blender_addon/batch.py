@@ -32,6 +32,7 @@ class BatchRun:
     items: list[BatchItem] = field(default_factory=list)
     cancelled: bool = False
     ended: bool = False  # the runner's batch has finished (batch_done, or it exited)
+    error: str = ""  # why the batch as a whole did not run (e.g. cluster_unavailable)
 
     @property
     def finished(self) -> bool:
@@ -59,6 +60,8 @@ class BatchRun:
         done = [i for i in self.items if i.status == DONE]
         skipped = [i for i in self.items if i.status == SKIPPED]
         failed = [i for i in self.items if i.status == FAILED]
+        if self.error:
+            return f"Batch did not run: {self.error}"
         text = f"Batch: {len(done)} of {self.count} done"
         if skipped:
             text += f", {len(skipped)} skipped (done by an earlier run)"

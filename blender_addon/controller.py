@@ -15,8 +15,9 @@ import bpy
 from . import config, importer
 from .batch import BatchRun
 from .job import JobSettings, JobSpec
+from .nodes import NodeBoard
 from .process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
-from .state import CANCELLED, DONE, JobState
+from .state import CANCELLED, DONE, FAILED, JobState
 
 TICK_SECONDS = 0.1
 CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guard: 5 s)
@@ -54,6 +55,7 @@ class Controller:
         self.batch_summary: str = ""
         self.batch_item: int | None = None  # the runner's index of the image now running
         self.batch_stages: list = []
+        self.nodes = NodeBoard()  # a cluster batch's nodes: which image runs where
         self.last_object: str = ""
         self.last_trace: str = ""
         self.bad_lines: list[str] = []
@@ -85,9 +87,12 @@ class Controller:
         """Run every image of ``folder`` (``count`` of them) as one ``runner batch`` job into
         ``config.batch_output_dir``; its manifest makes a second run resume (images done
         before are skipped). Results go into ``launch.collection``, after any object already
-        there. Raises like :meth:`start_single`."""
+        there. With a cluster address in ``launch.settings`` the runner runs the images on
+        that Ray cluster's nodes at once: their events go to :attr:`nodes` (one line per node)
+        and each GLB is imported as its ``batch_item`` arrives. Raises like
+        :meth:`start_single`."""
         self.batch, self.batch_summary = BatchRun(folder, count), ""
-        self.batch_item, self.batch_stages = None, []
+        self.batch_item, self.batch_stages, self.nodes = None, [], NodeBoard()
         self.state.begin(str(folder))
         out = config.batch_output_dir(launch.output_dir, folder)
         spec = JobSpec(image=folder, output=out, trace=out, settings=launch.settings)
@@ -154,7 +159,9 @@ class Controller:
         return None
 
     def _event(self, ev: dict) -> None:
-        """One event: a single run's go to :attr:`state`; a batch's are routed per image."""
+        """One event: a single run's go to :attr:`state`; a batch's are routed per image, a
+        cluster batch's jobs' (they carry ``node``, several images at once) to
+        :attr:`nodes`."""
         if self.batch is None:
             self.state.apply(ev)
             return
@@ -163,10 +170,11 @@ class Controller:
             stages = ev.get("stages")
             self.batch_stages = list(stages) if isinstance(stages, list) else []
         elif kind == "batch_item":
+            self.nodes.apply(ev)
             self._batch_item(ev)
         elif kind == "batch_done":
             self.batch.ended = True
-        else:
+        elif not self.nodes.apply(ev):
             self._begin_item(ev.get("item"), ev.get("path"), ev)
             self.state.apply(ev)
 
@@ -228,6 +236,9 @@ class Controller:
             self.state.mark_cancelled()
         elif not batch.ended:  # the runner died without batch_done
             self.state.finish_process(rc, job.stderr_tail())
+        if self.state.error and self.state.status == FAILED and not batch.items:
+            err = self.state.error  # e.g. cluster_unavailable: the batch never started
+            batch.error = " ".join(x for x in (err.get("message"), err.get("hint")) if x)
         batch.ended = True
         self.batch_summary = batch.summary()
         notify("WARNING" if batch.cancelled else "INFO", f"Image to Mesh: {self.batch_summary}")

@@ -114,7 +114,18 @@ def _peak(x) -> bool:
     return size(x) or (isinstance(x, dict) and size(x.get("bytes")))
 
 
-_COMMON = {"v": _int, "t": number}
+MAX_NODE_TEXT = 255  # characters of a node's id (Ray: 56 hex digits) or host name
+
+
+def node(x) -> bool:
+    """A cluster node as events carry it: ``{"id": str, "host": str}``, both printable, at most
+    :data:`MAX_NODE_TEXT` characters (runner/PROTOCOL.md, ``batch --cluster``)."""
+    return isinstance(x, dict) and all(
+        isinstance(x.get(k), str) and 0 < len(x[k]) <= MAX_NODE_TEXT and x[k].isprintable()
+        for k in ("id", "host"))
+
+
+_COMMON = {"v": _int, "t": number, "item": _opt(_int), "node": _opt(node)}
 #: event → field → check, for every field the add-on reads (others pass untouched).
 FIELDS: dict[str, dict] = {
     "hello": {"backend": _opt(_str), "output": _opt(_str), "trace": _opt(_str), "pid": _opt(_int),
@@ -134,6 +145,8 @@ FIELDS: dict[str, dict] = {
     "error": {"kind": _str, "message": _str, "hint": _opt(_str), "exit_code": _opt(_int)},
     "batch_item": {"index": _int, "count": _int, "image": _str, "status": _str,
                    "output": _opt(_str), "error": _opt(_dict)},
+    "placed": {"item": _int, "image": _str, "node": node, "attempt": _opt(_int),
+               "pid": _opt(_int)},
     "warning": {"message": _str, "source": _opt(_str)},
     "input": {"notes": _str_list},
     "stalled": {"seconds": _opt(number), "why": _str, "reason": _opt(_str), "pid": _opt(_int)},

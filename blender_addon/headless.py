@@ -6,6 +6,10 @@ Two ways to run it, same options::
                                        [--resolution 64..8192] [--python PATH] [job options]
     python headless.py IMAGE …          (an interpreter with the ``bpy`` module, e.g. the .venv)
 
+A folder instead of an image runs the folder batch (``headless_batch.py``): ``FOLDER --glb
+OUTDIR [--blend OUT.blend] [--cluster ADDRESS]``, ``--cluster`` running it on a Ray cluster
+(docs/cluster.md); a single image refuses ``--cluster``.
+
 The job options are the panel's and the preferences' (``--backend``, ``--seed``,
 ``--texture-size``, ``--pipeline-type``, ``--pixal3d-dir``, the export levers such as
 ``--decimation-target``, the guard settings such as ``--wait-free-percent``): made from the
@@ -119,7 +123,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """Options after ``--`` (Blender) or after the script name (plain Python)."""
     ap = argparse.ArgumentParser(
         prog="headless.py", description="Image → textured mesh in a .blend / GLB / preview PNG.")
-    ap.add_argument("image", type=Path, help="picture of a character (PNG, JPEG, WebP …)")
+    ap.add_argument("image", type=Path, help="picture of a character (PNG, JPEG, WebP …), or a "
+                    "folder of them: a batch into --glb OUTDIR (optionally --cluster ADDRESS)")
     ap.add_argument("--glb", type=Path, help="keep the runner's GLB here")
     ap.add_argument("--blend", type=Path, help="save a .blend with the imported object here")
     ap.add_argument("--preview", type=Path,
@@ -396,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     old_handlers = _install_signal_handlers()
     try:
         try:
+            if ns.image.is_dir():
+                return _batch(ns, mods, inside_blender)
+            if ns.cluster:
+                raise Failure("--cluster runs a batch on a Ray cluster: give a folder of "
+                              "images instead of one image (headless.py FOLDER --glb OUTDIR "
+                              "--cluster ADDRESS).", _exit("usage"))
             try:
                 ns.image = config.validate_image(ns.image)
             except config.ConfigError as exc:
@@ -438,6 +449,26 @@ def main(argv: list[str] | None = None) -> int:
         _restore_signal_handlers(old_handlers)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _batch(ns, mods, inside_blender: bool) -> int:
+    """The folder batch (``headless_batch``); raises :class:`Failure`."""
+    name = PACKAGE_DIR.name
+    batch = importlib.import_module(f"{name}.headless_batch")
+    mods = {**mods, **{m: importlib.import_module(f"{name}.{m}")
+                       for m in ("nodes", "events", "importer")}}
+    ns.image = ns.image.expanduser().resolve()
+    ns.glb, ns.blend = (p.expanduser().resolve() if p else None for p in (ns.glb, ns.blend))
+    try:
+        batch.check_args(ns, _exit)
+        interpreter = _interpreter(ns, mods["config"], inside_blender)
+        return batch.run(ns, mods, interpreter, mods["config"].runtime_dir(PACKAGE_DIR), _exit)
+    except batch.BatchFailed as exc:
+        raise Failure(str(exc), exc.code) from None
+    except Cancelled as exc:
+        raise Failure(f"cancelled by {exc}: the batch was stopped (every node's job too); the "
+                      f"images it finished are in {ns.glb}. Run the same command again to do "
+                      "the rest.", 128 + exc.signum) from None
 
 
 def _cancel_message(exc: Cancelled, written: list[Path], trace: Path | None) -> str:

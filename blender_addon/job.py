@@ -63,13 +63,14 @@ def _make_settings_class() -> type:
 JobSettings = _make_settings_class()
 
 
-def settings_from(*sources, **overrides) -> "JobSettings":
+def settings_from(*sources, command: str | None = None, **overrides) -> "JobSettings":
     """:class:`JobSettings` from objects holding the options as attributes (the panel's scene
     settings, the preferences, an argparse namespace), the first that has a name winning, and
-    ``overrides``. Names no source has keep the add-on's default. Raises
-    :class:`ConfigError`."""
+    ``overrides``. Names no source has keep the add-on's default; with ``command`` (``run`` /
+    ``batch``), so do the options that command does not take (Generate never reads, nor is
+    stopped by, the batch's cluster address). Raises :class:`ConfigError`."""
     values = {}
-    for opt in options.addon_options():
+    for opt in options.addon_options(command=command):
         for source in sources:
             if hasattr(source, opt.name):
                 values[opt.name] = getattr(source, opt.name)
@@ -100,7 +101,7 @@ class JobSpec:
     def argv(self, python: str) -> list[str]:
         """The full command line: ``python -m runner IMAGE -o OUT --trace TRACE …``."""
         return [python, "-m", "runner", str(self.image), "-o", str(self.output), "--trace",
-                str(self.trace), *self.options()]
+                str(self.trace), *self.options("run")]
 
     def batch_argv(self, python: str, folder: Path, out_dir: Path) -> list[str]:
         """``python -m runner batch FOLDER -o OUT_DIR …``: every image of ``folder`` with these
@@ -108,13 +109,19 @@ class JobSpec:
         done by an earlier batch with the same settings is skipped). ``image``, ``output`` and
         ``trace`` are not used."""
         return [python, "-m", "runner", "batch", str(folder), "-o", str(out_dir),
-                *self.options()]
+                *self.options("batch")]
 
-    def options(self) -> list[str]:
-        """The runner options shared by a single run and a batch."""
+    @property
+    def cluster(self) -> str:
+        """The Ray address a batch runs on ("" = this machine)."""
+        return self.settings.cluster
+
+    def options(self, command: str = "run") -> list[str]:
+        """The runner options of the runner's ``command`` (``run`` or ``batch``): the options
+        table's that it takes (``option_views.job_argv``), cancel, overwrite."""
         # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
         # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
-        out = option_views.job_argv(self.settings.values(), self.settings.backend)
+        out = option_views.job_argv(self.settings.values(), self.settings.backend, command)
         out.append("--cancel-on-stdin-eof")
         if self.overwrite:
             out.append("--overwrite")

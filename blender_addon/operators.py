@@ -15,15 +15,17 @@ from .preferences import get_prefs, interpreter_for, output_dir, wheel_site_pack
 from .process import SpawnError, run_quick, runner_env
 
 
-def make_launch(context, collection: str = importer.ROOT_COLLECTION) -> Launch:
+def make_launch(context, collection: str = importer.ROOT_COLLECTION,
+                command: str = "run") -> Launch:
     """A :class:`Launch` from the preferences and the scene's panel settings: the one job
-    description (``job.settings_from``: every option of the runner's options table, checked)
-    and the interpreter for its backend, resolved now.
+    description (``job.settings_from``: every option of the runner's options table that the
+    runner's ``command`` takes — ``run`` for Generate, ``batch`` for Run Batch, which alone
+    reads the cluster address — checked) and the interpreter for its backend, resolved now.
 
     Raises :class:`config.ConfigError` (a setting the runner would refuse; interpreter, runtime
     or output folder unusable) before anything is spawned."""
     prefs = get_prefs(context)
-    settings = job.settings_from(context.scene.image_to_mesh, prefs)
+    settings = job.settings_from(context.scene.image_to_mesh, prefs, command=command)
     interpreter = interpreter_for(prefs, settings.backend)
     return Launch(python=interpreter.python, extra_path=interpreter.extra_path,
                   runtime=config.runtime_dir(), output_dir=output_dir(prefs),
@@ -123,8 +125,9 @@ class IMAGE_TO_MESH_OT_cancel(bpy.types.Operator):
 
 
 class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
-    """Run every image of the batch folder, one after another; failures do not stop the rest.
-    Running it again resumes: images already done with the same settings are skipped"""
+    """Run every image of the batch folder, one after another (with a cluster address in the
+    preferences: at once on the Ray cluster's nodes); failures do not stop the rest. Running it
+    again resumes: images already done with the same settings are skipped"""
     bl_idname = "image_to_mesh.batch"
     bl_label = "Run Batch"
     bl_options = {"REGISTER", "UNDO"}  # each imported object then pushes its own undo step
@@ -136,7 +139,8 @@ class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
             images = config.list_images(folder)
             if not images:
                 raise config.ConfigError(f"No images (PNG, JPEG, WebP …) in {folder}")
-            launch = make_launch(context, collection=f"Batch {folder.name or folder}")
+            launch = make_launch(context, collection=f"Batch {folder.name or folder}",
+                                 command="batch")
         except config.ConfigError as exc:
             CONTROLLER.batch, CONTROLLER.batch_summary = None, ""
             return _refuse(self, str(exc))
@@ -145,7 +149,8 @@ class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
         except SpawnError as exc:  # already recorded in the state
             self.report({"ERROR"}, str(exc))
             return {"CANCELLED"}
-        self.report({"INFO"}, f"Batch of {len(images)} images started")
+        where = f" on the cluster {launch.settings.cluster}" if launch.settings.cluster else ""
+        self.report({"INFO"}, f"Batch of {len(images)} images started{where}")
         return {"FINISHED"}
 
 

@@ -74,11 +74,13 @@ def _same(value, default) -> bool:
     return value == default or (default is not None and str(value) == str(default))
 
 
-def job_argv(values: Mapping[str, Any], backend: str) -> list[str]:
+def job_argv(values: Mapping[str, Any], backend: str, command: str = "run") -> list[str]:
     """The runner options for the add-on ``values`` (name → add-on value; missing names take
-    the add-on's default) of a ``backend`` job, in table order."""
+    the add-on's default) of a ``backend`` job run by the runner's ``command`` (``run``:
+    Generate and ``headless.py IMAGE``; ``batch``: Run Batch), in table order: an option
+    ``command`` does not take (``--cluster`` for a single run) is never passed."""
     out: list[str] = []
-    for opt in options.addon_options():
+    for opt in options.addon_options(command=command):
         value = values.get(opt.name, options.addon_default(opt))
         needs = opt.panel.requires
         if needs is not None:

@@ -16,7 +16,7 @@ from .operators import (
     IMAGE_TO_MESH_OT_open_chart,
     preflight_error,
 )
-from .preferences import table_properties
+from .preferences import cluster_problem, get_prefs, table_properties
 from .preferences import wrap_label as _wrap
 from .runtime_facts import options
 from .state import ACTIVE, COMPLETE, FAILED, IDLE
@@ -133,20 +133,31 @@ def _draw_job(layout, view) -> None:
 
 
 def _draw_batch(layout, s, problem: str) -> None:
-    """The Batch box: folder, progress, summary and Run Batch (off while a job runs or a
+    """The Batch box: folder, the cluster address (a preference: only a batch takes it),
+    progress, one line per cluster node, summary and Run Batch (off while a job runs or a
     ``problem`` stops jobs)."""
     box = layout.box()
     box.label(text="Batch", icon="FILE_FOLDER")
     box.prop(s, "batch_folder")
+    prefs = get_prefs()
+    for opt in options.addon_options("preferences", "cluster"):
+        box.prop(prefs, opt.name)
+    bad_cluster = cluster_problem(prefs)
+    if bad_cluster:
+        sub = box.column()
+        sub.alert = True
+        _wrap(sub, bad_cluster, "ERROR", 44)
     batch = CONTROLLER.batch
     if batch is not None:
         box.label(text=f"{batch.progress_text()} images")
         box.progress(factor=len(batch.items) / max(1, batch.count), type="BAR",
                      text=batch.progress_text())
+    for text, busy in CONTROLLER.nodes.lines():  # a cluster batch: which image runs where
+        _wrap(box, text, "PLAY" if busy else "DOT", 44)
     if CONTROLLER.batch_summary:
         _wrap(box, CONTROLLER.batch_summary, "INFO", 44)
     row = box.row()
-    row.enabled = not CONTROLLER.running and not problem
+    row.enabled = not CONTROLLER.running and not problem and not bad_cluster
     row.operator(IMAGE_TO_MESH_OT_batch.bl_idname, icon="PLAY")
 
 class VIEW3D_PT_image_to_mesh_export(_Sidebar, bpy.types.Panel):

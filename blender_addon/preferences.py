@@ -79,6 +79,17 @@ def interpreter_for(prefs, backend: str) -> config.Interpreter:
                                      wheel_site_packages())
 
 
+def cluster_problem(prefs) -> str:
+    """Why the cluster address preference cannot be used ("" when it is empty — a local batch
+    — or a Ray address: ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``), checked as the runner
+    checks ``--cluster`` (the options table's ``parse_ray_address``)."""
+    try:
+        option_views.addon_value(options.get("cluster"), prefs.cluster)
+    except ValueError as exc:
+        return f"{exc} Leave it empty to run the batch on this machine."
+    return ""
+
+
 class _CheckResult:
     """Answer of the last Check, handed from the worker thread to the main thread."""
     lock = threading.Lock()
@@ -257,6 +268,15 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         else:
             if not self.output_dir.strip():
                 wrap_label(col, f"Using {folder}", icon="INFO")
+        box = layout.box()
+        box.label(text="Batch on a Ray cluster (docs/cluster.md)", icon="NETWORK_DRIVE")
+        for opt in options.addon_options("preferences", "cluster"):
+            box.prop(self, opt.name)
+        problem = cluster_problem(self)
+        if problem:
+            sub = box.column()
+            sub.alert = True
+            wrap_label(sub, problem, icon="ERROR")
         box = layout.box()
         box.label(text="Memory guard (defaults for every run)", icon="MEMORY")
         grid = box.grid_flow(columns=2, even_columns=True)

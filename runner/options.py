@@ -78,8 +78,9 @@ class Panel:
     """How the add-on shows an option and turns its value into the runner's.
 
     ``label``: the property's name; ``where``: ``scene`` (the panel's settings, saved with the
-    .blend) or ``preferences``; ``section``: ``main``, ``export`` (the Export sub-panel) or
-    ``guard`` (the preferences' memory guard box); ``default``: the add-on's default when it
+    .blend) or ``preferences``; ``section``: ``main``, ``export`` (the Export sub-panel),
+    ``guard`` (the preferences' memory guard box) or ``cluster`` (the batch's cluster, in the
+    preferences and the panel's Batch box); ``default``: the add-on's default when it
     is not the runner's; ``unset``: the add-on value meaning "not given" (not passed, e.g. 0
     faces), ``off``: the runner's word for it when it must be said (``--kill-free off``);
     ``items``: enum items ``(value, label, description)`` (description "" = the advice or the
@@ -116,7 +117,9 @@ class Option:
     ``panel``: how the add-on shows it (None: not in the add-on); ``default_text``: the
     runner's default in words when it is not one value (``the backend's: …``);
     ``command_help``: command → ``(help, default_text)`` where that command's ``--help`` must
-    say something else (``runner export`` has no backend: its levers are the bounded engine's)."""
+    say something else (``runner export`` has no backend: its levers are the bounded
+    engine's); ``check``: for text, a function that raises ``ValueError`` (what is wrong,
+    without the flag) for a value the runner would refuse (e.g. :func:`parse_ray_address`)."""
 
     name: str
     help: str
@@ -138,6 +141,7 @@ class Option:
     default_text: str = ""
     command_help: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False,
                                                         compare=False)
+    check: Callable[[str], Any] | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS or self.group not in GROUPS:
@@ -167,6 +171,11 @@ class Option:
         """Whether a job with ``backend`` takes this option."""
         return not self.backends or backend in self.backends
 
+    def takes(self, command: str) -> bool:
+        """Whether the runner's ``command`` (:data:`COMMANDS`) takes this option (``--cluster``
+        is a batch's and a check's, never a single run's)."""
+        return command in self.commands
+
     def convert(self, value):
         """The runner's value of ``value`` (text as typed, or a value of the right type):
         checked against the kind, the choices and the range. Raises ``ValueError`` with a
@@ -182,6 +191,11 @@ class Option:
         if self.kind == "size":
             return _units.parse_size(value)
         if self.kind in ("text", "path"):
+            if self.check is not None:
+                try:
+                    self.check(str(value))
+                except ValueError as exc:
+                    raise ValueError(f"{self.flag} {value!r} {exc}") from None
             return str(value)
         number = self._number(value)
         if (self.low is not None and number < self.low) or \
@@ -227,6 +241,22 @@ class Option:
         for advice in self.advice.values():
             text += f". {advice}"
         return text.replace("%", "%%")  # argparse formats help with %
+
+
+def parse_ray_address(text: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (port 1-65535; an
+    IPv6 host in brackets), None for ``auto`` (the cluster this machine belongs to). The forms
+    Ray's ``ray.init(address=…)`` takes (Ray's "Starting Ray" and "Ray Client" docs). Raises
+    ``ValueError`` saying what to give (the runner's ``--cluster`` and the add-on's preference
+    both check with this)."""
+    if text == "auto":
+        return None
+    host, sep, port = text.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 \
+            or any(c.isspace() for c in host):
+        raise ValueError("is not a Ray address; give auto, HOST:PORT (e.g. 192.168.1.20:6379) "
+                         "or ray://HOST:10001")
+    return host.strip("[]"), int(port)
 
 
 def _shared(name: str, **overrides) -> Option:
@@ -280,7 +310,9 @@ TABLE: tuple[Option, ...] = (
     Option("cluster", "run every image as a guarded job on a node of this Ray cluster "
            "(batch), or check its nodes (check): auto, HOST:6379 or ray://HOST:10001; needs "
            "the cluster extra (docs/cluster.md)", kind="text", metavar="ADDRESS", group="job",
-           commands=("batch", "check"), affects_output=False),
+           commands=("batch", "check"), affects_output=False, check=parse_ray_address,
+           panel=Panel("Cluster address", where="preferences", section="cluster", default="",
+                       unset="")),
     Option("pixal3d_dir", "folder of the Pixal3D-mac checkout (default: $PIXAL3D_DIR)",
            kind="path", metavar="DIR", backends=PIXAL3D, commands=JOB_AND_CHECK,
            panel=Panel("Pixal3D-mac folder", where="preferences", default="", unset="")),
@@ -442,12 +474,15 @@ def add_arguments(parser, command: str = "run") -> None:
 
 
 # ---------------------------------------------------------------- the add-on's views
-def addon_options(where: str | None = None, section: str | None = None) -> list[Option]:
+def addon_options(where: str | None = None, section: str | None = None,
+                  command: str | None = None) -> list[Option]:
     """The options the add-on shows (those with a :class:`Panel`), optionally only those of
-    ``where`` (``scene`` / ``preferences``) and ``section``."""
+    ``where`` (``scene`` / ``preferences``), ``section``, and those the runner's ``command``
+    (:data:`COMMANDS`: Generate is ``run``, Run Batch ``batch``) takes."""
     return [o for o in table() if o.panel is not None
             and (where is None or o.panel.where == where)
-            and (section is None or o.panel.section == section)]
+            and (section is None or o.panel.section == section)
+            and (command is None or o.takes(command))]
 
 
 def addon_default(opt: Option):

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import RunnerError
+from ..options import parse_ray_address
 from . import SLOT
 
 CONNECT_TIMEOUT = 30.0
@@ -36,15 +37,14 @@ def _unavailable(address: str, message: str, hint: str = _SETUP_HINT) -> RunnerE
 
 def parse_address(address: str) -> tuple[str, int] | None:
     """``(host, port)`` of a ``HOST:PORT`` or ``ray://HOST:PORT`` address; None for ``auto``
-    (Ray finds the local cluster). Raises ``RunnerError('usage')`` for anything else."""
-    if address == "auto":
-        return None
-    rest = address.removeprefix("ray://")
-    host, sep, port = rest.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    (Ray finds the local cluster); the options table's ``parse_ray_address``, which the add-on's
+    preference is checked with too. Raises ``RunnerError('usage')`` for anything else."""
+    try:
+        return parse_ray_address(address)
+    except ValueError:
         raise RunnerError("usage", f"--cluster {address!r} is not a Ray address.",
-                          "Give auto, HOST:PORT (e.g. 192.168.1.20:6379) or ray://HOST:10001.")
-    return host.strip("[]"), int(port)
+                          "Give auto, HOST:PORT (e.g. 192.168.1.20:6379) or ray://HOST:10001."
+                          ) from None
 
 
 def import_ray(address: str):

@@ -710,6 +710,81 @@ def sc_importer(zip_path, work):
     verdict(**facts)
 
 
+def _draw_panel_log() -> list:
+    log = []
+    panel = type("P", (), {"layout": RecordingLayout(log)})()
+    bpy.types.VIEW3D_PT_image_to_mesh.draw(panel, bpy.context)
+    return log
+
+
+def sc_cluster_batch(zip_path, work, folder, address):
+    """Run Batch with the cluster address preference set: per-node lines, every transition of
+    them (the board's history), each GLB imported as its batch_item arrives (the objects in the
+    batch's collection counted at each change, with whether the runner still runs)."""
+    facts = install(zip_path, work)
+    prefs = addon_prefs()
+    prefs.output_dir, prefs.cluster = str(work / "out"), address
+    s = settings("", texture="512")
+    s.batch_folder = folder
+    ctl = mod("controller").CONTROLLER
+    facts["generate_argv"] = mod("job").JobSpec(
+        image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
+        settings=mod("operators").make_launch(bpy.context).settings).argv("/py")
+    facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
+    facts["argv"] = list(ctl.job.argv) if ctl.job is not None else None
+    arrivals, lines_seen = [], []
+
+    def watch():
+        coll = bpy.data.collections.get(f"Batch {Path(folder).name}")
+        n = len(coll.objects) if coll else 0
+        if not arrivals or arrivals[-1][0] != n:
+            arrivals.append((n, ctl.running and not ctl.batch.ended))
+        lines = ctl.nodes.lines()
+        if lines and lines not in lines_seen:
+            lines_seen.append(lines)
+            facts.setdefault("panel_running", _draw_panel_log())
+
+    facts["finished"] = drive(240, on_tick=watch)
+    watch()
+    facts["arrivals"] = arrivals
+    facts["lines_seen"] = lines_seen
+    facts["history"] = ctl.nodes.history
+    facts["node_ids"] = sorted(ctl.nodes.nodes)
+    facts["items"] = [[i.image.name, i.status, i.detail] for i in ctl.batch.items]
+    facts["summary"] = ctl.batch_summary
+    facts["manifest"] = json.loads((work / "out" / "batch" / "manifest.json").read_text()) \
+        if (work / "out" / "batch" / "manifest.json").exists() else None
+    facts["children_alive"] = descendant_pids()
+    verdict(**facts)
+
+
+def sc_cluster_refused(zip_path, work, folder):
+    """A cluster address that is not one: Run Batch refuses it and says how (Generate is not
+    stopped by it); one that is, with Ray missing from the runner's Python: the runner's
+    cluster_unavailable reaches the panel."""
+    facts = install(zip_path, work)
+    prefs = addon_prefs()
+    prefs.output_dir, prefs.cluster = str(work / "out"), "head-without-port"
+    s = settings("", texture="512")
+    s.batch_folder = folder
+    ops = mod("operators")
+    ctl = mod("controller").CONTROLLER
+    facts["bad_result"] = sorted(bpy.ops.image_to_mesh.batch())
+    facts["bad_error"] = (ctl.state.error or {}).get("message")
+    facts["bad_panel"] = _draw_panel_log()
+    facts["generate_argv"] = mod("job").JobSpec(
+        image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
+        settings=ops.make_launch(bpy.context).settings).argv("/py")
+    prefs.cluster = "127.0.0.1:9"
+    facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
+    facts["argv"] = list(ctl.job.argv) if ctl.job is not None else None
+    facts["finished"] = drive(120)
+    facts["error"] = ctl.state.error
+    facts["summary"] = ctl.batch_summary
+    facts["panel"] = _draw_panel_log()
+    verdict(**facts)
+
+
 SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}
 
 if __name__ == "__main__":
