@@ -752,8 +752,8 @@ def sc_cluster_batch(zip_path, work, folder, address):
     facts["node_ids"] = sorted(ctl.nodes.nodes)
     facts["items"] = [[i.image.name, i.status, i.detail] for i in ctl.batch.items]
     facts["summary"] = ctl.batch_summary
-    facts["manifest"] = json.loads((work / "out" / "batch" / "manifest.json").read_text()) \
-        if (work / "out" / "batch" / "manifest.json").exists() else None
+    manifest = Path(facts["argv"][facts["argv"].index("-o") + 1]) / "manifest.json"
+    facts["manifest"] = json.loads(manifest.read_text()) if manifest.exists() else None
     facts["children_alive"] = descendant_pids()
     verdict(**facts)
 
@@ -769,7 +769,10 @@ def sc_cluster_refused(zip_path, work, folder):
     s.batch_folder = folder
     ops = mod("operators")
     ctl = mod("controller").CONTROLLER
-    facts["bad_result"] = sorted(bpy.ops.image_to_mesh.batch())
+    try:  # an operator that reports an ERROR raises in background mode
+        facts["bad_result"] = sorted(bpy.ops.image_to_mesh.batch())
+    except RuntimeError as exc:
+        facts["bad_result"], facts["bad_report"] = ["CANCELLED"], str(exc)
     facts["bad_error"] = (ctl.state.error or {}).get("message")
     facts["bad_panel"] = _draw_panel_log()
     facts["generate_argv"] = mod("job").JobSpec(
