@@ -17,7 +17,7 @@ from .batch import BatchRun
 from .job import JobSettings, JobSpec
 from .nodes import NodeBoard
 from .process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
-from .state import CANCELLED, DONE, FAILED, JobState
+from .state import CANCELLED, DONE, FAILED, RUNNING, STARTING, JobState
 
 TICK_SECONDS = 0.1
 CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guard: 5 s)
@@ -174,7 +174,10 @@ class Controller:
             self._batch_item(ev)
         elif kind == "batch_done":
             self.batch.ended = True
-        elif not self.nodes.apply(ev):
+        elif self.nodes.apply(ev):  # a cluster job's: the Batch box's node lines show it
+            if kind == "placed" and self.state.status == STARTING:
+                self.state.status = RUNNING  # the batch runs; no single image's stages
+        else:
             self._begin_item(ev.get("item"), ev.get("path"), ev)
             self.state.apply(ev)
 

@@ -742,7 +742,8 @@ def sc_cluster_batch(zip_path, work, folder, address):
         lines = ctl.nodes.lines()
         if lines and lines not in lines_seen:
             lines_seen.append(lines)
-            facts.setdefault("panel_running", _draw_panel_log())
+            if sum(busy for _text, busy in lines) == 2:  # both nodes at work: draw the panel
+                facts["panel_running"] = _draw_panel_log()
 
     facts["finished"] = drive(240, on_tick=watch)
     watch()

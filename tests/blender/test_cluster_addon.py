@@ -111,7 +111,7 @@ def test_node_lines_from_a_recorded_cluster_batch():
     last = {board.label(line): line.last for line in board.nodes.values()}
     assert sorted(last.values()) == ["typical_humanoid_goblin.png done", "yoimiya_1.png done"]
     assert all(not busy and "idle · last " in text for text, busy in board.lines())
-    for item, ev in placed.items():
+    for ev in placed.values():
         stages = [h[3] for h in board.history if h[1] == Path(ev["image"]).name]
         assert [s for s in stages if s] == ["matte", "shape", "texture", "export"], stages
 
@@ -150,8 +150,8 @@ def two_nodes(tmp_path_factory):
     pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
     from ray.cluster_utils import Cluster
 
-    from tests.runner.test_cluster import MB, NODE, _ray_processes
     from tests.runner.conftest import wait_gone
+    from tests.runner.test_cluster import MB, NODE, _ray_processes
 
     saved = dict(os.environ)
     os.environ.update({
@@ -209,8 +209,9 @@ def test_run_batch_on_a_two_node_cluster_imports_each_result_as_it_arrives(
     assert busy, v["lines_seen"]
     stages = {h[3] for h in v["history"] if h[3]}
     assert stages == {"matte", "shape", "texture", "export"}, v["history"]
-    drawn = [e[1] for e in v["panel_running"] if e[0] == "label"]
-    assert any(" · " in t and ": " in t for t in drawn), drawn
+    drawn = " ".join(e[1] for e in v["panel_running"] if e[0] == "label")
+    for name in (p.name for p in folder.iterdir()):
+        assert re.search(rf"vm · [0-9a-f]{{8}}: {re.escape(name)} ·", drawn), drawn
     assert ("prop", "cluster") in [tuple(e) for e in v["panel_running"]]
     assert not [e for e in v["panel_running"] if str(e[0]).startswith("BAD")]
     assert v["summary"].startswith("Batch: 2 of 2 done"), v["summary"]
