@@ -196,7 +196,7 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
     config, process, state = mods["config"], mods["process"], mods["state"]
     job_mod = mods["job"]
     try:  # the add-on's one job description, from the options the table gave this script
-        settings = job_mod.settings_from(ns)
+        settings = job_mod.settings_from(ns, command="run")
     except config.ConfigError as exc:
         raise Failure(str(exc), _exit("usage")) from None
     spec = job_mod.JobSpec(image=ns.image, output=glb, trace=trace, settings=settings,
