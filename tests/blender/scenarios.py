@@ -151,7 +151,8 @@ def sc_register(zip_path, work):
     facts["scene_settings"] = hasattr(bpy.context.scene, "image_to_mesh")
     facts["installed_files"] = sorted(os.listdir(work / "repo" / "image_to_mesh"))
     facts["runtime"] = str(mod("config").runtime_dir())
-    facts["interpreters"] = {b: [i.python, list(i.extra_path), i.why] if not isinstance(i, str) else i
+    facts["interpreters"] = {b: [i.python, list(i.extra_path), i.why]
+                             if not isinstance(i, str) else i
                              for b, i in mod("preferences").check_plan(addon_prefs())}
     facts["sys_executable"] = sys.executable
     site = mod("preferences").wheel_site_packages()
@@ -266,7 +267,8 @@ def sc_zero_setup(zip_path, work, image):
     facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     ctl = mod("controller")
     facts["argv0"] = ctl.CONTROLLER.job.argv[0] if ctl.CONTROLLER.job else None
-    facts["env_pythonpath"] = ctl.CONTROLLER.job.env.get("PYTHONPATH") if ctl.CONTROLLER.job else None
+    facts["env_pythonpath"] = (ctl.CONTROLLER.job.env.get("PYTHONPATH")
+                               if ctl.CONTROLLER.job else None)
     facts["finished"] = drive(180)
     view = ctl.CONTROLLER.state.view()
     facts["final"] = {"status": view.status, "error": view.error_text, "hint": view.hint_text}
@@ -696,7 +698,8 @@ def sc_importer(zip_path, work):
     facts = {"new": [(o.name, o.type) for o in new], "location": list(obj.location),
              "z_min": zs[0], "z_max": zs[-1], "vertex_count": len(world),
              "expected_vertices": len(box.vertices) + len(ball.vertices),
-             "image_size": list(imp.base_color_image(obj).size) if imp.base_color_image(obj) else None,
+             "image_size": (list(imp.base_color_image(obj).size)
+                            if imp.base_color_image(obj) else None),
              "peak_prop": obj[imp.PROP_PEAK]}
     # The same name again (one image's output in a second folder): the project's _2, not .001
     again = imp.import_glb(glb, "parts", (0.0, 0.0, 0.0), coll, {"backend": "x", "seed": 1,

@@ -100,7 +100,8 @@ def test_zip_installs_registers_and_unregisters(built_zip, tmp_path, bpy_python)
     assert all(v["ops"].values()), v["ops"]
     assert v["panel"] and v["scene_settings"]
     assert v["prefs_type"] == "ImageToMeshPreferences"
-    assert {"__init__.py", "blender_manifest.toml", "headless.py", "runtime"} <= set(v["installed_files"])
+    assert ({"__init__.py", "blender_manifest.toml", "headless.py", "runtime"}
+            <= set(v["installed_files"]))
     assert "build.py" not in v["installed_files"]
     assert v["runtime"] == str(tmp_path / "repo" / "image_to_mesh" / "runtime")
     # By default the built-in backend runs in Blender's own Python with the wheels Blender
@@ -150,7 +151,8 @@ def test_generate_imports_one_textured_object_at_the_cursor(built_zip, tmp_path,
     assert props["image_to_mesh_backend"] == "builtin"
     assert props["image_to_mesh_seed"] == 7
     assert props["image_to_mesh_peak_footprint"] > 10 * 2**20
-    assert props["image_to_mesh_trace"] == str(tmp_path / "out" / "typical_humanoid_dwarf.trace.jsonl")
+    assert props["image_to_mesh_trace"] == str(tmp_path / "out"
+                                               / "typical_humanoid_dwarf.trace.jsonl")
     assert Path(props["image_to_mesh_trace"]).stat().st_size > 0
     assert v["output_files"] == ["typical_humanoid_dwarf.glb", "typical_humanoid_dwarf.trace.jsonl"]
     assert v["children_alive"] == []
@@ -365,7 +367,8 @@ def test_output_folder_is_absolute_and_never_inside_the_addon(built_zip, tmp_pat
 
 
 def test_wrong_interpreter_is_reported_and_nothing_spawns(built_zip, tmp_path, shared_images):
-    v = scenario("bad_interpreter", built_zip, tmp_path, image(shared_images, "typical_humanoid_dwarf"))
+    v = scenario("bad_interpreter", built_zip, tmp_path,
+                 image(shared_images, "typical_humanoid_dwarf"))
     bad = str(tmp_path / "no-such-venv" / "bin" / "python")
     assert v["preflight"].startswith(f"Runner Python not found: {bad}")
     assert v["result"] == ["CANCELLED"]
@@ -409,8 +412,13 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     draws = v["draws"]
     bad = [(k, e) for k, log in draws.items() for e in log if e[0].startswith("BAD_")]
     assert bad == []
-    ops = lambda k: [e[1] for e in draws[k] if e[0] == "operator"]
-    labels = lambda k: [e[1] for e in draws[k] if e[0] == "label"]
+
+    def ops(state):
+        return [e[1] for e in draws[state] if e[0] == "operator"]
+
+    def labels(state):
+        return [e[1] for e in draws[state] if e[0] == "label"]
+
     assert ops("idle") == ["image_to_mesh.generate", "image_to_mesh.open_chart",
                            "image_to_mesh.batch"]
     assert not [e for e in draws["idle"] if e[0] == "progress"]
@@ -428,7 +436,7 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
                                   ["separator", 2.0], ["label", "bake"]]  # bake: still running
     assert not [e for e in draws["running"] if e[0] == "separator"]
     assert ["progress", 1.0, "done"] in draws["done"]
-    assert any("in 4.4 s, peak 360.5 MiB" in l for l in labels("done")), labels("done")
+    assert any("in 4.4 s, peak 360.5 MiB" in label for label in labels("done")), labels("done")
     assert "Batch: 3 of 4 done, 1 failed: broken.png" in labels("done")
     assert "The runner speaks protocol version 99; this" in labels("newer_protocol")
     # Pixal3D-mac advises against 1536_cascade on a Mac: the choice says so, and so does the

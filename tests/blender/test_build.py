@@ -50,10 +50,11 @@ def test_build_writes_a_zip_blender_validates(tmp_path):
     shipped = tomllib.loads(zipfile.ZipFile(zpath).read("blender_manifest.toml").decode())
     assert shipped["platforms"] == ["linux-x64"]
     assert [w.removeprefix("./") for w in shipped["wheels"]] == sorted(
-        (n for n in names if n.startswith("wheels/")), key=[f"wheels/{w}" for w in info["wheels"]].index)
+        (n for n in names if n.startswith("wheels/")),
+        key=[f"wheels/{w}" for w in info["wheels"]].index)
     pins = wheels.requirements()
     assert len(shipped["wheels"]) == len(pins)
-    for (name, version), w in zip(pins, info["wheels"]):
+    for (name, version), w in zip(pins, info["wheels"], strict=True):
         assert w.lower().startswith(f"{wheels._normal(name)}-{version}-")
         assert "win" not in w and "macosx" not in w
     assert not any(n == "numpy" for n, _ in pins)  # Blender ships NumPy
@@ -76,7 +77,8 @@ def test_platform_manifest_adds_platforms_and_wheels_before_the_first_table():
     text = build.MANIFEST.read_text("utf-8")
     out = build.platform_manifest(text, "macos-arm64", ["a-1-py3-none-any.whl"])
     data = tomllib.loads(out)
-    assert data["platforms"] == ["macos-arm64"] and data["wheels"] == ["./wheels/a-1-py3-none-any.whl"]
+    assert data["platforms"] == ["macos-arm64"]
+    assert data["wheels"] == ["./wheels/a-1-py3-none-any.whl"]
     assert data["permissions"] == tomllib.loads(text)["permissions"]
     with pytest.raises(build.BuildError, match="must not set platforms or wheels"):
         build.platform_manifest(out, "linux-x64", [])

@@ -6,7 +6,6 @@ The reader tests run a real subprocess printing the crafted lines (a stand-in fo
 what is tested is the add-on's reading, not the runner)."""
 from __future__ import annotations
 
-import json
 import math
 import sys
 import textwrap

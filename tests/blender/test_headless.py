@@ -291,7 +291,8 @@ def test_bad_python_names_the_command_line_option(tmp_path, shared_images):
                timeout=60)
     assert proc.returncode == 30, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("image-to-mesh: error: --python not found: ") and "Set --python to" in line
+    assert line.startswith("image-to-mesh: error: --python not found: ")
+    assert "Set --python to" in line
     assert "Preferences" not in line
     folder = run(shared_images[0], "--glb", tmp_path / "g.glb", "--python", tmp_path, timeout=60)
     assert folder.returncode == 30 and "--python" in folder.stderr
@@ -340,7 +341,8 @@ def test_headless_prints_the_input_notes(tmp_path):
     stored.save(src, exif=exif.tobytes(), quality=95)
     proc = run(src, "--glb", tmp_path / "r.glb", "--texture-size", 512)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "image-to-mesh: note: EXIF orientation 6 applied" in proc.stderr.splitlines(), proc.stderr
+    assert "image-to-mesh: note: EXIF orientation 6 applied" in proc.stderr.splitlines(), \
+        proc.stderr
 
 
 @pytest.mark.slow

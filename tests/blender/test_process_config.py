@@ -2,8 +2,8 @@
 resolution, command lines (checked against the real option parsers of stageload.guard)."""
 from __future__ import annotations
 
-import json
 import argparse
+import json
 import os
 import stat
 import sys
@@ -161,7 +161,8 @@ def test_choose_interpreter_per_backend(tmp_path):
         chosen = config.choose_interpreter(backend, PY, str(port), blender_py, str(site))
         assert (chosen.python, chosen.extra_path) == (PY, ())
     assert config.wheel_site(str(tmp_path)) is None
-    made = tmp_path / ".local" / "lib" / "python{}.{}".format(*sys.version_info[:2]) / "site-packages"
+    version = "python{}.{}".format(*sys.version_info[:2])
+    made = tmp_path / ".local" / "lib" / version / "site-packages"
     made.mkdir(parents=True)
     assert config.wheel_site(str(tmp_path)) == str(made)
 
@@ -178,9 +179,11 @@ def test_guard_settings_parse_with_the_real_guard_options():
                         start_timeout=300, busy="ffmpeg|blender_render", quiet_for=180)
     ap = argparse.ArgumentParser()
     add_guard_arguments(ap)
-    guard_argv = lambda settings: [w for w in job.JobSpec(Path("a"), Path("b"), Path("c"),
-                                                          settings).options()
-                                   if w != "--cancel-on-stdin-eof"]
+
+    def guard_argv(settings):
+        return [w for w in job.JobSpec(Path("a"), Path("b"), Path("c"), settings).options()
+                if w != "--cancel-on-stdin-eof"]
+
     cfg = GuardConfig.from_args(ap.parse_known_args(guard_argv(g))[0])
     assert cfg.wait_free.percent == 40 and cfg.kill_free.percent == 10
     assert cfg.swap_budget == 6 * 1024**3

@@ -1,9 +1,10 @@
 """One source per fact between the add-on and the runner (issue 15 item 2).
 
 The add-on reads the runner's protocol version, error kinds with their exit codes, the options
-table and the byte formatter from the runner's own stdlib-only files (``blender_addon.runtime_facts``); the copies
-it still keeps because their source imports NumPy/Pillow (image suffixes) or would import the
-whole registry (backend names, which backends need torch) are pinned here against the runner."""
+table and the byte formatter from the runner's own stdlib-only files
+(``blender_addon.runtime_facts``); the copies it still keeps because their source imports
+NumPy/Pillow (image suffixes) or would import the whole registry (backend names, which backends
+need torch) are pinned here against the runner."""
 from __future__ import annotations
 
 import ast

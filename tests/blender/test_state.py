@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon.state import (CANCELLED, DONE, FAILED, IMPORTING, JobState, human_bytes,
-                                 human_seconds)
+from blender_addon.state import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    IMPORTING,
+    JobState,
+    human_bytes,
+    human_seconds,
+)
 
 FIX = Path(__file__).parent / "fixtures"
 
