@@ -57,6 +57,7 @@ class Controller:
         self.batch_stages: list = []
         self.nodes = NodeBoard()  # a cluster batch's nodes: which image runs where
         self.last_object: str = ""
+        self.source: str = ""  # a re-export's: the object it re-exports (its name)
         self.last_trace: str = ""
         self.bad_lines: list[str] = []
         self._eof = False
@@ -83,6 +84,29 @@ class Controller:
         self.state.output, self.state.trace = str(glb), str(trace)
         self.last_trace = str(trace)
 
+    def start_reexport(self, source, asset: Path, launch: Launch) -> None:
+        """Re-export ``source`` (the Blender object imported from a kept asset) from ``asset``
+        (its ``.asset.npz``, checked by ``importer.recorded_asset``) with ``launch.settings``'
+        export levers: ``python -m runner export`` (a :class:`JobSpec` of kind ``export``),
+        writing a new GLB beside the asset, ``NAME_reexport.glb`` (``_2`` … when taken:
+        never the user's file); the result is imported beside ``source``. Raises like
+        :meth:`start_single`."""
+        self.batch, self.batch_summary = None, ""
+        self.state.begin(str(asset))
+        base = asset.name[: -len(importer.ASSET_SUFFIX)] if \
+            asset.name.endswith(importer.ASSET_SUFFIX) else asset.stem
+        try:
+            glb, trace = config.free_output_paths(asset.parent, f"{base}_reexport")
+        except config.ConfigError as exc:
+            self.state.fail("settings", str(exc))
+            raise
+        spec = JobSpec(image=asset, output=glb, trace=trace, settings=launch.settings,
+                       kind="export")
+        self.source = source.name
+        self._spawn(spec.argv(launch.python), spec, launch)
+        self.state.output, self.state.trace = str(glb), str(trace)
+        self.last_trace = str(trace)
+
     def start_batch(self, folder: Path, count: int, launch: Launch) -> None:
         """Run every image of ``folder`` (``count`` of them) as one ``runner batch`` job into
         ``config.batch_output_dir``; its manifest makes a second run resume (images done
@@ -95,8 +119,9 @@ class Controller:
         self.batch_item, self.batch_stages, self.nodes = None, [], NodeBoard()
         self.state.begin(str(folder))
         out = config.batch_output_dir(launch.output_dir, folder)
-        spec = JobSpec(image=folder, output=out, trace=out, settings=launch.settings)
-        self._spawn(spec.batch_argv(launch.python, folder, out), spec, launch)
+        spec = JobSpec(image=folder, output=out, trace=out, settings=launch.settings,
+                       kind="batch")
+        self._spawn(spec.argv(launch.python), spec, launch)
 
     def _spawn(self, argv: list[str], spec: JobSpec, launch: Launch) -> None:
         self.launch, self._eof = launch, False
@@ -254,11 +279,15 @@ class Controller:
         spec, launch = self.spec, self.launch
         self.state.mark_importing()
         meta = {"backend": spec.backend, "seed": spec.seed, "peak": self.state.peak,
-                "trace": self.state.trace, "image": str(image)}
+                "trace": self.state.trace, "image": str(image), "asset": self._kept_asset()}
+        location, collection = launch.location, None
+        source = bpy.data.objects.get(self.source) if spec.kind == "export" else None
+        if source is not None:
+            location, collection = self._beside(source, meta)
         try:
             with importer.window_context():
                 obj = importer.import_glb(self.state.output, Path(self.state.output).stem,
-                                          launch.location, self._collection(), meta,
+                                          location, collection or self._collection(), meta,
                                           after_existing=self.batch is not None)
         except (importer.MeshImportError, RuntimeError) as exc:
             self.state.fail("import_failed", str(exc),
@@ -270,6 +299,37 @@ class Controller:
         if self.batch is not None:
             _notify(self.state, obj.name)
         return obj.name
+
+    def _kept_asset(self) -> str | None:
+        """The asset the imported object can be re-exported from: a re-export's own asset; a
+        run's ``result`` ``info.asset`` (``--keep-asset``); a batch image's ``NAME.asset.npz``
+        beside its GLB when the job kept assets. The importer records it only when the file
+        exists (``importer.asset_file``)."""
+        spec = self.spec
+        if spec.kind == "export":
+            return str(spec.image)
+        if not spec.settings.values().get("keep_asset"):
+            return None
+        info = (self.state.result or {}).get("info")
+        if self.batch is None and isinstance(info, dict) and isinstance(info.get("asset"), str):
+            return info["asset"]
+        glb = Path(self.state.output)
+        return str(glb.with_name(glb.stem + importer.ASSET_SUFFIX))
+
+    def _beside(self, source, meta: dict) -> tuple[tuple, bpy.types.Collection | None]:
+        """Where a re-export of ``source`` goes: ``source``'s collection, beside it along X
+        (after every object re-exported from the same asset), with ``source``'s backend, seed
+        and image in ``meta`` (updated)."""
+        for key, prop in (("backend", importer.PROP_BACKEND), ("seed", importer.PROP_SEED),
+                          ("image", importer.PROP_IMAGE)):
+            value = source.get(prop)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                meta[key] = value
+        family = sum(1 for o in bpy.data.objects if o.get(importer.PROP_ASSET) == meta["asset"])
+        step = max(importer.BATCH_SPACING, float(source.dimensions.x) + 0.5)
+        x, y, z = source.location
+        collection = source.users_collection[0] if source.users_collection else None
+        return (x + step * max(1, family), y, z), collection
 
     def _collection(self) -> bpy.types.Collection:
         scene = bpy.context.scene

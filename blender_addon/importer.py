@@ -3,7 +3,9 @@
 One mesh object named after the image, at a given location (the 3D cursor), in a collection
 ("Image to Mesh" or a batch collection under it), helper empties and other non-mesh objects of
 the import removed, the material with its base-colour image texture as the importer made it, and
-the run's metadata in custom properties.
+the run's metadata in custom properties — among them the kept asset (``NAME.asset.npz``, a
+Pixal3D run's ``--keep-asset``) the object can be re-exported from, recorded only when the file
+exists and read back only through :func:`recorded_asset`, which checks it again.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ ROOT_COLLECTION = "Image to Mesh"
 PROP_BACKEND, PROP_SEED, PROP_PEAK, PROP_TRACE, PROP_IMAGE, PROP_GLB = (
     "image_to_mesh_backend", "image_to_mesh_seed", "image_to_mesh_peak_footprint",
     "image_to_mesh_trace", "image_to_mesh_image", "image_to_mesh_glb")
+#: The kept asset (absolute path of an existing ``.npz``) the object can be re-exported from.
+PROP_ASSET = "image_to_mesh_asset"
+#: The kept asset's suffix beside the GLB (``runner/jobrun.py`` ``kept_asset_path``).
+ASSET_SUFFIX = ".asset.npz"
 #: metres between the objects of a batch, side by side along X
 BATCH_SPACING = 1.5
 
@@ -123,8 +129,10 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     ``name``: object and mesh name (the image's stem); ``location``: 3 floats in metres (world
     space); ``collection``: where the object ends up (it is unlinked from any other);
     ``metadata``: keys ``backend`` (str), ``seed`` (int), ``peak`` (bytes or None), ``trace``
-    (path str), ``image`` (path str) → custom properties (``PROP_*``; the peak is stored as a
-    float because Blender's integer properties are 32-bit; ``PROP_GLB`` records ``glb``).
+    (path str), ``image`` (path str), ``asset`` (the kept asset's path or None: recorded as
+    ``PROP_ASSET`` only when :func:`asset_file` accepts it) → custom properties (``PROP_*``;
+    the peak is stored as a float because Blender's integer properties are 32-bit;
+    ``PROP_GLB`` records ``glb``).
     ``after_existing``: place it :data:`BATCH_SPACING` metres along X after each mesh object
     already in ``collection`` (a batch's results side by side, a resumed batch after the
     first run's).
@@ -186,6 +194,52 @@ def _record(obj: bpy.types.Object, glb: Path, metadata: dict) -> None:
     obj[PROP_PEAK] = float(peak) if peak is not None else -1.0
     obj[PROP_TRACE] = str(metadata.get("trace", ""))
     obj[PROP_IMAGE] = str(metadata.get("image", ""))
+    asset, _why = asset_file(metadata.get("asset"))
+    if asset is not None:
+        obj[PROP_ASSET] = str(asset)
+    elif PROP_ASSET in obj:
+        del obj[PROP_ASSET]
+
+
+def asset_file(value) -> tuple[Path | None, str]:
+    """``(path, "")`` when ``value`` names a kept asset that can be re-exported — a string,
+    an absolute path ending in ``.npz``, an existing non-empty file — else ``(None, why)``,
+    ``why`` for people ("" when ``value`` is empty: no asset was kept). The file's content is
+    the runner's to check (``runner export``: ``bad_asset``)."""
+    if value is None or value == "":
+        return None, ""
+    if not isinstance(value, str) or "\0" in value:
+        return None, f"the recorded asset {value!r:.80} is not a path"
+    path = Path(value)
+    if not path.is_absolute() or path.suffix.lower() != ".npz":
+        return None, f"the recorded asset {value!r:.200} is not an absolute .npz path"
+    try:
+        ok = path.is_file() and path.stat().st_size > 0
+    except OSError:
+        ok = False
+    if not ok:
+        return None, f"its kept asset is gone: {path}"
+    return path, ""
+
+
+def recorded_asset(obj) -> tuple[Path | None, str]:
+    """The kept asset ``obj`` (a Blender object, or None) can be re-exported from, checked
+    again now (:func:`asset_file`): ``(path, "")``, or ``(None, why)`` with a sentence for
+    people saying what is missing and what to do (not imported by the add-on, no asset kept,
+    the file gone or the property not a path)."""
+    if obj is None:
+        return None, "Select an object imported by Image to Mesh to re-export it."
+    if obj.get(PROP_GLB) is None:
+        return None, f"{obj.name} was not imported by Image to Mesh: nothing to re-export."
+    value = obj.get(PROP_ASSET)
+    if value is None:
+        return None, (f"No asset was kept for {obj.name}. Generate it with Pixal3D and "
+                      "“Keep asset for re-export” on (Export sub-panel) to re-export it.")
+    path, why = asset_file(value)
+    if path is None:
+        return None, (f"{obj.name} cannot be re-exported: {why or 'no asset recorded'}. "
+                      "Generate it again with “Keep asset for re-export” on.")
+    return path, ""
 
 
 def _select_only(obj: bpy.types.Object) -> None:

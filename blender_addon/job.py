@@ -3,6 +3,10 @@ runner's command line. No bpy.
 
 Every launch goes this way — Generate, Run Batch and ``headless.py`` alike:
 
+A job is of one :data:`KINDS`: ``run`` (one image), ``batch`` (a folder) or ``export`` (the
+add-on's Re-export: ``python -m runner export`` on a kept asset, with the panel's levers that
+the bounded export engine takes).
+
 1. :func:`settings_from` reads every option of the runner's options table that the add-on shows
    (``runner/options.py``, loaded by ``runtime_facts``) from the panel's scene settings and the
    preferences (or from ``headless.py``'s parsed arguments, which the same table made);
@@ -24,6 +28,9 @@ from pathlib import Path
 from . import option_views
 from .config import ConfigError
 from .runtime_facts import options
+
+#: The kinds of job (:attr:`JobSpec.kind`): the runner's command each runs.
+KINDS = ("run", "batch", "export")
 
 #: The runner's backends (the options table's ``--backend`` choices; a contract test pins them
 #: to the runner's registry).
@@ -81,27 +88,42 @@ def settings_from(*sources, command: str | None = None, **overrides) -> "JobSett
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job: ``image`` (a batch: the folder), ``output`` (GLB; a batch: the output folder),
-    ``trace``, ``settings`` (:class:`JobSettings`), ``overwrite`` (replace existing outputs)."""
+    """One job: ``image`` (a batch: the folder; an export: the asset ``.npz``), ``output``
+    (GLB; a batch: the output folder), ``trace``, ``settings`` (:class:`JobSettings`),
+    ``overwrite`` (replace existing outputs), ``kind`` (:data:`KINDS`). Raises
+    ``ValueError`` for an unknown kind."""
 
     image: Path
     output: Path
     trace: Path
     settings: JobSettings = field(default_factory=JobSettings)
     overwrite: bool = False
+    kind: str = "run"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown job kind {self.kind!r}; one of {', '.join(KINDS)}")
 
     @property
     def backend(self) -> str:
-        return self.settings.backend
+        """The job's backend: the settings' one; an export's is the asset's
+        (``option_views.EXPORT_BACKEND``)."""
+        return option_views.EXPORT_BACKEND if self.kind == "export" else self.settings.backend
 
     @property
     def seed(self) -> int:
         return self.settings.seed
 
     def argv(self, python: str) -> list[str]:
-        """The full command line: ``python -m runner IMAGE -o OUT --trace TRACE …``."""
-        return [python, "-m", "runner", str(self.image), "-o", str(self.output), "--trace",
-                str(self.trace), *self.options("run")]
+        """The full command line: ``python -m runner IMAGE -o OUT --trace TRACE …``; a batch's
+        as :meth:`batch_argv`; an export's ``python -m runner export ASSET -o OUT --trace
+        TRACE …`` (only the options ``runner export`` takes: the bounded engine's levers and
+        the guard's)."""
+        if self.kind == "batch":
+            return self.batch_argv(python, self.image, self.output)
+        command = ["export"] if self.kind == "export" else []
+        return [python, "-m", "runner", *command, str(self.image), "-o", str(self.output),
+                "--trace", str(self.trace), *self.options(self.kind)]
 
     def batch_argv(self, python: str, folder: Path, out_dir: Path) -> list[str]:
         """``python -m runner batch FOLDER -o OUT_DIR …``: every image of ``folder`` with these
@@ -116,12 +138,14 @@ class JobSpec:
         """The Ray address a batch runs on ("" = this machine)."""
         return self.settings.cluster
 
-    def options(self, command: str = "run") -> list[str]:
-        """The runner options of the runner's ``command`` (``run`` or ``batch``): the options
-        table's that it takes (``option_views.job_argv``), cancel, overwrite."""
+    def options(self, command: str | None = None) -> list[str]:
+        """The runner options of the runner's ``command`` (``run``, ``batch`` or ``export``;
+        default: this job's kind): the options table's that it takes
+        (``option_views.job_argv``), cancel, overwrite."""
         # --cancel-on-stdin-eof: the add-on keeps the runner's stdin open as a pipe and closes
         # it to cancel (runner/PROTOCOL.md "Cancel"); the runner reads stdin only when asked.
-        out = option_views.job_argv(self.settings.values(), self.settings.backend, command)
+        out = option_views.job_argv(self.settings.values(), self.backend,
+                                    command or self.kind)
         out.append("--cancel-on-stdin-eof")
         if self.overwrite:
             out.append("--overwrite")

@@ -1,4 +1,4 @@
-"""Operators: Generate, Cancel, Batch over a folder, Open memory chart.
+"""Operators: Generate, Cancel, Batch over a folder, Re-export a kept asset, Open memory chart.
 
 Each operator only validates and starts work; the runner runs in its own process and the
 controller's timer does the rest on the main thread.
@@ -16,17 +16,19 @@ from .process import SpawnError, run_quick, runner_env
 
 
 def make_launch(context, collection: str = importer.ROOT_COLLECTION,
-                command: str = "run") -> Launch:
+                command: str = "run", interpreter_backend: str | None = None) -> Launch:
     """A :class:`Launch` from the preferences and the scene's panel settings: the one job
     description (``job.settings_from``: every option of the runner's options table that the
     runner's ``command`` takes — ``run`` for Generate, ``batch`` for Run Batch, which alone
-    reads the cluster address — checked) and the interpreter for its backend, resolved now.
+    reads the cluster address, ``export`` for Re-export — checked) and the interpreter for its
+    backend (or for ``interpreter_backend``: a re-export runs with the built-in backend's, as
+    it needs no torch), resolved now.
 
     Raises :class:`config.ConfigError` (a setting the runner would refuse; interpreter, runtime
     or output folder unusable) before anything is spawned."""
     prefs = get_prefs(context)
     settings = job.settings_from(context.scene.image_to_mesh, prefs, command=command)
-    interpreter = interpreter_for(prefs, settings.backend)
+    interpreter = interpreter_for(prefs, interpreter_backend or settings.backend)
     return Launch(python=interpreter.python, extra_path=interpreter.extra_path,
                   runtime=config.runtime_dir(), output_dir=output_dir(prefs),
                   location=tuple(context.scene.cursor.location), collection=collection,
@@ -154,6 +156,52 @@ class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
         return {"FINISHED"}
 
 
+class IMAGE_TO_MESH_OT_reexport(bpy.types.Operator):
+    """Export the active object's kept asset again with the Export levers (decimation target,
+    texture, budget) into a new GLB, imported beside it; minutes less than generating again"""
+    bl_idname = "image_to_mesh.reexport"
+    bl_label = "Re-export"
+    bl_options = {"REGISTER", "UNDO"}  # the import, later from the timer, pushes its own step
+
+    @classmethod
+    def poll(cls, context):
+        why = reexport_unavailable(context)
+        if why:
+            cls.poll_message_set(why)  # Blender shows it in the greyed button's tooltip
+        return not why
+
+    def execute(self, context):
+        obj = context.active_object
+        asset, why = importer.recorded_asset(obj)  # again: the file may be gone since poll
+        if asset is None:
+            return _refuse(self, why, str(obj.get(importer.PROP_ASSET, "")) if obj else "")
+        try:
+            launch = make_launch(context, command="export",
+                                 interpreter_backend=REEXPORT_INTERPRETER)
+        except config.ConfigError as exc:
+            return _refuse(self, str(exc), str(asset))
+        try:
+            CONTROLLER.start_reexport(obj, asset, launch)
+        except (config.ConfigError, SpawnError) as exc:  # already recorded in the state
+            self.report({"ERROR"}, str(exc))
+            return {"CANCELLED"}
+        self.report({"INFO"}, f"Re-exporting {obj.name} from {asset.name}")
+        return {"FINISHED"}
+
+
+#: The backend whose interpreter runs ``runner export`` (no torch needed: the bounded export
+#: engine; Blender's own Python with the bundled wheels unless the Runner Python is set).
+REEXPORT_INTERPRETER = "builtin"
+
+
+def reexport_unavailable(context) -> str:
+    """Why Re-export cannot run now ("" when it can): a job is running, or the active object
+    has no recorded, existing kept asset (``importer.recorded_asset``)."""
+    if CONTROLLER.running:
+        return "A job is running: wait for it or cancel it first."
+    return importer.recorded_asset(context.active_object)[1]
+
+
 def chart_path(trace: str | Path) -> Path:
     """Where the chart of ``trace`` goes: next to it, ``<name>.chart.png``."""
     trace = Path(trace)
@@ -218,5 +266,5 @@ class IMAGE_TO_MESH_OT_notify(bpy.types.Operator):
 
 
 CLASSES = (IMAGE_TO_MESH_OT_notify, IMAGE_TO_MESH_OT_generate, IMAGE_TO_MESH_OT_cancel,
-           IMAGE_TO_MESH_OT_batch,
+           IMAGE_TO_MESH_OT_batch, IMAGE_TO_MESH_OT_reexport,
            IMAGE_TO_MESH_OT_open_chart)

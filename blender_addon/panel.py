@@ -8,13 +8,16 @@ from __future__ import annotations
 import bpy
 from bpy.props import PointerProperty, StringProperty
 
+from . import importer
 from .controller import CONTROLLER
 from .operators import (
     IMAGE_TO_MESH_OT_batch,
     IMAGE_TO_MESH_OT_cancel,
     IMAGE_TO_MESH_OT_generate,
     IMAGE_TO_MESH_OT_open_chart,
+    IMAGE_TO_MESH_OT_reexport,
     preflight_error,
+    reexport_unavailable,
 )
 from .preferences import cluster_problem, get_prefs, table_properties
 from .preferences import wrap_label as _wrap
@@ -160,8 +163,26 @@ def _draw_batch(layout, s, problem: str) -> None:
     row.enabled = not CONTROLLER.running and not problem and not bad_cluster
     row.operator(IMAGE_TO_MESH_OT_batch.bl_idname, icon="PLAY")
 
+def export_levers(engine: str) -> list[str]:
+    """The Export sub-panel's options for the export engine ``engine``, from the options
+    table: the engine choice first, then every scene option of the ``export`` section or
+    taken by ``runner export`` (the texture size) that applies to a Pixal3D job with that
+    engine (``Option.engines``) — the bounded engine's budget, not the port's remesh."""
+    shown = [o for o in options.table() if o.panel is not None and o.panel.where == "scene"
+             and (o.panel.section == "export" or "export" in o.commands)
+             and o.applies_to("pixal3d", engine)]
+    return sorted((o.name for o in shown), key=lambda name: name != "export_engine")
+
+
+def reexport_levers() -> list[str]:
+    """The scene options ``python -m runner export`` takes (its ``commands``), in table order:
+    what a Re-export passes."""
+    return [o.name for o in options.addon_options("scene") if "export" in o.commands]
+
+
 class VIEW3D_PT_image_to_mesh_export(_Sidebar, bpy.types.Panel):
-    """The Pixal3D export's memory levers (runner options, docs/pixal3d.md "Export")"""
+    """The Pixal3D export's memory levers (runner options, docs/pixal3d.md "Export"): those of
+    the chosen export engine"""
     bl_label = "Export"
     bl_idname = "VIEW3D_PT_image_to_mesh_export"
     bl_parent_id = VIEW3D_PT_image_to_mesh.bl_idname
@@ -174,16 +195,40 @@ class VIEW3D_PT_image_to_mesh_export(_Sidebar, bpy.types.Panel):
     def draw(self, context):
         s = context.scene.image_to_mesh
         col = self.layout.column()
-        for opt in options.addon_options("scene", "export"):
-            if opt.name in ENABLED_BY:
+        for name in export_levers(s.export_engine):
+            if name in ENABLED_BY:
                 sub = col.column()
-                sub.enabled = bool(getattr(s, ENABLED_BY[opt.name]))
-                sub.prop(s, opt.name)
+                sub.enabled = bool(getattr(s, ENABLED_BY[name]))
+                sub.prop(s, name)
             else:
-                col.prop(s, opt.name)
+                col.prop(s, name)
 
 
-CLASSES = (ImageToMeshSettings, VIEW3D_PT_image_to_mesh, VIEW3D_PT_image_to_mesh_export)
+class VIEW3D_PT_image_to_mesh_reexport(_Sidebar, bpy.types.Panel):
+    """Re-export the active object's kept asset with other levers (``runner export``)"""
+    bl_label = "Re-export"
+    bl_idname = "VIEW3D_PT_image_to_mesh_reexport"
+    bl_parent_id = VIEW3D_PT_image_to_mesh.bl_idname
+    bl_options = {"DEFAULT_CLOSED"}
+
+    def draw(self, context):
+        s = context.scene.image_to_mesh
+        col = self.layout.column()
+        asset, _ = importer.recorded_asset(context.active_object)
+        if asset is not None:
+            _wrap(col, f"{context.active_object.name} from {asset.name}", "FILE", 44)
+        for name in reexport_levers():
+            col.prop(s, name)
+        why = reexport_unavailable(context)
+        row = col.row()
+        row.enabled = not why
+        row.operator(IMAGE_TO_MESH_OT_reexport.bl_idname, icon="EXPORT")
+        if why:
+            _wrap(col, why, "INFO", 44)
+
+
+CLASSES = (ImageToMeshSettings, VIEW3D_PT_image_to_mesh, VIEW3D_PT_image_to_mesh_export,
+           VIEW3D_PT_image_to_mesh_reexport)
 
 
 def register_props() -> None:

@@ -42,6 +42,13 @@ COMMANDS = ("run", "batch", "check", "export")
 JOB = ("run", "batch")
 JOB_AND_CHECK = ("run", "batch", "check")
 """A backend's own options are taken by ``check`` too (it checks the backend with them)."""
+GUARDED = ("run", "batch", "export")
+"""The commands that run a guarded job (``stageload.guard.add_guard_arguments`` is on their
+command lines): the ``guard`` group's entries belong to these."""
+ENGINES = ("bounded", "port")
+"""The export engines (``--export-engine``; ``runner/backends/bounded_export.ENGINES``, a test
+pins both): ``bounded`` (``runner/export_engine``, also ``python -m runner export``) and
+``port`` (the port's own ``to_glb``)."""
 GROUPS = ("job", "backend", "guard")
 """``job``: a field of every job (backend, seed, texture size, height); ``backend``: a backend's
 own option (forwarded to it; refused with another backend); ``guard``: an option of
@@ -110,10 +117,13 @@ class Option:
     people, without the default (views append it); ``kind`` (:data:`KINDS`); ``default``: the
     runner's when not given (None: not given — the backend's or the port's own); ``choices``;
     ``low``/``high``: inclusive range; ``unit`` (``px``, ``m``, ``faces``, ``bytes``, ``s``, ``%``,
-    ``GiB``); ``backends``: the backends it applies to (empty: every one); ``commands``
-    (:data:`COMMANDS`); ``advice``: value → a warning for people; ``flag``: the runner's
-    (default ``--`` + name with dashes); ``metavar``; ``affects_output``: False when it changes
-    how, not what, is computed (batch resume ignores it); ``group`` (:data:`GROUPS`);
+    ``GiB``); ``backends``: the backends it applies to (empty: every one); ``engines``: the
+    export engines (:data:`ENGINES`, ``--export-engine``) an export lever applies to (empty:
+    whatever the engine; the add-on's Export sub-panel shows, and passes, only the levers of
+    the chosen engine); ``commands`` (:data:`COMMANDS`); ``advice``: value → a warning for
+    people; ``flag``: the runner's (default ``--`` + name with dashes); ``metavar``;
+    ``affects_output``: False when it changes how, not what, is computed (batch resume
+    ignores it); ``group`` (:data:`GROUPS`);
     ``panel``: how the add-on shows it (None: not in the add-on); ``default_text``: the
     runner's default in words when it is not one value (``the backend's: …``);
     ``command_help``: command → ``(help, default_text)`` where that command's ``--help`` must
@@ -130,6 +140,7 @@ class Option:
     high: Any = None
     unit: str = ""
     backends: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
     commands: tuple[str, ...] = JOB
     advice: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
     flag: str = ""
@@ -148,6 +159,8 @@ class Option:
             raise ValueError(f"option {self.name}: kind {self.kind!r} / group {self.group!r}")
         if not set(self.commands) <= set(COMMANDS):
             raise ValueError(f"option {self.name}: unknown commands {self.commands}")
+        if not set(self.engines) <= set(ENGINES):
+            raise ValueError(f"option {self.name}: unknown export engines {self.engines}")
         if not self.flag:
             object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
 
@@ -167,8 +180,11 @@ class Option:
         value as given), None for free text and folders."""
         return None if self.kind in ("text", "path", "switch") else self.convert
 
-    def applies_to(self, backend: str) -> bool:
-        """Whether a job with ``backend`` takes this option."""
+    def applies_to(self, backend: str, engine: str | None = None) -> bool:
+        """Whether a job with ``backend`` (and, when given, the export engine ``engine``)
+        takes this option."""
+        if engine is not None and self.engines and engine not in self.engines:
+            return False
         return not self.backends or backend in self.backends
 
     def takes(self, command: str) -> bool:
@@ -325,13 +341,14 @@ TABLE: tuple[Option, ...] = (
     Option("export_process", "own: export in a fresh process once the model process has "
            "exited (its memory back); in-process: in the model process, as the port does",
            kind="choice", default="own", choices=("own", "in-process"), backends=PIXAL3D,
-           commands=JOB_AND_CHECK, affects_output=False,
+           engines=("port",), commands=JOB_AND_CHECK, affects_output=False,
            panel=Panel("Export in", section="export", items=_items(
                ("own", "Own process", "Export in a fresh process once the model process has "
                 "exited and given all its memory back (the runner's default)"),
                ("in-process", "In the model process",
                 "Export in the model process, as the port does")))),
-    _shared("export_profile", panel=Panel("Profile", section="export", items=_items(
+    _shared("export_profile", engines=("port",), panel=Panel("Profile", section="export",
+                                                             items=_items(
         ("port", "Port", "The port's own export values"),
         ("fit", "Fit", "The low-memory export a peer validated on a 36 GB Mac: remesh at "
          "min(512, grid), free temporaries between steps")))),
@@ -346,7 +363,7 @@ TABLE: tuple[Option, ...] = (
                 "GB on a 1024 run, SPEC §1)")))),
     Option("export_budget", "memory the bounded export engine plans its pieces for, e.g. 2G; "
            "an asset that cannot fit is refused before it is read", default_text="3G",
-           kind="size", unit="bytes", metavar="SIZE", backends=PIXAL3D,
+           kind="size", unit="bytes", metavar="SIZE", backends=PIXAL3D, engines=("bounded",),
            commands=(*JOB_AND_CHECK, "export"),
            command_help={"export": ("memory the bounded export engine plans its pieces for, "
                                     "e.g. 2G, at least 256M; an asset that cannot fit is "
@@ -361,47 +378,50 @@ TABLE: tuple[Option, ...] = (
         commands=(*JOB_AND_CHECK, "export"),
         command_help={"export": ("faces the bounded export engine decimates the mesh to",
                                  "1,000,000")}),
-    _shared("remesh", panel=Panel("Remesh", section="export", switch=("on", "off"),
-                                  default=True, unset=True)),
-    _shared("remesh_resolution", panel=Panel("Remesh resolution", section="export",
-                                             default="grid", unset="grid", items=_items(
+    _shared("remesh", engines=("port",), panel=Panel("Remesh", section="export",
+                                                     switch=("on", "off"), default=True,
+                                                     unset=True)),
+    _shared("remesh_resolution", engines=("port",), panel=Panel(
+        "Remesh resolution", section="export", default="grid", unset="grid", items=_items(
         ("grid", "Grid", "Remesh at the pipeline's grid resolution (the port's way)"),
         ("512", "512", "Remesh at min(512, grid): 4x fewer faces into cleanup; refused with "
          "the reason where the port cannot do it")))),
-    _shared("allow_dense_grid_sample", affects_output=False,
+    _shared("allow_dense_grid_sample", affects_output=False, engines=("port",),
             panel=Panel("Allow dense grid sample", section="export", default=False)),
     Option("strict_export", "fail (export_fallback) instead of writing the port's fallback "
            "export when its native export fails (without it: a warning event says so)",
-           kind="switch", backends=PIXAL3D, commands=JOB_AND_CHECK, affects_output=False),
+           kind="switch", backends=PIXAL3D, engines=("port",), commands=JOB_AND_CHECK,
+           affects_output=False,
+           panel=Panel("Strict export (no fallback)", section="export", default=False)),
     # The guard's own options (stageload.guard.add_guard_arguments defines their command line
     # and defaults); here how the add-on's preferences set them.
     Option("wait_free_percent", "Start only when this much of total memory is available",
            kind="float", low=0.0, high=95.0, unit="%", flag="--wait-free", group="guard",
-           metavar="PERCENT",
+           commands=GUARDED, metavar="PERCENT",
            panel=Panel("Wait for free memory", where="preferences", section="guard",
                        default=0.0, unset=0.0, format="{:g}%", subtype="PERCENTAGE")),
     Option("kill_free_percent", "Stop the job when available memory stays under this",
            kind="float", low=0.0, high=90.0, unit="%", flag="--kill-free", group="guard",
-           default=10.0, metavar="PERCENT",
+           commands=GUARDED, default=10.0, metavar="PERCENT",
            panel=Panel("Stop under free memory", where="preferences", section="guard",
                        unset=0.0, off="off", format="{:g}%", always=True,
                        subtype="PERCENTAGE")),
     Option("swap_budget_gb", "Stop the job when swap grows by more than this many GiB "
            "(1024³ bytes)", kind="float", low=0.0, unit="GiB", flag="--swap-budget",
-           group="guard", default=8.0, metavar="GIB",
+           group="guard", commands=GUARDED, default=8.0, metavar="GIB",
            panel=Panel("Swap budget (GiB)", where="preferences", section="guard", unset=0.0,
                        off="off", format="{:g}G", always=True)),
     Option("start_timeout", "Give up waiting for memory after this many seconds",
-           kind="float", low=0.0, unit="s", group="guard", metavar="SECONDS",
+           kind="float", low=0.0, unit="s", group="guard", commands=GUARDED, metavar="SECONDS",
            panel=Panel("Admission timeout (s)", where="preferences", section="guard",
                        default=0.0, unset=0.0, format="{:g}")),
     Option("busy", "Regular expression of other heavy jobs' command lines (e.g. ffmpeg|python "
            "train); start only after none has run for the quiet time", kind="text",
-           group="guard", metavar="REGEX",
+           group="guard", commands=GUARDED, metavar="REGEX",
            panel=Panel("Wait for jobs matching", where="preferences", section="guard",
                        default="", unset="")),
     Option("quiet_for", "Seconds without a matching job before starting", kind="float",
-           low=0.0, unit="s", group="guard", metavar="SECONDS",
+           low=0.0, unit="s", group="guard", commands=GUARDED, metavar="SECONDS",
            panel=Panel("Quiet time (s)", where="preferences", section="guard", default=0.0,
                        format="{:g}", always=True, requires="busy")),
 )

@@ -144,7 +144,7 @@ def object_facts(obj) -> dict:
 # --------------------------------------------------------------------------- scenarios
 def sc_register(zip_path, work):
     facts = install(zip_path, work)
-    ops = ["generate", "cancel", "batch", "open_chart", "check"]
+    ops = ["generate", "cancel", "batch", "reexport", "open_chart", "check"]
     facts["ops"] = {o: _op_registered(o) for o in ops}
     facts["panel"] = hasattr(bpy.types, "VIEW3D_PT_image_to_mesh")
     facts["prefs_type"] = type(addon_prefs()).__name__
@@ -637,15 +637,20 @@ def sc_draw(zip_path, work, fixture):
     s.backend, s.pipeline_type = "pixal3d", "1536_cascade"
     draw_panel("pixal3d_1536")
     export_cls = bpy.types.VIEW3D_PT_image_to_mesh_export
-    export_log = []
-    export_cls.draw(type("P", (), {"layout": RecordingLayout(export_log)})(), bpy.context)
-    draws["export"] = export_log
+    for engine in ("bounded", "port"):  # the levers of the chosen export engine
+        s.export_engine = engine
+        export_log = []
+        export_cls.draw(type("P", (), {"layout": RecordingLayout(export_log)})(), bpy.context)
+        draws[f"export_{engine}"] = export_log
     export_poll = {"pixal3d": export_cls.poll(bpy.context)}
     s.export_profile, s.decimation_target, s.remesh = "fit", 250000, False
-    s.remesh_resolution, s.allow_dense_grid_sample = "512", True
-    export_argv = mod("job").JobSpec(
-        image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
-        settings=mod("job").settings_from(s, addon_prefs())).argv("/py")
+    s.remesh_resolution, s.allow_dense_grid_sample, s.strict_export = "512", True, True
+    export_argv = {}
+    for engine in ("port", "bounded"):
+        s.export_engine = engine
+        export_argv[engine] = mod("job").JobSpec(
+            image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
+            settings=mod("job").settings_from(s, addon_prefs())).argv("/py")
     pipeline_items = {i.identifier: i.name for i in
                       s.bl_rna.properties["pipeline_type"].enum_items}
     s.backend = "builtin"

@@ -57,12 +57,15 @@ def built_zip(tmp_path_factory):
 
 
 def scenario(name: str, zip_path: Path, work: Path, *args: str, timeout: float = 180,
-             python: str | Path = PY) -> dict:
-    """Run one scenario of scenarios.py with ``python`` (a bpy interpreter), Blender's user
-    folders and HOME inside ``work``; return its verdict."""
+             python: str | Path = PY, script: str = "scenarios.py",
+             env: dict | None = None) -> dict:
+    """Run one scenario of ``script`` (scenarios.py) with ``python`` (a bpy interpreter),
+    Blender's user folders and HOME inside ``work`` and ``env`` added to the environment;
+    return its verdict."""
     (work / "home").mkdir(exist_ok=True)
-    env = dict(os.environ, BLENDER_USER_RESOURCES=str(work / "user"), HOME=str(work / "home"))
-    proc = subprocess.run([str(python), str(HERE / "scenarios.py"), name, str(zip_path),
+    env = dict(os.environ, **(env or {}), BLENDER_USER_RESOURCES=str(work / "user"),
+               HOME=str(work / "home"))
+    proc = subprocess.run([str(python), str(HERE / script), name, str(zip_path),
                            str(work), *args],
                           cwd=HERE, env=env, capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VERDICT ")]
@@ -450,15 +453,25 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
     # the runner's command line (one left at its default, --export-process, is not passed)
     assert v["export_parent"] == "VIEW3D_PT_image_to_mesh" and v["export_closed"]
     assert v["export_poll"] == {"pixal3d": True, "builtin": False}
-    assert [e[1] for e in draws["export"] if e[0] == "prop"] == [
-        "export_process", "export_profile", "export_engine", "export_budget", "keep_asset",
-        "decimation_target", "remesh", "remesh_resolution", "allow_dense_grid_sample"]
-    argv = v["export_argv"]
+    # it shows the levers of the chosen export engine (the options table's ``engines``)
+    assert [e[1] for e in draws["export_bounded"] if e[0] == "prop"] == [
+        "export_engine", "texture_size", "export_budget", "keep_asset", "decimation_target"]
+    assert [e[1] for e in draws["export_port"] if e[0] == "prop"] == [
+        "export_engine", "texture_size", "export_process", "export_profile", "keep_asset",
+        "decimation_target", "remesh", "remesh_resolution", "allow_dense_grid_sample",
+        "strict_export"]
+    argv = v["export_argv"]["port"]
     for flag, value in (("--export-profile", "fit"), ("--decimation-target", "250000"),
-                        ("--remesh", "off"),
+                        ("--remesh", "off"), ("--export-engine", "port"),
                         ("--remesh-resolution", "512")):
         assert argv[argv.index(flag) + 1] == value
     assert "--allow-dense-grid-sample" in argv and "--export-process" not in argv
+    assert "--strict-export" in argv
+    # the port's levers left set are not passed to the bounded engine (which refuses them)
+    bounded = v["export_argv"]["bounded"]
+    assert bounded[bounded.index("--decimation-target") + 1] == "250000"
+    assert not {"--export-profile", "--remesh", "--remesh-resolution", "--export-engine",
+                "--allow-dense-grid-sample", "--strict-export"} & set(bounded), bounded
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
         "python", "pixal3d_dir", "output_dir", "cluster", "wait_free_percent",

@@ -98,7 +98,8 @@ def test_job_settings_check_values_like_the_runner():
     from runner.cli import build_parser
 
     settings = job.JobSettings(backend="pixal3d", texture_size="2048", decimation_target=5000,
-                               remesh=False, export_profile="fit", swap_budget_gb=0)
+                               remesh=False, export_profile="fit", swap_budget_gb=0,
+                               export_engine="port")
     assert settings.texture_size == 2048
     spec = job.JobSpec(Path("/a.png"), Path("/a.glb"), Path("/a.trace.jsonl"), settings)
     ns = build_parser().parse_args(spec.argv("/py")[3:])
@@ -214,3 +215,27 @@ def test_headless_passes_its_export_and_guard_settings_to_the_runner(tmp_path, s
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2 and "--decimation-target" in done.stderr, done.stderr
     assert not record.exists()
+
+
+def test_an_export_job_passes_only_what_runner_export_takes():
+    """The add-on's export job (``job.JobSpec`` kind ``export``, the Re-export) with every
+    setting away from its default parses with ``python -m runner export``'s own parser: the
+    bounded engine's levers and the guard's options, nothing of a run's."""
+    from runner.export_command import build_parser
+
+    settings = job.JobSettings(backend="pixal3d", texture_size="512", decimation_target=4000,
+                               export_budget="1G", export_profile="fit", remesh=False,
+                               remesh_resolution="512", keep_asset=True, seed=3,
+                               strict_export=True, export_engine="port",
+                               wait_free_percent=20.0, swap_budget_gb=2.0, busy="ffmpeg",
+                               quiet_for=5.0)
+    spec = job.JobSpec(Path("/a.asset.npz"), Path("/a_reexport.glb"), Path("/t.jsonl"),
+                       settings, kind="export")
+    argv = spec.argv("/py")
+    assert argv[:6] == ["/py", "-m", "runner", "export", "/a.asset.npz", "-o"]
+    ns = build_parser().parse_args(argv[4:])  # refuses any option it does not take
+    assert (ns.asset, ns.output, ns.trace) == ("/a.asset.npz", "/a_reexport.glb", "/t.jsonl")
+    assert (ns.texture_size, ns.decimation_target, int(ns.export_budget)) == (512, "4000", 1 << 30)
+    assert ns.cancel_on_stdin_eof and ns.guard_busy == ["ffmpeg"] and ns.guard_quiet_for == 5.0
+    with pytest.raises(ValueError, match="unknown job kind"):
+        job.JobSpec(Path("a"), Path("b"), Path("c"), kind="render")

@@ -346,14 +346,17 @@ def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp
     ns = build_parser().parse_args(plain[3:])
     default = (ns.export_process, ns.export_profile, ns.decimation_target, ns.remesh,
                ns.remesh_resolution, ns.allow_dense_grid_sample)
-    argv = spec(export_process="in-process", export_profile="fit", decimation_target=250_000,
-                remesh=False, remesh_resolution="512",
-                allow_dense_grid_sample=True).argv("/py")
+    levers = dict(export_process="in-process", export_profile="fit", decimation_target=250_000,
+                  remesh=False, remesh_resolution="512", allow_dense_grid_sample=True)
+    argv = spec(export_engine="port", **levers).argv("/py")
     ns = build_parser().parse_args(argv[3:])
     got = (ns.export_process, ns.export_profile, ns.decimation_target, ns.remesh,
            ns.remesh_resolution, ns.allow_dense_grid_sample)
     assert got == ("in-process", "fit", "250000", "off", "512", True), got
     assert default != got
+    # with the bounded engine (the default) only its levers go: the port's would be refused
+    bounded = spec(**levers).argv("/py")
+    assert [a for a in bounded if a in flags] == ["--decimation-target"], bounded
     builtin = job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
                           trace=tmp_path / "a.trace.jsonl",
                           settings=job.JobSettings(export_profile="fit")).argv("/py")

@@ -202,3 +202,48 @@ def test_a_made_up_option_shows_up_in_the_runners_help_with_no_other_edit(shared
     assert done.returncode == 2 and "--wobble-factor" in last["message"], last
     assert "from 1 to 9 wobbles" in last["message"], last
     assert not (tmp_path / "a.glb").exists()
+
+
+def _sample_values(opt) -> list:
+    """Values of ``opt`` as the runner takes them (a switch given, each choice, a size …)."""
+    if opt.kind == "switch":
+        return [True]
+    if opt.kind == "choice":
+        return list(opt.choices)
+    if opt.kind == "size":
+        return ["2G"]
+    if opt.kind == "int":
+        return [opt.low or 1, 5000]
+    return []
+
+
+def test_export_levers_name_the_engines_that_take_them():
+    """Each export lever's ``engines`` (what the add-on's Export sub-panel shows and passes for
+    the chosen engine) agrees with the runner's own check: a lever the runner refuses with an
+    engine at any value is marked as not applying to it, so the add-on never sends it."""
+    from runner.backends.bounded_export import ENGINES, check_options
+    from runner.errors import RunnerError
+
+    assert options.ENGINES == ENGINES == tuple(options.get("export_engine").choices)
+    levers = [o for o in options.table() if o.panel is not None and
+              o.panel.section == "export" and o.name != "export_engine"]
+    assert levers
+    refused_somewhere = set()
+    for opt in levers:
+        for engine in ENGINES:
+            for value in _sample_values(opt):
+                try:
+                    check_options({"export_engine": engine, opt.name: value})
+                except RunnerError:
+                    refused_somewhere.add(opt.name)
+                    assert not opt.applies_to("pixal3d", engine), (opt.name, engine, value)
+    # the port's remesh, profile, process choice and budget are refused by the other engine
+    assert {"remesh", "remesh_resolution", "export_profile", "export_process",
+            "export_budget"} <= refused_somewhere
+    # the port's grid-sample and fallback switches act in the port's export only
+    # (stageload/pixal3d/export.py); the bounded engine has neither
+    for name in ("allow_dense_grid_sample", "strict_export"):
+        assert options.get(name).engines == ("port",)
+    with pytest.raises(ValueError, match="unknown export engines"):
+        options.Option("made_up", "x", engines=("magic",))
+
