@@ -1,5 +1,5 @@
 """The built-in backend's matte on unusual transparency and on white subjects on white (issue 14
-item 6).
+item 6), and on a white belly with no drawn line on white (issue 23 item 12).
 
 Every picture is made here from the shared character PNGs (real art with a real alpha channel):
 flattened onto white, given a dark outline and white areas, saved as JPEG or as a palette PNG,
@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
+from bench.matte_iou import shaded_white_belly
 from runner.backends.builtin import BackgroundNotPlainError, EmptyMatteError, generate
 from runner.backends.builtin.matte import compute_matte
 
@@ -109,6 +110,29 @@ def test_subject_on_white_comes_out_as_its_alpha_version(characters, kind):
     assert min(scores.values()) >= IOU_MIN, scores
     if kind == "broken":  # the openings are real: a colour-only flood takes most subjects away
         assert sum(leaks.values()) >= len(leaks) - 2, leaks
+
+
+@pytest.mark.parametrize("rim", [20, 30, 45])
+def test_white_belly_without_a_line_on_white_keeps_its_belly(characters, rim):
+    """A white belly that meets the silhouette across a shaded rim only ``rim`` RGB units off
+    white (no drawn line; issue 23 item 12's held-back picture, 0.955 there), flattened onto
+    white as JPEG: the flood stops at the rim, so the belly stays and the silhouette matches the
+    alpha's (≥ 0.97) on every character, and ≥ 97 % of the belly more than 3 px inside the
+    silhouette is kept. Before the strict flood threshold the flood went
+    through the rim (IoU 0.72 on character_1.png at rim 20 and 30, 0.91 on the dragonborn at
+    45)."""
+    scores, kept = {}, {}
+    for name, rgba in characters.items():
+        picture = shaded_white_belly(rgba, rim)
+        truth = rgba[..., 3] >= 128
+        inner = ndimage.binary_erosion(truth, iterations=3)  # off the anti-aliased edge
+        belly = inner & (picture[..., :3] != rgba[..., :3]).any(axis=2)
+        mask = compute_matte(flatten(picture, jpeg=True), had_alpha=False).mask
+        scores[name] = round(iou(mask, truth), 4)
+        kept[name] = round(float(mask[belly].mean()), 4)
+    print(f"rim {rim}: IoU against the alpha", scores, "belly kept", kept)
+    assert min(scores.values()) >= IOU_MIN, scores
+    assert min(kept.values()) >= 0.97, kept
 
 
 def test_enclosed_background_still_leaves_a_hole(characters):

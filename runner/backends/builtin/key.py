@@ -6,19 +6,30 @@ filter); nothing walks pixels in Python.
 
 1. **Background colour**: the per-channel median of a ``BORDER_RING``-pixel ring; at least
    ``MIN_PLAIN_BORDER`` of the ring must lie within ``PLAIN_TOLERANCE`` of it.
-2. **Candidates**: pixels within ``max(MIN_KEY_THRESHOLD, 3 × border noise)`` RGB units of it.
-3. **Edge-aware flood**: the candidates are first eroded by ``line_gap`` px — the character's
-   lines (character art almost always has a darker outline) are thickened — and only then flooded
-   from the border, so the flood cannot slip through an opening in the outline up to
-   ``2 × line_gap`` px wide into a white belly behind it; the flooded background is then grown
-   back by the same amount, but only through candidates.
+2. **Candidates**, with two thresholds (hysteresis, as in Canny's edge linking): *loose*
+   candidates lie within ``max(MIN_KEY_THRESHOLD, 3 × border noise)`` RGB units of it, *strict*
+   ones within ``max(STRICT_KEY_THRESHOLD, 3 × border noise)`` (no more than the loose one). Only
+   strict candidates carry the flood (steps 3, 4); loose ones are taken only within
+   ``LOOSE_REACH_PX`` of the flooded background (step 5). A white belly without a drawn line
+   meets a white background across a shaded rim 12–30 RGB units off white: the loose threshold
+   alone lets the flood through that rim and takes the belly.
+3. **Edge-aware flood**: the strict candidates are first eroded by ``line_gap`` px — the
+   character's lines (character art almost always has a darker outline) are thickened — and only
+   then flooded from the border, so the flood cannot slip through an opening in the outline up
+   to ``2 × line_gap`` px wide into a white belly behind it; the flooded background is then grown
+   back by the same amount, but only through strict candidates.
 4. **Enclosed regions of the background colour** are either the background seen through the
    character (the gap between a hand on the hip and the body) or the character's own areas of
    that colour (a white belly inside its outline). A gap is bounded by the character's outline
    on its inner side, limbs away from the outside background; the subject's own area meets the
-   outside background across nothing but the outline. So a region counts as background when
-   less than ``SUBJECT_EDGE_SHARE`` of its edge lies within the outline's reach of the outside.
-5. **Fringe**: an anti-aliased edge pixel is the mix ``a·C + (1 − a)·B`` of the character's
+   outside background across nothing but the outline — or across a light shaded rim (pixels
+   within ``RIM_DISTANCE`` of the background colour), which counts as no distance at all for up
+   to the outline's reach. So a region counts as background when less than
+   ``SUBJECT_EDGE_SHARE`` of its edge lies within the outline's reach of the outside.
+5. **Loose fringe**: the background grows ``LOOSE_REACH_PX`` px through loose candidates (the
+   anti-aliased and JPEG-ringing pixels next to it that are near, but not within strict reach
+   of, its colour).
+6. **Fringe**: an anti-aliased edge pixel is the mix ``a·C + (1 − a)·B`` of the character's
    colour C and the background B, so its distance to B is ``a·|C − B|``. Edge pixels whose
    distance is under half the largest nearby one (``a < 0.5``, the alpha matte's 128/255 line)
    are background, so a keyed matte matches its alpha version's outline.
@@ -40,6 +51,19 @@ PLAIN_TOLERANCE = 40.0
 MIN_PLAIN_BORDER = 0.6
 #: the smallest colour distance that separates the character from the background (RGB units).
 MIN_KEY_THRESHOLD = 30.0
+#: the smallest colour distance (RGB units) that stops the flood (step 2 of the module docstring):
+#: a flattened JPEG q90's white border has a noise of 0–6 units (3 × noise ≤ 19, measured on the
+#: shared characters), a belly's shaded rim is 12–30 units off white. At 12 a white belly whose
+#: rim is 20 units off white keeps an IoU of ≥ 0.977 with the alpha (0.72 at 30, 0.91 at 18;
+#: bench/results/matte_iou.json, python -m bench.matte_iou).
+STRICT_KEY_THRESHOLD = 12.0
+#: loose candidates (within MIN_KEY_THRESHOLD) this many px from the strict background are
+#: background: an anti-aliased edge is 1 px wide, JPEG ringing next to a dark line 1–2 px.
+#: (Not 0: scipy's binary_dilation repeats without end at iterations=0, the old loose flood.)
+LOOSE_REACH_PX = 2
+#: pixels within this RGB distance of the background colour (light greys of 197/255 and up on
+#: white) are a light area's shaded rim: step 4 measures the outline's reach across them.
+RIM_DISTANCE = 100.0
 #: an enclosed region of the background colour is a candidate gap when its median distance to
 #: that colour is at most max(this, the border's noise) ...
 ENCLOSED_MATCH = 10.0
@@ -116,7 +140,8 @@ def key_border(rgb: np.ndarray, *, transparent: np.ndarray | None = None,
     threshold = max(MIN_KEY_THRESHOLD, 3.0 * noise)
     dist = np.linalg.norm(rgb.astype(np.float32) - background, axis=2)
     dist[known] = 0.0
-    candidate = dist <= threshold
+    loose = dist <= threshold
+    candidate = dist <= min(threshold, max(STRICT_KEY_THRESHOLD, 3.0 * noise))
     gap = max(1, round(max(shape) * LINE_GAP_PER_PX))
     passable = ndimage.binary_erosion(candidate, iterations=gap, border_value=1)
     labels, _ = ndimage.label(passable)
@@ -128,14 +153,15 @@ def key_border(rgb: np.ndarray, *, transparent: np.ndarray | None = None,
     # Grown back through candidates only (pixels outside the mask keep their value).
     back = ndimage.binary_dilation(outside | gaps, iterations=gap, mask=candidate)
     back |= dead_ends(candidate & ~back, passable, back)
-    back = peel_fringe(back, dist, candidate)
+    back |= ndimage.binary_dilation(back, iterations=LOOSE_REACH_PX, mask=loose)
+    back = peel_fringe(back, dist, loose)
     if back.all():
         raise EmptyMatteError(
             "The whole image is one plain colour: no character stands out from the background.",
             "Use an image with a transparent background, or a character on a plain background.",
         )
     return Key(~back, tuple(int(round(c)) for c in background), threshold,
-               mixed_pixels(back, dist, candidate))
+               mixed_pixels(back, dist, loose))
 
 
 def background_colour(border: np.ndarray, reason: str) -> tuple[np.ndarray, float]:
@@ -194,14 +220,16 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
         touching: int ``(K,)`` the labels flooded from the border ...
         outside: bool ``(H, W)`` ... and their pixels.
         dist: float ``(H, W)`` distance to the background colour, RGB units.
-        candidate: bool ``(H, W)`` the candidates before erosion.
+        candidate: bool ``(H, W)`` the (strict) candidates before erosion.
         gap: the erosion, px; each region is grown back by it through the candidates.
         match: a region the flood without erosion does not reach either must have a median
             distance of at most this (it *is* the background colour, not a shaded highlight);
             every region must have at least ``ENCLOSED_MIN_PIXELS``.
         reach: px; a region's edge pixels this close to ``outside`` (square neighbourhood) are at
-        the character's
-            outline, and with ``SUBJECT_EDGE_SHARE`` of its edge there it is the character's own.
+            the character's outline, and with ``SUBJECT_EDGE_SHARE`` of its edge there it is the
+            character's own. ``outside`` is first grown ``reach`` px through light pixels (within
+            ``RIM_DISTANCE`` of the background colour, not in a region): a white area's shaded
+            rim is not an outline, however wide.
 
     Returns:
         Bool ``(H, W)``: the gap regions (not the character's own areas of that colour).
@@ -214,7 +242,7 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
     flood, _ = ndimage.label(candidate)  # the flood without erosion: which regions it reaches
     reached_label = present(flood[outside], int(flood.max()))
     # Work inside the regions' bounding box, widened by what the steps below look across.
-    pad = gap + reach + 2
+    pad = gap + 2 * reach + 2
     rows = np.flatnonzero(np.isin(labels, ids).any(axis=1))
     cols = np.flatnonzero(np.isin(labels, ids).any(axis=0))
     window = (slice(max(0, rows[0] - pad), rows[-1] + pad + 1),
@@ -232,7 +260,9 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
     through_opening = np.asarray(ndimage.maximum(reached, grown[inside], ids)) > 0
     around = ndimage.grey_dilation(grown, size=(3, 3))
     edge = (around > 0) & ~inside
-    at_outline = near(outside[window], reach)
+    light = (dist[window] <= RIM_DISTANCE) & (regions == 0)
+    rim_side = ndimage.binary_dilation(outside[window], iterations=reach, mask=light)
+    at_outline = near(rim_side | outside[window], reach)
     share = np.asarray(ndimage.mean(at_outline[edge], around[edge], ids))
     subject = ((medians <= match) | through_opening) & (share < SUBJECT_EDGE_SHARE)
     result[window] = np.isin(grown, ids[subject])
