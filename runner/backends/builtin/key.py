@@ -9,10 +9,11 @@ filter); nothing walks pixels in Python.
 2. **Candidates**, with two thresholds (hysteresis, as in Canny's edge linking): *loose*
    candidates lie within ``max(MIN_KEY_THRESHOLD, 3 × border noise)`` RGB units of it, *strict*
    ones within ``max(STRICT_KEY_THRESHOLD, 3 × border noise)`` (no more than the loose one). Only
-   strict candidates carry the flood (steps 3, 4); loose ones are taken only within
-   ``LOOSE_REACH_PX`` of the flooded background (step 5). A white belly without a drawn line
-   meets a white background across a shaded rim 12–30 RGB units off white: the loose threshold
-   alone lets the flood through that rim and takes the belly.
+   strict candidates carry the flood (steps 3, 4); loose ones are taken only next to the
+   flooded background, and where they lead into no white area of the character (step 5). A
+   white belly without a drawn line meets a white background across a shaded rim 12–30 RGB
+   units off white: the loose threshold alone lets the flood through that rim and takes the
+   belly.
 3. **Edge-aware flood**: the strict candidates are first eroded by ``line_gap`` px — the
    character's lines (character art almost always has a darker outline) are thickened — and only
    then flooded from the border, so the flood cannot slip through an opening in the outline up
@@ -28,7 +29,8 @@ filter); nothing walks pixels in Python.
    ``SUBJECT_EDGE_SHARE`` of its edge lies within the outline's reach of the outside.
 5. **Loose fringe**: the background grows ``LOOSE_REACH_PX`` px through loose candidates (the
    anti-aliased and JPEG-ringing pixels next to it that are near, but not within strict reach
-   of, its colour).
+   of, its colour), then takes every piece of loose candidates it reaches that holds no white
+   area the flood left to the character (:func:`loose_remnants`).
 6. **Fringe**: an anti-aliased edge pixel is the mix ``a·C + (1 − a)·B`` of the character's
    colour C and the background B, so its distance to B is ``a·|C − B|``. Edge pixels whose
    distance is under half the largest nearby one (``a < 0.5``, the alpha matte's 128/255 line)
@@ -58,9 +60,9 @@ MIN_KEY_THRESHOLD = 30.0
 #: bench/results/matte_iou.json, python -m bench.matte_iou).
 STRICT_KEY_THRESHOLD = 12.0
 #: loose candidates (within MIN_KEY_THRESHOLD) this many px from the strict background are
-#: background: an anti-aliased edge is 1 px wide, JPEG ringing next to a dark line 1–2 px.
+#: background: an anti-aliased edge is 1 px wide (beyond it, see loose_remnants).
 #: (Not 0: scipy's binary_dilation repeats without end at iterations=0, the old loose flood.)
-LOOSE_REACH_PX = 2
+LOOSE_REACH_PX = 1
 #: pixels within this RGB distance of the background colour (light greys of 197/255 and up on
 #: white) are a light area's shaded rim: step 4 measures the outline's reach across them.
 RIM_DISTANCE = 100.0
@@ -154,6 +156,7 @@ def key_border(rgb: np.ndarray, *, transparent: np.ndarray | None = None,
     back = ndimage.binary_dilation(outside | gaps, iterations=gap, mask=candidate)
     back |= dead_ends(candidate & ~back, passable, back)
     back |= ndimage.binary_dilation(back, iterations=LOOSE_REACH_PX, mask=loose)
+    back |= loose_remnants(back, loose, candidate)
     back = peel_fringe(back, dist, loose)
     if back.all():
         raise EmptyMatteError(
@@ -267,6 +270,33 @@ def enclosed_gaps(labels: np.ndarray, touching: np.ndarray, outside: np.ndarray,
     subject = ((medians <= match) | through_opening) & (share < SUBJECT_EDGE_SHARE)
     result[window] = np.isin(grown, ids[subject])
     return result
+
+
+def loose_remnants(back: np.ndarray, loose: np.ndarray, strict: np.ndarray) -> np.ndarray:
+    """Loose candidates the background reaches that hold no white area of the character.
+
+    The loose candidates not yet background, cut into 8-connected components (scipy's
+    ``label``), that touch the background: a component with under ``ENCLOSED_MIN_PIXELS`` strict
+    candidates is an edge's fringe (anti-aliasing, JPEG ringing; 12–30 RGB units off the
+    background colour) and is background; one with more reaches into a white area the strict
+    flood left to the character (a belly behind its shaded rim) and stays.
+
+    Args:
+        back: bool ``(H, W)`` the background so far.
+        loose: bool ``(H, W)`` candidates within the key's threshold.
+        strict: bool ``(H, W)`` candidates within the strict threshold.
+
+    Returns:
+        Bool ``(H, W)``: the remnants, never True on ``back``.
+    """
+    rest = loose & ~back
+    labels, n = ndimage.label(rest, structure=np.ones((3, 3), bool))
+    if n == 0:
+        return rest
+    free = np.bincount(labels[strict & rest], minlength=n + 1) < ENCLOSED_MIN_PIXELS
+    free &= present(labels[near(back, 1) & rest], n)  # reached from the background
+    free[0] = False
+    return free[labels]
 
 
 def dead_ends(rest: np.ndarray, passable: np.ndarray, back: np.ndarray) -> np.ndarray:
