@@ -44,7 +44,7 @@ IMAGES = REPO / "tests" / "data" / "images"
 BACKGROUNDS = {"white": (255, 255, 255), "light_blue": (200, 220, 255), "grey": (128, 128, 128),
                "black": (0, 0, 0), "green": (0, 177, 64)}
 #: rim depths (RGB units per channel off white) of the shaded belly.
-RIMS = (20, 30, 45, 60)
+RIMS = (20, 30, 45, 60, 80, 100, 140)
 
 
 def flatten(rgba: np.ndarray, background=(255, 255, 255), jpeg: bool = True) -> Image.Image:

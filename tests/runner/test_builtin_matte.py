@@ -114,11 +114,11 @@ def test_subject_on_white_comes_out_as_its_alpha_version(characters, kind):
 
 @pytest.mark.parametrize("rim", [20, 30, 45])
 def test_white_belly_without_a_line_on_white_keeps_its_belly(characters, rim):
-    """A white belly that meets the silhouette across a shaded rim only ``rim`` RGB units off
-    white (no drawn line; issue 23 item 12's held-back picture, 0.955 there), flattened onto
-    white as JPEG: the flood stops at the rim, so the belly stays and the silhouette matches the
-    alpha's (≥ 0.97) on every character, and ≥ 97 % of the belly more than 3 px inside the
-    silhouette is kept. Before the strict flood threshold the flood went
+    """A white belly that meets the silhouette across a shaded rim, its outermost pixel ``rim``
+    units per channel off white (no drawn line; issue 23 item 12's held-back picture, 0.955
+    there), flattened onto white as JPEG: the flood stops at the rim, so the belly stays and the
+    silhouette matches the alpha's (≥ 0.97) on every character, and ≥ 97 % of the belly more
+    than 3 px inside the silhouette is kept. Before the strict flood threshold the flood went
     through the rim (IoU 0.72 on character_1.png at rim 20 and 30, 0.91 on the dragonborn at
     45)."""
     scores, kept = {}, {}

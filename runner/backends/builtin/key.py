@@ -56,8 +56,8 @@ MIN_KEY_THRESHOLD = 30.0
 #: the smallest colour distance (RGB units) that stops the flood (step 2 of the module docstring):
 #: a flattened JPEG q90's white border has a noise of 0–6 units (3 × noise ≤ 19, measured on the
 #: shared characters), a belly's shaded rim is 12–30 units off white. At 12 a white belly whose
-#: rim is 20 units off white keeps an IoU of ≥ 0.977 with the alpha (0.72 at 30, 0.91 at 18;
-#: bench/results/matte_iou.json, python -m bench.matte_iou).
+#: outermost pixel is 20 units per channel off white keeps an IoU of ≥ 0.98 with the alpha (0.72
+#: at 30, 0.90 at 18; 8 loses 0.01 on plain pictures): python -m bench.matte_iou.
 STRICT_KEY_THRESHOLD = 12.0
 #: loose candidates (within MIN_KEY_THRESHOLD) this many px from the strict background are
 #: background: an anti-aliased edge is 1 px wide (beyond it, see loose_remnants).
