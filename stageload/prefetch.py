@@ -10,18 +10,24 @@ opens each file, asks for its bytes, closes it. It imports nothing heavy (no tor
 
 How the bytes are asked for (``method``):
 
-- ``"advise"`` (Linux, the default there): ``os.posix_fadvise(fd, offset, CHUNK,
-  POSIX_FADV_WILLNEED)`` per chunk. The kernel starts reading the range into the page cache
-  and returns; nothing is copied into the process. ``seconds`` is the time of those calls
-  (the reads they start may finish a little later).
-- ``"read"`` (macOS, and anywhere without ``posix_fadvise``): plain sequential ``readinto``
-  calls into one reused ``READ_BUFFER`` (1 MiB) buffer. Chosen on macOS over ``fcntl``
-  ``F_RDADVISE``: Python's ``fcntl`` has neither the constant nor ``struct radvisory``, its
-  ``ra_count`` is an ``int`` (under 2 GiB per call), and how much of the range it reads before
-  returning is not documented; a ``read()`` certainly fills the unified buffer cache, its
-  seconds are the real read time, and the very same code runs (and is tested) on Linux. Its
-  cost, one copy of each byte into a 1 MiB buffer, is small next to an SSD read. Not run on
-  macOS here.
+- ``"read"`` (the default everywhere): plain sequential ``readinto`` calls into one reused
+  ``READ_BUFFER`` (1 MiB) buffer. A ``read()`` certainly fills the page cache (Linux) or the
+  unified buffer cache (macOS), its seconds are the real read time, and the same code runs on
+  both. Its cost, one copy of each byte into a 1 MiB buffer, is small next to the read
+  (measured here: 0.05-0.3 s per GiB from the cache, on this project's 2-core Linux VM).
+- ``"advise"`` (Linux only, opt-in): ``os.posix_fadvise(fd, offset, CHUNK,
+  POSIX_FADV_WILLNEED)`` per chunk: the kernel is asked to start reading the range and the
+  call returns. It was the Linux default until measured: on this project's machine (Linux
+  6.18 in a VM) it left 25.0 % of a 1 GiB file resident, still 3-60 s later (``fincore``);
+  one whole-file call left 0.8 %. That is 8 MiB per call: Linux's ``force_page_cache_ra``
+  (mm/readahead.c) reads at most ``max(io_pages, ra_pages)`` pages per WILLNEED call, and
+  this disk's read-ahead window (``/sys/block/vda/queue/read_ahead_kb``) is 8192 KiB. The
+  window is per device and settable, so an advise-only prefetch reads an unknown part of
+  each file (``bench/pixal3d/loadspeed.py`` records each method's residency in one run).
+
+On macOS ``fcntl`` ``F_RDADVISE`` was not chosen: Python's ``fcntl`` has neither the constant
+nor ``struct radvisory``, its ``ra_count`` is an ``int`` (under 2 GiB per call), and how much
+of the range it reads before returning is not documented. Not run on macOS here.
 
 Memory: before every chunk the reader reads the machine's available memory
 (``stageload.meter.system_memory``) and goes on only while it is at least ``floor`` (the
@@ -63,8 +69,9 @@ Available = Callable[[], Optional[int]]
 
 
 def default_method() -> str:
-    """``"advise"`` where ``os.posix_fadvise`` exists (Linux), else ``"read"`` (macOS)."""
-    return "advise" if hasattr(os, "posix_fadvise") else "read"
+    """``"read"``: the method that certainly fills the cache (module docstring: ``"advise"``
+    was measured to leave most of a large file unread on Linux)."""
+    return "read"
 
 
 def _available() -> Optional[int]:
