@@ -40,7 +40,8 @@ Stopping: :meth:`Prefetcher.stop` sets a flag the reader checks before every chu
 the thread; so it returns after at most one chunk's call (``CHUNK`` = 32 MiB). Every
 :meth:`start` stops the previous reading first; no thread outlives :meth:`stop`.
 
-Events (one ``prefetch`` per model, from the reader's thread: the sink must be thread-safe;
+Events (one ``prefetch`` per model asked for, also for those a stop came before: ``skipped``
+with the stop's reason; from the reader's thread: the sink must be thread-safe;
 ``StagedModels`` serialises its own): ``model``, ``stage`` (the stage during which it ran),
 ``for_stage`` (the stage that needs it), ``bytes`` (bytes read ahead), ``file_bytes`` (its
 files' size), ``seconds``, ``state`` (``"done"``, ``"stopped"`` or ``"skipped"``), ``reason``
@@ -176,14 +177,15 @@ class Prefetcher:
     # ------------------------------------------------------------------ the reader thread
     def _run(self, stage, for_stage, models, stop: threading.Event) -> None:
         for name, files in models:
-            if stop.is_set():
-                return
             start = time.perf_counter()
             fields = dict(model=name, stage=stage, for_stage=for_stage, method=self.method)
             try:
                 size = sum(f.stat().st_size for f in files)
             except OSError as exc:
                 self._event(fields, 0, 0, start, "skipped", f"cannot read its files: {exc}")
+                continue
+            if stop.is_set():  # every model gets its event, also those never started
+                self._event(fields, 0, size, start, "skipped", self._reason)
                 continue
             asked = [0]  # bytes asked so far, updated chunk by chunk
             try:

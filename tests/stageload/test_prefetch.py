@@ -180,6 +180,37 @@ def test_prefetch_stops_at_once(tmp_path, how):
     assert not _prefetch_threads()
 
 
+def test_models_a_stop_came_before_are_reported_skipped(tmp_path):
+    # stage b needs y (16 MiB, read slowly) and w: stopped while reading y, w never started;
+    # each gets its event, w "skipped" with the stop's reason and its files' size
+    events = []
+    started = threading.Event()
+
+    def available():
+        started.set()
+        time.sleep(0.02)
+        return 1 << 50
+
+    files = {}
+    for name, mib in (("y", 16), ("w", 1)):
+        files[name] = tmp_path / f"{name}.safetensors"
+        _write(files[name], mib)
+    models = StagedModels({n: (lambda: nn.Linear(2, 2)) for n in "xyw"},
+                          {"a": ["x"], "b": ["y", "w"]}, events=events.append, files=files,
+                          prefetch=Prefetcher(floor=0, chunk=64 << 10, available=available))
+    _enter(models, "a")
+    assert started.wait(10)
+    models.enter("b")
+    pre = {e["model"]: e for e in _of(events, "prefetch")}
+    assert sorted(pre) == ["w", "y"]
+    assert (pre["y"]["state"], pre["y"]["reason"]) == ("stopped", "stage change")
+    assert (pre["w"]["state"], pre["w"]["reason"], pre["w"]["bytes"]) == (
+        "skipped", "stage change", 0)
+    assert pre["w"]["file_bytes"] == files["w"].stat().st_size
+    models.close()
+    assert not _prefetch_threads()
+
+
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="needs posix_fadvise to evict")
 def test_prefetch_never_runs_below_the_floor_and_runs_once_it_is_lowered(tmp_path):
     events = []
