@@ -4,13 +4,13 @@ image without alpha (so the background remover runs), and shared runs of the pip
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from standin import PORT_DIR as STANDIN
 from standin import make_weights
+
 SCALE = 1e-4
 
 

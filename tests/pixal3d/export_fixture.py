@@ -49,6 +49,7 @@ def _run(argv) -> dict:
     import trimesh
     from o_voxel import postprocess
     from pixal3d.utils import o_voxel_native_export as bridge
+
     from stageload.pixal3d.export_steps import ExportSteps
 
     events = []

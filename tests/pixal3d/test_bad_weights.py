@@ -16,8 +16,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from stageload.pixal3d.direct import (METHOD_PORT, check_checkpoint, load_checked, load_port_model,
-                                      with_bare_fallback)
+from stageload.pixal3d.direct import (
+    METHOD_PORT,
+    check_checkpoint,
+    load_checked,
+    load_port_model,
+    with_bare_fallback,
+)
 from stageload.pixal3d.errors import BadWeights
 
 
@@ -48,13 +53,15 @@ def _never():
     (lambda s: s.update({"fc.weight": torch.ones(8, 8, dtype=torch.int32)}), "fc.weight"),
     (lambda s: s.update(count=torch.zeros(1)), "count"),
 ])
-def test_a_checkpoint_that_does_not_fit_is_bad_weights_naming_file_and_tensor(tmp_path, edit, named):
+def test_a_checkpoint_that_does_not_fit_is_bad_weights_naming_file_and_tensor(tmp_path, edit,
+                                                                              named):
     path = _write(tmp_path, edit)
     with pytest.raises(BadWeights) as info:
         load_port_model(types.SimpleNamespace(_Small=_Small), path, "cpu", _never)
     assert info.value.file == f"{path}.safetensors" and named in info.value.missing
     assert f"{path}.safetensors" in info.value.message and named in info.value.message
-    assert info.value.details == {"file": f"{path}.safetensors", "tensors": list(info.value.missing)}
+    assert info.value.details == {"file": f"{path}.safetensors",
+                                  "tensors": list(info.value.missing)}
 
 
 def test_a_missing_buffer_is_not_bad_weights(tmp_path):
@@ -93,8 +100,8 @@ def test_bad_weights_are_never_retried_under_the_bare_name(tmp_path):
 
 def test_a_bare_name_fallback_is_reported(tmp_path):
     reasons = []
-    result = with_bare_fallback(lambda p: p if p == "bare" else open(p), str(tmp_path / "gone"), "bare",
-                                reasons.append)
+    result = with_bare_fallback(lambda p: p if p == "bare" else open(p), str(tmp_path / "gone"),
+                                "bare", reasons.append)
     assert result == "bare" and len(reasons) == 1 and "bare" in reasons[0]
 
 
@@ -117,13 +124,14 @@ def damaged_weights(tmp_path, standin_weights):
 
 
 @pytest.mark.parametrize("load", ["staged", "eager"])
-def test_runner_refuses_a_missing_weight_with_bad_weights(standin_dir, damaged_weights, rgb_image, tmp_path,
-                                                         repo_root, load):
+def test_runner_refuses_a_missing_weight_with_bad_weights(standin_dir, damaged_weights, rgb_image,
+                                                          tmp_path, repo_root, load):
     env_weights, ckpt = damaged_weights
     env = {**os.environ, **env_weights, "PIXAL3D_DEVICE": "cpu"}
     out = tmp_path / "c.glb"
-    proc = _runner([str(rgb_image), "-o", str(out), "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
-                    "--texture-size", "512", "--load", load], env, repo_root)
+    proc = _runner([str(rgb_image), "-o", str(out), "--backend", "pixal3d",
+                    "--pixal3d-dir", str(standin_dir), "--texture-size", "512", "--load", load],
+                   env, repo_root)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert proc.returncode == 35, proc.stderr[-3000:]
     error = events[-1]
@@ -152,7 +160,8 @@ def test_the_adapters_remaining_fallback_is_a_warning_event(tmp_path):
     from stageload.pixal3d.staged_build import StagedBuild
 
     torch.manual_seed(0)
-    save_file({k: v.contiguous() for k, v in _Table().state_dict().items()}, str(tmp_path / "t.safetensors"))
+    save_file({k: v.contiguous() for k, v in _Table().state_dict().items()},
+              str(tmp_path / "t.safetensors"))
     (tmp_path / "t.json").write_text(json.dumps({"name": "_Table", "args": {"width": 8}}))
     events = []
     run = types.SimpleNamespace(

@@ -12,8 +12,8 @@ from stageload.trace import read_trace
 
 
 @pytest.mark.parametrize("load", ["staged", "eager"])
-def test_stdout_is_only_json_and_the_trace_has_samples(load, standin_dir, standin_weights, rgb_image,
-                                                       tmp_path, repo_root):
+def test_stdout_is_only_json_and_the_trace_has_samples(load, standin_dir, standin_weights,
+                                                       rgb_image, tmp_path, repo_root):
     out, trace = tmp_path / "out.glb", tmp_path / "run.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "stageload.pixal3d", "run", str(rgb_image), "-o", str(out),

@@ -14,13 +14,18 @@ import pytest
 import torch
 from torch import nn
 
-from stageload.pixal3d.direct import (METHOD_META, METHOD_PORT, load_port_model, meta_tensors,
-                                      parameters_on_meta)
+from stageload.pixal3d.direct import (
+    METHOD_META,
+    METHOD_PORT,
+    load_port_model,
+    meta_tensors,
+    parameters_on_meta,
+)
 from stageload.pixal3d.port import open_port
 
-PIPELINE_MODELS = ("sparse_structure_flow_model", "sparse_structure_decoder", "shape_slat_flow_model_512",
-                   "shape_slat_flow_model_1024", "shape_slat_decoder", "tex_slat_flow_model_1024",
-                   "tex_slat_decoder")
+PIPELINE_MODELS = ("sparse_structure_flow_model", "sparse_structure_decoder",
+                   "shape_slat_flow_model_512", "shape_slat_flow_model_1024", "shape_slat_decoder",
+                   "tex_slat_flow_model_1024", "tex_slat_decoder")
 
 
 def _never():
@@ -51,7 +56,8 @@ def test_direct_load_gives_the_ports_module_bit_for_bit(port, standin_weights, n
         assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
         assert a[key].view(torch.uint8).equal(b[key].view(torch.uint8)), key  # bit for bit
     assert direct.training == reference.training
-    for sub_a, sub_b in zip(direct.modules(), reference.modules()):  # plain tensors computed in __init__
+    # plain tensors computed in __init__; the same module tree, so the same number of modules
+    for sub_a, sub_b in zip(direct.modules(), reference.modules(), strict=True):
         for attr, value in vars(sub_b).items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(getattr(sub_a, attr), value), attr
@@ -60,14 +66,17 @@ def test_direct_load_gives_the_ports_module_bit_for_bit(port, standin_weights, n
 def test_standin_has_the_real_models_computed_tensors(port, standin_weights):
     """The stand-in keeps what makes meta building tricky in the real port: a RoPE frequency
     table as a plain tensor attribute (in no checkpoint) and a computed persistent buffer."""
-    flow, _ = load_port_model(port.models, _ckpt(standin_weights, "shape_slat_flow_model_1024"), "cpu", _never)
+    flow, _ = load_port_model(port.models, _ckpt(standin_weights, "shape_slat_flow_model_1024"),
+                              "cpu", _never)
     assert isinstance(flow.rope.freqs, torch.Tensor) and not flow.rope.freqs.is_meta
     assert "rope.freqs" not in flow.state_dict()
-    ss, _ = load_port_model(port.models, _ckpt(standin_weights, "sparse_structure_flow_model"), "cpu", _never)
+    ss, _ = load_port_model(port.models, _ckpt(standin_weights, "sparse_structure_flow_model"),
+                            "cpu", _never)
     assert "pos_emb" in ss.state_dict() and ss.pos_emb.abs().sum() > 0
 
 
-def test_direct_load_draws_nothing_from_the_cpu_generator_but_the_ports_loader_does(port, standin_weights):
+def test_direct_load_draws_nothing_from_the_cpu_generator_but_the_ports_loader_does(
+        port, standin_weights):
     """Why the RNG-off control of test_staged_run still differs: building with parameters on
     meta initialises nothing, so the pipeline models no longer move the generator; the
     backbone (built by the port's DINOv3 code) still does, and so does this port loader."""
@@ -87,7 +96,8 @@ class _TableModel(nn.Module):
     def __init__(self, width=8):
         super().__init__()
         self.fc = nn.Linear(width, width)
-        self.register_buffer("table", torch.linspace(0, 1, width, device=self.fc.weight.device), persistent=False)
+        self.register_buffer("table", torch.linspace(0, 1, width, device=self.fc.weight.device),
+                             persistent=False)
 
 
 class _Extra(nn.Module):
@@ -180,7 +190,8 @@ _PROBE = textwrap.dedent("""
         total = sum(float(t.sum()) for t in model.state_dict().values())
     after = hwm()
     print(json.dumps({"base": base, "grew": after - base, "method": method,
-                      "bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values())}))
+                      "bytes": sum(t.numel() * t.element_size()
+                                   for t in model.state_dict().values())}))
 """)
 
 
@@ -191,7 +202,7 @@ def test_direct_load_allocates_the_weights_once(standin_dir, tmp_path):
     then a state dict, then a copy) grows by more (the control). Each in a fresh process."""
     if str(standin_dir) not in sys.path:
         sys.path.insert(0, str(standin_dir))
-    import pixal3d.models as M  # noqa: the stand-in port's (tests put it on sys.path)
+    import pixal3d.models as M  # the stand-in port's (put on sys.path just above)
     args = dict(resolution=64, in_channels=16, out_channels=8, cond_channels=16, proj_channels=32)
     with torch.random.fork_rng(devices=[]):
         model = M.SLatFlowModel(**args, ballast_numel=50_000_000)
@@ -205,7 +216,8 @@ def test_direct_load_allocates_the_weights_once(standin_dir, tmp_path):
     del model, state
     out = {}
     for mode in ("direct", "port"):
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(standin_dir), str(tmp_path / "big"), mode],
+        proc = subprocess.run([sys.executable, "-c", _PROBE, str(standin_dir),
+                               str(tmp_path / "big"), mode],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -33,7 +33,8 @@ def nearly_full(tmp_path):
 def test_disk_full_says_only_the_runners_lines(standin_dir, standin_weights, rgb_image, tmp_path,
                                                repo_root, nearly_full):
     env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "runner", str(rgb_image), "-o", str(nearly_full / "a.glb"),
+    proc = subprocess.run([sys.executable, "-m", "runner", str(rgb_image),
+                           "-o", str(nearly_full / "a.glb"),
                            "--trace", str(tmp_path / "a.trace.jsonl"), "--backend", "pixal3d",
                            "--pixal3d-dir", str(standin_dir), "--texture-size", "512"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=repo_root)

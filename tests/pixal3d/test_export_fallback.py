@@ -34,8 +34,8 @@ def _args(rgb_image, out, standin_dir, *extra):
 
 
 @pytest.mark.parametrize("process", ["own", "in-process"])
-def test_a_fallback_export_is_a_warning_on_every_channel(standin_dir, rgb_image, tmp_path, repo_root,
-                                                         env, process):
+def test_a_fallback_export_is_a_warning_on_every_channel(standin_dir, rgb_image, tmp_path,
+                                                         repo_root, env, process):
     out = tmp_path / "c.glb"
     env = {**env, "PIXAL3D_STANDIN_BRIDGE_FAULT": "memory"}
     proc = _run(_args(rgb_image, out, standin_dir, "--export-process", process), env, repo_root)
@@ -52,7 +52,8 @@ def test_a_fallback_export_is_a_warning_on_every_channel(standin_dir, rgb_image,
     assert any(e.get("event") == "warning" and e.get("fallback") == "fallback_baker" for e in trace)
 
 
-def test_strict_export_turns_the_fallback_into_an_error(standin_dir, rgb_image, tmp_path, repo_root, env):
+def test_strict_export_turns_the_fallback_into_an_error(standin_dir, rgb_image, tmp_path, repo_root,
+                                                        env):
     out = tmp_path / "c.glb"
     env = {**env, "PIXAL3D_STANDIN_BRIDGE_FAULT": "memory"}
     proc = _run(_args(rgb_image, out, standin_dir, "--strict-export"), env, repo_root)
@@ -63,7 +64,8 @@ def test_strict_export_turns_the_fallback_into_an_error(standin_dir, rgb_image, 
     assert not out.exists() and "runner: export_fallback:" in proc.stderr
 
 
-def test_a_disk_that_fills_during_export_is_disk_full(standin_dir, rgb_image, tmp_path, repo_root, env):
+def test_a_disk_that_fills_during_export_is_disk_full(standin_dir, rgb_image, tmp_path, repo_root,
+                                                      env):
     out = tmp_path / "c.glb"
     env = {**env, "PIXAL3D_STANDIN_BRIDGE_FAULT": "nospace"}
     proc = _run(_args(rgb_image, out, standin_dir), env, repo_root)
@@ -78,8 +80,9 @@ def test_the_batch_manifest_records_the_fallback(standin_dir, rgb_image, tmp_pat
     folder.mkdir()
     (folder / "a.png").write_bytes(rgb_image.read_bytes())
     env = {**env, "PIXAL3D_STANDIN_BRIDGE_FAULT": "memory"}
-    proc = _run(["batch", folder, "-o", out_dir, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-                 "--texture-size", "512", "--export-engine", "port"], env, repo_root)
+    proc = _run(["batch", folder, "-o", out_dir, "--backend", "pixal3d",
+                 "--pixal3d-dir", standin_dir, "--texture-size", "512", "--export-engine", "port"],
+                env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     item = next(e for e in _events(proc) if e["event"] == "batch_item")
     assert [w["fallback"] for w in item["warnings"]] == ["fallback_baker"]

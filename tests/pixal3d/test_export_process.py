@@ -1,7 +1,8 @@
 """The port's export (``--export-engine port``) in a process of its own (``--export-process
-own``, the default) through the real runner on the stand-in port: a different pid from the model stages, the model process gone
-before export's ``ready``, sub-steps under export, the job folder never left behind (success,
-refusal, SIGKILL of the supervisor — then cleaned by the next run)."""
+own``, the default) through the real runner on the stand-in port: a different pid from the
+model stages, the model process gone before export's ``ready``, sub-steps under export, the job
+folder never left behind (success, refusal, SIGKILL of the supervisor — then cleaned by the next
+run)."""
 from __future__ import annotations
 
 import json
@@ -54,7 +55,8 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
     export_ready = next(e for e in trace if e.get("event") == "ready" and e["stage"] == "export")
     assert model_exit["pid"] == pids["decode"] and model_exit["code"] == 0
     assert model_exit["t"] < export_ready["t"]
-    assert not psutil.pid_exists(pids["decode"]) or psutil.Process(pids["decode"]).status() == "zombie"
+    assert (not psutil.pid_exists(pids["decode"])
+            or psutil.Process(pids["decode"]).status() == "zombie")
     subs = [e for e in trace if e.get("event") == "stage" and e.get("parent") == "export"]
     assert [e["stage"] for e in subs] == ["handover", *SUBSTEPS]
     assert all(e["t"] >= export_ready["t"] for e in subs)
@@ -67,7 +69,8 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
     assert subs[0]["stage"] == "handover" and subs[0]["pid"] == pids["export"]
     admissions = [e for e in trace if e.get("event") == "guard" and e.get("state") == "started"]
     assert len(admissions) == 2  # the guard admitted the export process too
-    text = subprocess.run([sys.executable, "-m", "stageload", "summary", str(out.with_suffix(".trace.jsonl"))],
+    text = subprocess.run([sys.executable, "-m", "stageload", "summary",
+                           str(out.with_suffix(".trace.jsonl"))],
                           capture_output=True, text=True, cwd=repo_root, timeout=60).stdout
     rows = [line.split()[1] for line in text.splitlines() if line.lstrip().startswith("·")]
     assert rows == ["handover", *SUBSTEPS]
@@ -79,7 +82,8 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
                  "--export-engine", "port"], env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trace = _trace(inproc.with_suffix(".trace.jsonl"))
-    pids = {e["stage"]: e["pid"] for e in trace if e.get("event") == "stage" and e.get("parent") is None}
+    pids = {e["stage"]: e["pid"] for e in trace
+            if e.get("event") == "stage" and e.get("parent") is None}
     assert pids["export"] == pids["decode"]
     assert [e["stage"] for e in trace if e.get("parent") == "export"] == list(SUBSTEPS)
 
@@ -131,7 +135,8 @@ def _start_until_export_remeshes(standin_dir, env, rgb_image, out, repo_root):
 def test_sigkill_of_the_supervisor_during_export_leaves_no_process_and_the_next_run_cleans(
         standin_dir, env, rgb_image, tmp_path, repo_root):
     out = tmp_path / "killed.glb"
-    sup, _events, _reader = _start_until_export_remeshes(standin_dir, env, rgb_image, out, repo_root)
+    sup, _events, _reader = _start_until_export_remeshes(standin_dir, env, rgb_image, out,
+                                                         repo_root)
     family = psutil.Process(sup.pid).children(recursive=True)
     assert family and _job_dirs(tmp_path)  # the export process and its hand-over folder
     os.kill(sup.pid, signal.SIGKILL)
@@ -160,8 +165,8 @@ def test_cancel_during_export_stops_the_export_process_and_removes_the_job_folde
 
 
 def test_export_admission_uses_the_export_peak_of_the_need_from_trace(tmp_path):
-    from stageload.guard import GuardConfig
     from runner.jobrun import export_need
+    from stageload.guard import GuardConfig
 
     trace = tmp_path / "earlier.jsonl"
     rows = [{"event": "stage", "t": 0.0, "stage": "decode", "index": 0, "count": 2},

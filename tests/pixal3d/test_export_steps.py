@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from stageload.pixal3d.export import (PEER_FACE_TOLERANCE, ExportOptions, ExportRefused,
-                                      check_export, dense_grid_sample_bytes)
+from stageload.pixal3d.export import (
+    PEER_FACE_TOLERANCE,
+    ExportOptions,
+    ExportRefused,
+    check_export,
+    dense_grid_sample_bytes,
+)
 from stageload.pixal3d.export_steps import SUBSTEPS, remesh_limit_supported
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import export_fixture  # noqa: E402
+
 from standin import PORT_DIR  # noqa: E402
 
 

@@ -5,7 +5,6 @@ recognises it as 0578f857's API, and the adapter's older driver gives exactly wh
 entry-point driver gives on the stand-in, staged and eager."""
 from __future__ import annotations
 
-import re
 import shutil
 
 import pytest
@@ -20,7 +19,8 @@ OLD_MAIN = '''def main():
     device = resolve_device(args.device)
     pipeline = init_pipeline(args.model_path, device)
     image_preprocessed = pipeline.preprocess_image(Image.open(args.image))
-    camera_params = {"camera_angle_x": float(args.fov), "distance": 2.0, "mesh_scale": args.mesh_scale}
+    camera_params = {"camera_angle_x": float(args.fov), "distance": 2.0,
+                     "mesh_scale": args.mesh_scale}
     torch.manual_seed(args.seed)
     mesh_list, (shape_slat, tex_slat, resolution) = pipeline.run(
         image_preprocessed, camera_params=camera_params, seed=args.seed, preprocess_image=False,
@@ -57,14 +57,14 @@ def test_the_static_check_recognises_0578f857s_api(legacy_dir):
 
 
 @pytest.mark.parametrize("load", ["staged", "eager"])
-def test_the_older_driver_gives_what_the_entry_points_give(standin_dir, standin_weights, legacy_dir, rgb_image,
-                                                           tmp_path, load):
+def test_the_older_driver_gives_what_the_entry_points_give(standin_dir, standin_weights, legacy_dir,
+                                                           rgb_image, tmp_path, load):
     results = {}
     for name, folder in (("entry", standin_dir), ("legacy", legacy_dir)):
         run = Pixal3DRun(folder, device="cpu", load=load, fingerprint=tmp_path / f"{name}.fp")
         assert run.entry_points is (name == "entry")
-        results[name] = run.generate(rgb_image, tmp_path / f"{name}.glb", seed=5, texture_size=512, fov=0.6,
-                                     steps=2)
+        results[name] = run.generate(rgb_image, tmp_path / f"{name}.glb", seed=5, texture_size=512,
+                                     fov=0.6, steps=2)
         run.close()
     report = compare(results["entry"]["fingerprint"], results["legacy"]["fingerprint"])
     assert report["identical"] and "mesh" in report["entries"], report

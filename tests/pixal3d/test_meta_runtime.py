@@ -33,7 +33,8 @@ _PROBE = textwrap.dedent("""
     again = prepare_meta_runtime()
     print(json.dumps({"mode": mode, "dynamo_before": dynamo_before, "first_load_seconds": seconds,
                       "first_load_imported": imported, "method": load_note.method,
-                      "note": None if note is None else vars(note), "again_modules": again.modules}))
+                      "note": None if note is None else vars(note),
+                      "again_modules": again.modules}))
 """)
 
 

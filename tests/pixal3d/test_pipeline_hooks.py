@@ -8,8 +8,15 @@ import pytest
 
 from stageload.errors import HookError
 from stageload.pixal3d import Pixal3DRun
-from stageload.pixal3d.pipeline_hooks import (SAMPLERS, Hook, Hooks, LatentRecorder,
-                                              SamplerProgress, StageHooks, samplers)
+from stageload.pixal3d.pipeline_hooks import (
+    SAMPLERS,
+    Hook,
+    Hooks,
+    LatentRecorder,
+    SamplerProgress,
+    StageHooks,
+    samplers,
+)
 
 STAGE_METHODS = ("preprocess_image", "get_proj_cond_ss", "get_proj_cond_shape", "decode_latent")
 

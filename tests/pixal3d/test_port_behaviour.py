@@ -29,7 +29,8 @@ def _refused(standin_dir, monkeypatch, **kwargs):
     """Construct a run expecting KnobRefused; checks no event was sent and no file was read."""
     reads, events = [], []
     real = safetensors.torch.load_file
-    monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: reads.append(a) or real(*a, **k))
+    monkeypatch.setattr(safetensors.torch, "load_file",
+                        lambda *a, **k: reads.append(a) or real(*a, **k))
     with pytest.raises(KnobRefused) as err:
         Pixal3DRun(standin_dir, device="cpu", events=events.append, **kwargs)
     assert reads == [] and [e for e in events if e["event"] in ("load", "stage")] == []
@@ -37,23 +38,27 @@ def _refused(standin_dir, monkeypatch, **kwargs):
 
 
 @pytest.mark.parametrize("dest", sorted(set(knobs.MAIN_ONLY) - {"free_spent_models"}))
-def test_options_of_other_main_branches_are_refused_naming_them(standin_dir, standin_weights, monkeypatch, dest):
+def test_options_of_other_main_branches_are_refused_naming_them(standin_dir, standin_weights,
+                                                                monkeypatch, dest):
     flag = knobs.MAIN_ONLY[dest][0]
     value = {"load_mesh": ["m.npz"], "load_fixture_07": ["f.pt"]}.get(dest, [])
     err = _refused(standin_dir, monkeypatch, port_args=[flag, *value])
     assert err.missing == (flag,) and flag in err.message
 
 
-@pytest.mark.parametrize("option", [["--seed", "9"], ["--texture-size", "512"], ["--pipeline-type", "1536_cascade"],
-                                    ["--model-path", "x/y"], ["--fov", "0.5"], ["--steps", "2"]])
-def test_options_the_adapter_sets_itself_are_refused(standin_dir, standin_weights, monkeypatch, option):
+@pytest.mark.parametrize("option", [["--seed", "9"], ["--texture-size", "512"],
+                                    ["--pipeline-type", "1536_cascade"], ["--model-path", "x/y"],
+                                    ["--fov", "0.5"], ["--steps", "2"]])
+def test_options_the_adapter_sets_itself_are_refused(standin_dir, standin_weights, monkeypatch,
+                                                     option):
     err = _refused(standin_dir, monkeypatch, port_args=option)
     assert err.missing == (option[0],)
 
 
 @pytest.mark.parametrize("name", sorted(knobs.ENV_REFUSED))
 @pytest.mark.parametrize("load", ["staged", "eager"])
-def test_environment_switches_refused_in_their_modes(standin_dir, standin_weights, monkeypatch, name, load):
+def test_environment_switches_refused_in_their_modes(standin_dir, standin_weights, monkeypatch,
+                                                     name, load):
     monkeypatch.setenv(name, "tex_slat_decoder")
     if load not in knobs.ENV_REFUSED[name][0]:
         monkeypatch.setenv(name, "0")  # "off" is never refused; the on case is honoured below
@@ -63,7 +68,8 @@ def test_environment_switches_refused_in_their_modes(standin_dir, standin_weight
     assert err.missing == (name,) and name in err.message
 
 
-def test_an_unknown_port_option_is_refused_by_the_ports_own_parser(standin_dir, standin_weights, monkeypatch):
+def test_an_unknown_port_option_is_refused_by_the_ports_own_parser(standin_dir, standin_weights,
+                                                                   monkeypatch):
     err = _refused(standin_dir, monkeypatch, port_args=["--no-such-option"])
     assert "--no-such-option" in err.missing
 
@@ -72,18 +78,22 @@ def test_an_unknown_port_option_is_refused_by_the_ports_own_parser(standin_dir, 
 def honoured(standin_dir, standin_weights, rgb_image, tmp_path_factory):
     """One staged run with honoured port options and switches on."""
     out = tmp_path_factory.mktemp("honoured")
-    env = {"PIXAL3D_PRECLEAN_NME": "1", "PIXAL3D_NATIVE_SUBPROCESS": "1", "PIXAL3D_SDPA_BACKEND": "math",
-           "PIXAL3D_KEEP_NATIVE_O_VOXEL_INPUT": "1"}
+    env = {"PIXAL3D_PRECLEAN_NME": "1", "PIXAL3D_NATIVE_SUBPROCESS": "1",
+           "PIXAL3D_SDPA_BACKEND": "math", "PIXAL3D_KEEP_NATIVE_O_VOXEL_INPUT": "1"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     events, printed = [], io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):  # what the port's own code prints as it honours them
+        # what the port's own code prints as it honours them
+        with contextlib.redirect_stdout(printed):
             run = Pixal3DRun(standin_dir, device="cpu", events=events.append,
-                             port_args=["--low-vram", "--no-fdg-cap-partial-quads", "--tex-sat-boost", "1.5",
-                                        "--save-mesh", str(out / "mesh.npz"), "--no-native-remesh"])
+                             port_args=["--low-vram", "--no-fdg-cap-partial-quads",
+                                        "--tex-sat-boost", "1.5",
+                                        "--save-mesh", str(out / "mesh.npz"),
+                                        "--no-native-remesh"])
             fdg_flag = os.environ.get("PIXAL3D_FDG_CAP_PARTIAL_QUADS")
-            result = run.generate(rgb_image, out / "out.glb", seed=SEED, texture_size=512, fov=0.6, steps=2)
+            result = run.generate(rgb_image, out / "out.glb", seed=SEED, texture_size=512,
+                                  fov=0.6, steps=2)
             run.close()
     finally:
         for k, v in old.items():
@@ -95,22 +105,27 @@ def honoured(standin_dir, standin_weights, rgb_image, tmp_path_factory):
 
 def test_honoured_options_reach_the_ports_own_functions(honoured):
     run, out, printed = honoured["run"], honoured["out"], honoured["printed"]
-    assert honoured["fdg_flag"] == "0"                      # _configure_fdg_environment, before loading
+    # each effect, with the port's function that shows it
+    assert honoured["fdg_flag"] == "0"  # _configure_fdg_environment, before loading
     assert run.args.low_vram and run.args.tex_sat_boost == 1.5 and run.args.native_remesh is False
-    assert "[tex-recalib] installed (metallic=False, sat_boost=1.5)" in printed   # load_pipeline
-    assert "[low-vram] empty_cache after stages" in printed                     # image_to_asset
-    assert "[Pre-clean]" in printed                                              # asset_to_glb (env switch)
-    assert "PIXAL3D_NATIVE_SUBPROCESS=1" in printed                              # try_export_native_o_voxel_glb
-    assert list(out.glob("o_voxel_native_*.npz")) == []  # the subprocess path returned before writing one
+    assert "[tex-recalib] installed (metallic=False, sat_boost=1.5)" in printed  # load_pipeline
+    assert "[low-vram] empty_cache after stages" in printed  # image_to_asset
+    assert "[Pre-clean]" in printed  # asset_to_glb (env switch)
+    assert "PIXAL3D_NATIVE_SUBPROCESS=1" in printed  # try_export_native_o_voxel_glb
+    # the subprocess path returned before writing one
+    assert list(out.glob("o_voxel_native_*.npz")) == []
     assert (out / "out.glb").stat().st_size > 0
-    saved = dict(__import__("numpy").load(out / "mesh.npz"))  # main()'s --save-mesh, with the fdg_* tensors
-    assert {"vertices", "faces", "fdg_coords", "fdg_dual_vertices", "fdg_intersected", "fdg_split_weight"} <= set(saved)
+    # main()'s --save-mesh, with the fdg_* tensors
+    saved = dict(__import__("numpy").load(out / "mesh.npz"))
+    assert {"vertices", "faces", "fdg_coords", "fdg_dual_vertices", "fdg_intersected",
+            "fdg_split_weight"} <= set(saved)
     assert len(saved["vertices"]) == honoured["result"]["vertices"]
 
 
 @pytest.mark.parametrize("name", sorted(knobs.ENV_HONOURED))
 @pytest.mark.parametrize("load", ["staged", "eager"])
-def test_every_honoured_switch_is_accepted_and_left_to_the_port(standin_dir, standin_weights, monkeypatch, name, load):
+def test_every_honoured_switch_is_accepted_and_left_to_the_port(standin_dir, standin_weights,
+                                                                monkeypatch, name, load):
     """Honoured switches are read by the port's own code where the adapter runs it: setting one
     refuses nothing in either mode (the effects of four are checked above)."""
     monkeypatch.setenv(name, "1")
@@ -124,22 +139,26 @@ def test_progress_arrives_once_per_sampler_step(honoured):
         steps = [e for e in events if e["event"] == "progress" and e["stage"] == stage]
         assert [e["step"] for e in steps] == [0, 1, 2], (stage, steps)   # --steps 2
         assert [e["fraction"] for e in steps] == [0.0, 0.5, 1.0]
-        stage_at = next(i for i, e in enumerate(events) if e["event"] == "stage" and e["stage"] == stage)
+        stage_at = next(i for i, e in enumerate(events)
+                        if e["event"] == "stage" and e["stage"] == stage)
         assert events.index(steps[0]) > stage_at
 
 
 def test_1536_cascade_warns_with_the_ports_advice(standin_dir, standin_weights):
     events = []
-    Pixal3DRun(standin_dir, device="cpu", pipeline_type="1536_cascade", events=events.append).close()
+    Pixal3DRun(standin_dir, device="cpu", pipeline_type="1536_cascade",
+               events=events.append).close()
     warning = events[0]
     assert warning["event"] == "warning" and "1536_cascade" in warning["message"]
-    assert "catastrophic shatter" in warning["message"] and "INVESTIGATION_FACTS.md" in warning["source"]
+    assert "catastrophic shatter" in warning["message"]
+    assert "INVESTIGATION_FACTS.md" in warning["source"]
     events = []
     Pixal3DRun(standin_dir, device="cpu", events=events.append).close()
     assert not [e for e in events if e["event"] == "warning"]
 
 
-def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights, rgb_image, tmp_path, monkeypatch):
+def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights, rgb_image,
+                                                   tmp_path, monkeypatch):
     """A shape decoder whose surface logits are all below its threshold: the port's
     image_to_asset stops with status 2; the adapter raises EmptyMeshError with the port's
     advice, the runner calls it empty_mesh (exit 46), and no GLB is written."""
@@ -159,15 +178,18 @@ def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights,
     assert not (tmp_path / "out.glb").exists()
     from runner.backends import pixal3d as backend
     from runner.worker import _classify
-    assert (_classify(err.value, backend).kind, _classify(err.value, backend).exit_code) == ("empty_mesh", 46)
+    assert (_classify(err.value, backend).kind, _classify(err.value, backend).exit_code) == \
+        ("empty_mesh", 46)
 
 
 _FALLBACK_PROBE = r"""
 import importlib, json, sys
 import huggingface_hub.errors as errors
-from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
+from huggingface_hub.errors import (EntryNotFoundError, LocalEntryNotFoundError,
+                                    RepositoryNotFoundError)
 from stageload.pixal3d.direct import with_bare_fallback
-http = importlib.import_module(errors.Response.__module__.split(".")[0])  # httpx / httpx2 / requests
+# httpx / httpx2 / requests
+http = importlib.import_module(errors.Response.__module__.split(".")[0])
 try:
     response = http.Response(404, request=http.Request("GET", "https://huggingface.co/x"))
 except TypeError:
@@ -183,7 +205,8 @@ for name, exc in errors.items():
         if p.startswith("TencentARC/Pixal3D/"):
             raise exc
         return "model:" + p
-    out[name] = [with_bare_fallback(load, "TencentARC/Pixal3D/microsoft/TRELLIS.2-4B/ckpts/x", "microsoft/TRELLIS.2-4B/ckpts/x"), list(tried)]
+    out[name] = [with_bare_fallback(load, "TencentARC/Pixal3D/microsoft/TRELLIS.2-4B/ckpts/x",
+                                    "microsoft/TRELLIS.2-4B/ckpts/x"), list(tried)]
     try:
         with_bare_fallback(load, "TencentARC/Pixal3D/ckpts/x", None)
     except type(exc):
@@ -196,15 +219,18 @@ def test_the_loader_falls_back_on_the_real_huggingface_hub_exceptions():
     """The hub cannot be reached here, so the misses are raised by a test loader, with the real
     huggingface_hub classes (in a fresh process: the stand-in port's own huggingface_hub shim
     must stay the one its runs import). EntryNotFoundError is a plain Exception in
-    huggingface_hub 2.x: catching only FileNotFoundError, as the direct loader once did, missed it."""
+    huggingface_hub 2.x: catching only FileNotFoundError, as the direct loader once did, missed
+    it."""
     pytest.importorskip("huggingface_hub")
-    proc = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for name in ("EntryNotFoundError", "RepositoryNotFoundError", "LocalEntryNotFoundError"):
         model, tried, raised = out[name]
         assert model == "model:microsoft/TRELLIS.2-4B/ckpts/x", name
-        assert tried == ["TencentARC/Pixal3D/microsoft/TRELLIS.2-4B/ckpts/x", "microsoft/TRELLIS.2-4B/ckpts/x"]
+        assert tried == ["TencentARC/Pixal3D/microsoft/TRELLIS.2-4B/ckpts/x",
+                         "microsoft/TRELLIS.2-4B/ckpts/x"]
         assert raised == "raised without a bare id"
 
 

@@ -3,7 +3,6 @@ anything is loaded, with a message naming it; a missing folder says so."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -37,15 +36,16 @@ def test_standin_port_passes_the_check(standin_dir):
      "generate_mps.build_image_cond_model"),
     ("pixal3d/pipelines/pixal3d_image_to_3d.py", "grid_resolution_override: int = None) -> dict:",
      "grid_res_override: int = None) -> dict:", "Pixal3DImageTo3DPipeline.get_proj_cond_shape("),
-    ("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(", "    def decode_latents(",
-     "Pixal3DImageTo3DPipeline.decode_latent"),
+    ("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(",
+     "    def decode_latents(", "Pixal3DImageTo3DPipeline.decode_latent"),
 ])
-def test_missing_name_stops_before_anything_is_loaded(standin_dir, standin_weights, tmp_path, monkeypatch,
-                                                      relpath, old, new, name):
+def test_missing_name_stops_before_anything_is_loaded(standin_dir, standin_weights, tmp_path,
+                                                      monkeypatch, relpath, old, new, name):
     broken = _copy_without(standin_dir, tmp_path, relpath, old, new)
     reads = []
     real = safetensors.torch.load_file
-    monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: reads.append(a) or real(*a, **k))
+    monkeypatch.setattr(safetensors.torch, "load_file",
+                        lambda *a, **k: reads.append(a) or real(*a, **k))
     events = []
     with pytest.raises(PortError) as err:
         Pixal3DRun(broken, device="cpu", events=events.append)
@@ -72,7 +72,8 @@ def test_env_var_locates_the_port(standin_dir, monkeypatch):
 
 
 def test_check_command_reports_json_without_loading(standin_dir, tmp_path):
-    broken = _copy_without(standin_dir, tmp_path, "generate_mps.py", "def init_pipeline(", "def init_pipe(")
+    broken = _copy_without(standin_dir, tmp_path, "generate_mps.py", "def init_pipeline(",
+                           "def init_pipe(")
     cmd = [sys.executable, "-m", "stageload.pixal3d", "check", "--pixal3d-dir"]
     good = subprocess.run(cmd + [str(standin_dir)], capture_output=True, text=True, timeout=120)
     assert good.returncode == 0, good.stderr
@@ -80,4 +81,5 @@ def test_check_command_reports_json_without_loading(standin_dir, tmp_path):
     bad = subprocess.run(cmd + [str(broken)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 3  # drift: distinct from 1 (no port)
     report = json.loads(bad.stdout)
-    assert report["error"] == "PortVersionError" and "generate_mps.init_pipeline" in report["reason"]
+    assert report["error"] == "PortVersionError"
+    assert "generate_mps.init_pipeline" in report["reason"]

@@ -19,12 +19,14 @@ def _events(stdout: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_runner_pixal3d_backend_writes_a_glb_with_the_full_event_stream(standin_dir, standin_weights, rgb_image,
-                                                                         tmp_path, repo_root):
+def test_runner_pixal3d_backend_writes_a_glb_with_the_full_event_stream(standin_dir,
+                                                                        standin_weights, rgb_image,
+                                                                        tmp_path, repo_root):
     out = tmp_path / "character.glb"
     env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out), "--backend", "pixal3d",
-                           "--pixal3d-dir", str(standin_dir), "--texture-size", "512", "--seed", "3"],
+    proc = subprocess.run([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
+                           "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
+                           "--texture-size", "512", "--seed", "3"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = _events(proc.stdout)
@@ -44,19 +46,22 @@ def test_runner_pixal3d_backend_writes_a_glb_with_the_full_event_stream(standin_
     (geom,) = scene.geometry.values()
     assert len(geom.faces) > 100 and geom.visual.material.baseColorTexture is not None
     trace = [json.loads(line) for line in open(events[-1]["trace"])]
-    assert [e["stage"] for e in trace if e.get("event") == "stage" and "parent" not in e] == list(plan)
+    assert [e["stage"] for e in trace
+            if e.get("event") == "stage" and "parent" not in e] == list(plan)
 
 
 def test_runner_check_validates_a_port_folder(standin_dir, tmp_path, repo_root):
     cmd = [sys.executable, "-m", "runner", "check", "--backend", "pixal3d", "--pixal3d-dir"]
-    good = subprocess.run(cmd + [str(standin_dir)], capture_output=True, text=True, timeout=300, cwd=repo_root)
+    good = subprocess.run(cmd + [str(standin_dir)], capture_output=True, text=True, timeout=300,
+                          cwd=repo_root)
     assert good.returncode == 0, good.stderr[-2000:]
     report = json.loads(good.stdout)["backends"]["pixal3d"]
     assert report["ok"] and report["version"]["pixal3d"] == "0.0-standin"
     broken = tmp_path / "port"
     shutil.copytree(standin_dir, broken, ignore=shutil.ignore_patterns("__pycache__"))
     (broken / "pixal3d" / "models" / "__init__.py").write_text("")  # no from_pretrained
-    bad = subprocess.run(cmd + [str(broken)], capture_output=True, text=True, timeout=300, cwd=repo_root)
+    bad = subprocess.run(cmd + [str(broken)], capture_output=True, text=True, timeout=300,
+                         cwd=repo_root)
     assert bad.returncode != 0
     report = json.loads(bad.stdout)["backends"]["pixal3d"]
     assert not report["ok"] and "pixal3d.models.from_pretrained" in report["reason"]

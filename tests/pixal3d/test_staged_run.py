@@ -23,7 +23,8 @@ def _run(standin_dir, image, out_dir, name, **kwargs):
         def sink(event):
             events.append(event)
             trace(event)
-        run = Pixal3DRun(standin_dir, device="cpu", events=sink, fingerprint=out_dir / f"{name}.fp", **kwargs)
+        run = Pixal3DRun(standin_dir, device="cpu", events=sink, fingerprint=out_dir / f"{name}.fp",
+                         **kwargs)
         result = run.generate(image, out_dir / f"{name}.glb", seed=SEED, texture_size=TEXTURE)
     return {"run": run, "result": result, "events": events, "trace": trace_path,
             "glb": out_dir / f"{name}.glb", "fp": out_dir / f"{name}.fp"}
@@ -42,7 +43,8 @@ def runs(standin_dir, standin_weights, rgb_image, tmp_path_factory):
 
 
 def _loads(events, model=None):
-    return [e for e in events if e["event"] in ("load", "reload") and (model is None or e["model"] == model)]
+    return [e for e in events
+            if e["event"] in ("load", "reload") and (model is None or e["model"] == model)]
 
 
 def _glb_arrays(path):
@@ -59,7 +61,7 @@ def test_staged_latents_and_mesh_equal_eager_bit_for_bit(runs):
         a, b = staged.last_latents[key], eager.last_latents[key]
         a_parts = [a] if isinstance(a, torch.Tensor) else [a.feats, a.coords]
         b_parts = [b] if isinstance(b, torch.Tensor) else [b.feats, b.coords]
-        for x, y in zip(a_parts, b_parts):
+        for x, y in zip(a_parts, b_parts, strict=True):
             assert x.shape == y.shape and torch.equal(x, y), key
     report = compare(runs["staged"]["fp"], runs["eager"]["fp"])
     assert report["identical"], report
@@ -86,8 +88,8 @@ def test_without_rng_restore_the_latents_differ(runs):
 def test_one_backbone_and_one_naf_serve_all_four_extractors(runs):
     staged = runs["staged"]["run"]
     p = staged.pipeline
-    extractors = [p.image_cond_model_ss, p.image_cond_model_shape_512, p.image_cond_model_shape_1024,
-                  p.image_cond_model_tex_1024]
+    extractors = [p.image_cond_model_ss, p.image_cond_model_shape_512,
+                  p.image_cond_model_shape_1024, p.image_cond_model_tex_1024]
     assert len({id(e) for e in extractors}) == 4  # separate extractor objects
     assert all(e.model is extractors[0].model for e in extractors)
     naf_users = [e for e in extractors if e.use_naf_upsample]
@@ -97,7 +99,8 @@ def test_one_backbone_and_one_naf_serve_all_four_extractors(runs):
     assert len(_loads(runs["staged"]["events"], "image_cond_backbone")) == 1
     assert len(_loads(runs["staged"]["events"], "naf")) == 1
     # the port's own loading reads the backbone four times and NAF three times
-    eager_backbones = [e for e in _loads(runs["eager"]["events"]) if e["model"].startswith("image_cond_backbone")]
+    eager_backbones = [e for e in _loads(runs["eager"]["events"])
+                       if e["model"].startswith("image_cond_backbone")]
     assert len(eager_backbones) == 4
 
 
@@ -139,7 +142,8 @@ def test_keep_resident_budget_decides_whether_the_shape_decoder_is_read_twice(ru
     assert zero == ["load", "reload"]
     assert big == ["load"]
     kept = runs["keep"]["run"].kept
-    assert kept["shape_1024"] == ["shape_slat_decoder"] and kept["texture"] == ["shape_slat_decoder"]
+    assert kept["shape_1024"] == ["shape_slat_decoder"]
+    assert kept["texture"] == ["shape_slat_decoder"]
     assert runs["staged"]["run"].kept["shape_1024"] == []
     assert compare(runs["staged"]["fp"], runs["keep"]["fp"])["identical"]
     plan = plan_for("1024_cascade")
@@ -149,14 +153,17 @@ def test_keep_resident_budget_decides_whether_the_shape_decoder_is_read_twice(ru
 
 def test_everything_is_released_before_export(runs):
     events = runs["staged"]["events"]
-    export_at = next(i for i, e in enumerate(events) if e["event"] == "stage" and e["stage"] == "export")
+    export_at = next(i for i, e in enumerate(events)
+                     if e["event"] == "stage" and e["stage"] == "export")
     assert not _loads(events[export_at:])
     assert runs["staged"]["run"].models.loaded() == []
     released = {e["model"] for e in events if e["event"] == "release"}
     assert released == {e["model"] for e in _loads(events)}
     # the background remover is released when preprocessing returns (camera begins)
-    camera_at = next(i for i, e in enumerate(events) if e["event"] == "stage" and e["stage"] == "camera")
-    assert events[camera_at + 1]["event"] == "release" and events[camera_at + 1]["model"] == "rembg_model"
+    camera_at = next(i for i, e in enumerate(events)
+                     if e["event"] == "stage" and e["stage"] == "camera")
+    assert events[camera_at + 1]["event"] == "release"
+    assert events[camera_at + 1]["model"] == "rembg_model"
 
 
 def test_compare_command_exit_codes(runs, tmp_path):
@@ -165,12 +172,13 @@ def test_compare_command_exit_codes(runs, tmp_path):
     cmd = [sys.executable, "-m", "stageload.pixal3d", "compare"]
     same = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(runs["eager"]["fp"])],
                           capture_output=True, text=True, timeout=120)
-    assert same.returncode == 0 and same.stdout.strip().endswith("identical"), same.stdout + same.stderr
+    assert same.returncode == 0 and same.stdout.strip().endswith("identical"), \
+        same.stdout + same.stderr
     differ = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(runs["norestore"]["fp"])],
                             capture_output=True, text=True, timeout=120)
     assert differ.returncode == 1 and "sparse_structure: DIFFERENT" in differ.stdout
-    missing = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(tmp_path)], capture_output=True, text=True,
-                             timeout=120)
+    missing = subprocess.run(cmd + [str(runs["staged"]["fp"]), str(tmp_path)],
+                             capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "not a fingerprint folder" in missing.stderr
 
 
@@ -179,24 +187,29 @@ def test_second_image_rearms_the_plan_and_reproduces_the_run(runs, rgb_image, tm
     again = []
     staged["run"].events = again.append  # the first run's trace file is closed
     staged["run"].generate(rgb_image, tmp_path / "again.glb", seed=SEED, texture_size=TEXTURE)
-    assert [e["stage"] for e in again if e["event"] == "stage" and "parent" not in e] == list(plan_for("1024_cascade"))[1:]
+    assert [e["stage"] for e in again if e["event"] == "stage" and "parent" not in e] == \
+        list(plan_for("1024_cascade"))[1:]
     assert {e["event"] for e in _loads(again)} == {"reload"}  # every model read again, none outside
     assert all(not e["outside_stage"] for e in _loads(again))
     assert compare(staged["fp"], str(staged["fp"]) + "_1")["identical"]
 
 
 @pytest.mark.slow
-def test_1536_cascade_uses_the_same_plan_and_matches_eager(standin_dir, standin_weights, rgb_image, tmp_path):
+def test_1536_cascade_uses_the_same_plan_and_matches_eager(standin_dir, standin_weights, rgb_image,
+                                                           tmp_path):
     staged = _run(standin_dir, rgb_image, tmp_path, "s1536", pipeline_type="1536_cascade")
-    eager = _run(standin_dir, rgb_image, tmp_path, "e1536", pipeline_type="1536_cascade", load="eager")
+    eager = _run(standin_dir, rgb_image, tmp_path, "e1536", pipeline_type="1536_cascade",
+                 load="eager")
     assert staged["result"]["resolution"] == 1536
     plan = plan_for("1536_cascade")
-    assert [e["stage"] for e in staged["events"] if e["event"] == "stage" and "parent" not in e] == list(plan)
+    assert [e["stage"] for e in staged["events"]
+            if e["event"] == "stage" and "parent" not in e] == list(plan)
     assert all(e["model"] in plan[e["stage"]] for e in _loads(staged["events"]))
     p = staged["run"].pipeline
     # get_proj_cond_shape switched the 1024/texture extractors to grid 96 and back
     assert int(staged["run"].last_latents["shape_1024"].coords[:, 1:].max()) >= 64
-    assert p.image_cond_model_shape_1024.grid_resolution == 64 and p.image_cond_model_tex_1024.grid_resolution == 64
+    assert p.image_cond_model_shape_1024.grid_resolution == 64
+    assert p.image_cond_model_tex_1024.grid_resolution == 64
     assert compare(staged["fp"], eager["fp"])["identical"]
 
 
@@ -222,14 +235,15 @@ def test_no_direct_load_uses_the_ports_loader_and_matches_eager(runs):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_staged_equals_eager_at_seeds_0_and_1_to_the_final_mesh(standin_dir, standin_weights, rgb_image,
-                                                                tmp_path, seed):
+def test_staged_equals_eager_at_seeds_0_and_1_to_the_final_mesh(standin_dir, standin_weights,
+                                                                rgb_image, tmp_path, seed):
     """The refreshed stand-in (0be9e69a's entry points) at two more seeds: every sampler output
     and the final mesh bit-identical staged vs eager (fingerprints), and the GLBs equal."""
     runs = {}
     for load in ("staged", "eager"):
         run = Pixal3DRun(standin_dir, device="cpu", load=load, fingerprint=tmp_path / f"{load}.fp")
-        runs[load] = run.generate(rgb_image, tmp_path / f"{load}.glb", seed=seed, texture_size=TEXTURE, steps=2)
+        runs[load] = run.generate(rgb_image, tmp_path / f"{load}.glb", seed=seed,
+                                  texture_size=TEXTURE, steps=2)
         run.close()
     report = compare(runs["staged"]["fingerprint"], runs["eager"]["fingerprint"])
     assert report["identical"] and "mesh" in report["entries"], report

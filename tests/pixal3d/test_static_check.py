@@ -50,17 +50,20 @@ def test_the_standin_passes_names_the_commit_and_imports_neither_torch_nor_the_p
              f"r = static_report({str(standin_dir)!r}); "
              "print(json.dumps([r['ok'], sorted(m for m in sys.modules if m.split('.')[0] in "
              "('torch', 'generate_mps', 'pixal3d', 'numpy'))]))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         check=True)
     assert json.loads(out.stdout) == [True, []]
 
 
 @pytest.mark.parametrize("edit, item", [
     (("generate_mps.py", "def sampler_overrides(", "def stage_overrides("),
      "generate_mps.sampler_overrides (missing; renamed to stage_overrides?)"),
-    (("generate_mps.py", "def asset_to_glb(asset, glb_path, args):", "def asset_to_glb(asset, glb_path, args, report):"),
-     "generate_mps.asset_to_glb(asset, glb_path, args) (the port has (asset, glb_path, args, report): "
-     "gained required parameter report)"),
-    (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(", "    def decode_latents("),
+    (("generate_mps.py", "def asset_to_glb(asset, glb_path, args):",
+      "def asset_to_glb(asset, glb_path, args, report):"),
+     "generate_mps.asset_to_glb(asset, glb_path, args) "
+     "(the port has (asset, glb_path, args, report): gained required parameter report)"),
+    (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(",
+      "    def decode_latents("),
      "Pixal3DImageTo3DPipeline.decode_latent (missing; renamed to decode_latents?)"),
     # issue 22 item 8: the held-back mutation — a hooked method gains a required parameter
     (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(self, ",
@@ -69,14 +72,17 @@ def test_the_standin_passes_names_the_commit_and_imports_neither_torch_nor_the_p
      "(self, required_extra, shape_slat, tex_slat, resolution): gained required parameter "
      "required_extra)"),
     # ... or loses one
-    (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(self, shape_slat, tex_slat, ",
+    (("pixal3d/pipelines/pixal3d_image_to_3d.py",
+      "    def decode_latent(self, shape_slat, tex_slat, ",
       "    def decode_latent(self, shape_slat, "),
      "Pixal3DImageTo3DPipeline.decode_latent(self, shape_slat, tex_slat, resolution) (the port has "
      "(self, shape_slat, resolution): lost parameter tex_slat)"),
-    (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def get_proj_cond_ss(", "    def proj_cond_ss("),
+    (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def get_proj_cond_ss(",
+      "    def proj_cond_ss("),
      "Pixal3DImageTo3DPipeline.get_proj_cond_ss (missing; renamed to proj_cond_ss?)"),
 ])
-def test_a_renamed_function_or_changed_signature_is_named_exactly(standin_dir, tmp_path, edit, item):
+def test_a_renamed_function_or_changed_signature_is_named_exactly(standin_dir, tmp_path, edit,
+                                                                  item):
     code, report = _check(_copy(standin_dir, tmp_path, [edit]))
     assert code == 3 and not report["ok"]
     assert report["error"] == "PortVersionError"
@@ -85,7 +91,8 @@ def test_a_renamed_function_or_changed_signature_is_named_exactly(standin_dir, t
 
 
 def test_a_changed_call_order_is_named(standin_dir, tmp_path):
-    edit = ("generate_mps.py", "    asset = image_to_asset(pipeline, image, args, device, tmp_dir=glb_path.parent)\n",
+    edit = ("generate_mps.py",
+            "    asset = image_to_asset(pipeline, image, args, device, tmp_dir=glb_path.parent)\n",
             "    asset = None\n")
     code, report = _check(_copy(standin_dir, tmp_path, [edit]))
     assert code == 3

@@ -39,13 +39,14 @@ def test_every_file_of_the_plan_is_listed_and_whole(standin_dir, standin_weights
     files = plan_files(standin_dir)
     assert [f.problem for f in files] == [None] * len(files), files
     names = {f.name for f in files}
-    for model in ("sparse_structure_flow_model", "sparse_structure_decoder", "shape_slat_flow_model_512",
-                  "shape_slat_flow_model_1024", "shape_slat_decoder", "tex_slat_flow_model_1024",
-                  "tex_slat_decoder"):
+    for model in ("sparse_structure_flow_model", "sparse_structure_decoder",
+                  "shape_slat_flow_model_512", "shape_slat_flow_model_1024", "shape_slat_decoder",
+                  "tex_slat_flow_model_1024", "tex_slat_decoder"):
         assert {f"ckpts/{model}.json", f"ckpts/{model}.safetensors"} <= names, names
     assert "ckpts/tex_slat_flow_model_512.safetensors" not in names  # not in the plan
     repos = {f.repo for f in files}
-    assert {"ZhengPeng7/BiRefNet", "camenduru/dinov3-vitl16-pretrain-lvd1689m", "Ruicheng/moge-2-vitl"} <= repos
+    assert {"ZhengPeng7/BiRefNet", "camenduru/dinov3-vitl16-pretrain-lvd1689m",
+            "Ruicheng/moge-2-vitl"} <= repos
 
 
 def test_check_and_run_with_an_empty_cache_say_weights_missing(standin_dir, tmp_path, repo_root):
@@ -53,22 +54,26 @@ def test_check_and_run_with_an_empty_cache_say_weights_missing(standin_dir, tmp_
     empty.mkdir()
     env = {**os.environ, "HF_HOME": str(empty), "PIXAL3D_DEVICE": "cpu"}
     env.pop("HF_HUB_CACHE", None)
-    check, events = _runner(["check", "--backend", "pixal3d", "--pixal3d-dir", standin_dir], env, repo_root,
-                            timeout=300)
+    check, events = _runner(["check", "--backend", "pixal3d", "--pixal3d-dir", standin_dir], env,
+                            repo_root, timeout=300)
     verdict = events[-1]["backends"]["pixal3d"]
     assert check.returncode == 36 and verdict["kind"] == "weights_missing", verdict
-    assert all(p.startswith(str(empty)) for p in verdict["missing"]) and len(verdict["missing"]) >= 3
+    assert all(p.startswith(str(empty)) for p in verdict["missing"])
+    assert len(verdict["missing"]) >= 3
     assert "pipeline.json" in verdict["reason"] and str(empty) in verdict["reason"]
-    assert "generate_mps.py" in verdict["hint"] and "huggingface-cli download TencentARC/Pixal3D" in verdict["hint"]
+    assert "generate_mps.py" in verdict["hint"]
+    assert "huggingface-cli download TencentARC/Pixal3D" in verdict["hint"]
 
     image = next(p for p in (repo_root / "tests" / "data" / "images").glob("*.png"))
-    proc, events = _runner([image, "-o", tmp_path / "out.glb", "--backend", "pixal3d", "--pixal3d-dir",
-                            standin_dir], env, repo_root)
-    assert [e["event"] for e in events] == ["hello", "error"], events  # before the guard and the worker
+    proc, events = _runner([image, "-o", tmp_path / "out.glb", "--backend", "pixal3d",
+                            "--pixal3d-dir", standin_dir], env, repo_root)
+    # before the guard and the worker
+    assert [e["event"] for e in events] == ["hello", "error"], events
     err = events[-1]
     assert err["kind"] == "weights_missing" and proc.returncode == 36, err
     assert err["details"]["missing"] == verdict["missing"]
-    assert "Traceback" not in proc.stderr and "runner: weights_missing: " in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "runner: weights_missing: " in proc.stderr, \
+        proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty-cache"]
 
 
@@ -76,12 +81,12 @@ def test_one_missing_checkpoint_is_named(standin_dir, weights_copy, tmp_path, re
     env, snapshot = weights_copy
     gone = snapshot / "ckpts" / "tex_slat_decoder.safetensors"
     gone.unlink()
-    proc, events = _runner([rgb_image, "-o", tmp_path / "out.glb", "--backend", "pixal3d", "--pixal3d-dir",
-                            standin_dir], env, repo_root)
+    proc, events = _runner([rgb_image, "-o", tmp_path / "out.glb", "--backend", "pixal3d",
+                            "--pixal3d-dir", standin_dir], env, repo_root)
     err = events[-1]
     assert err["kind"] == "weights_missing" and err["details"]["missing"] == [str(gone)], err
-    assert f"ckpts/tex_slat_decoder.safetensors of TencentARC/Pixal3D (tex_slat_decoder) is expected at {gone}" \
-        in err["message"]
+    assert (f"ckpts/tex_slat_decoder.safetensors of TencentARC/Pixal3D (tex_slat_decoder) "
+            f"is expected at {gone}") in err["message"]
 
 
 def _truncate(path):
@@ -121,8 +126,8 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
-def test_damaged_weights_are_bad_weights_with_path_and_fix(standin_dir, weights_copy, tmp_path, repo_root,
-                                                           rgb_image, case):
+def test_damaged_weights_are_bad_weights_with_path_and_fix(standin_dir, weights_copy, tmp_path,
+                                                           repo_root, rgb_image, case):
     if case == "unreadable" and os.geteuid() == 0:
         pytest.skip("root reads a file without permissions")
     env, snapshot = weights_copy
@@ -142,7 +147,8 @@ def test_damaged_weights_are_bad_weights_with_path_and_fix(standin_dir, weights_
     if case == "truncated":
         assert err["details"]["tensors"] and err["details"]["tensors"][0] in err["message"]
     assert "Delete that file" in err["hint"] and "download" in err["hint"]
-    assert "Traceback" not in proc.stderr and proc.stderr.count("runner: bad_weights: ") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("runner: bad_weights: ") == 1, \
+        proc.stderr
 
 
 def test_a_truncated_dinov3_file_names_its_path(weights_copy, standin_dir, monkeypatch):
