@@ -75,12 +75,20 @@ def test_stage_peaks_within_ten_percent_and_no_carry_over(tmp_path):
 @linux_only
 def test_spike_between_samples_is_caught_by_the_high_water_mark(tmp_path):
     # long, so that the spike is far shorter: ~50 ms on an idle machine, but 0.79 s once in CI's
-    # full suite, which failed the check below at an interval of 1.0 s
+    # full suite and 1.36 s at a load of 7 on 2 cores (fresh pages fault in slowly on this VM).
+    # A spike as long as that may have a sample inside it, which would not show that the mark
+    # catches what sampling misses: such an attempt is run again, at most three times.
     interval = 2.0
-    trace, out = run_watched(tmp_path, "spike", interval, stdout=subprocess.PIPE)
-    spike = json.loads(out)["spike_seconds"]
-    assert spike < interval * 0.6, \
-        f"the spike lasted {spike:.3f} s; it must be shorter than a sample interval"
+    spikes = []
+    for attempt in range(3):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        trace, out = run_watched(folder, "spike", interval, stdout=subprocess.PIPE)
+        spikes.append(json.loads(out)["spike_seconds"])
+        if spikes[-1] < interval * 0.6:
+            break
+    assert spikes[-1] < interval * 0.6, \
+        f"the spikes lasted {spikes} s; one must be shorter than a sample interval"
     events = read_trace(trace)
     base = baseline(events, window=1.45 * interval, least=1)
     (stage,) = summarize(events)["stages"]
