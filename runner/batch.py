@@ -18,11 +18,14 @@ records)::
 
 Resuming: an image is skipped only when its entry says ``done``, its GLB still exists, and both
 the input's ``sha256`` and the output-shaping ``options`` (``job_fingerprint``) are the same as
-now; otherwise it runs again. A re-run may replace the GLB and trace the manifest attributes to
-this batch; an existing GLB or trace the manifest does not attribute to it is never replaced
-without ``--overwrite`` (that image fails with ``output_exists``). ``--overwrite`` redoes every
-image. Outputs are ``OUTDIR/<stem>.glb`` and ``OUTDIR/<stem>.trace.jsonl``; when two images
-share a stem (``a.png``, ``a.jpg``) each gets ``<stem>-<suffix>`` (``a-png.glb``, ``a-jpg.glb``).
+now; otherwise it runs again. The entry's ``output`` and ``trace`` are resolved relative to
+OUTDIR (``manifest.relocated``), so a moved or copied output folder resumes too; a failure
+never replaces a ``done`` record whose GLB is still there (``last_failure`` is added to it).
+A re-run may replace the GLB and trace the manifest attributes to this batch; an existing GLB
+or trace the manifest does not attribute to it is never replaced without ``--overwrite`` (that
+image fails with ``output_exists``). ``--overwrite`` redoes every image.
+Outputs are ``OUTDIR/<stem>.glb`` and ``OUTDIR/<stem>.trace.jsonl``; when two images share a
+stem (``a.png``, ``a.jpg``) each gets ``<stem>-<suffix>`` (``a-png.glb``, ``a-jpg.glb``).
 """
 from __future__ import annotations
 
@@ -46,7 +49,14 @@ from .errors import RunnerError, explain
 from .inputs import IMAGE_SUFFIXES
 from .job import Job, Outcome
 from .jobtrace import log
-from .manifest import MANIFEST, MANIFEST_VERSION, load_manifest, manifest_entries, update_manifest
+from .manifest import (
+    MANIFEST,
+    MANIFEST_VERSION,
+    load_manifest,
+    manifest_entries,
+    relocated,
+    update_manifest,
+)
 from .protocol import make
 
 
@@ -246,12 +256,18 @@ class Batch:
         output = self.out_dir / f"{stem}.glb"
         trace = self.out_dir / f"{stem}.trace.jsonl"
         # Read now, not once per batch: another batch may have finished this image meanwhile.
-        entry = manifest_entries(load_manifest(self.manifest_path)).get(image.name) or {}
+        recorded = manifest_entries(load_manifest(self.manifest_path)).get(image.name)
+        recorded = recorded if isinstance(recorded, dict) else {}
+        # paths relative to this folder: a moved or copied OUTDIR resumes like the original
+        entry = relocated(recorded, self.out_dir)
         digest = file_sha256(image)
         ours = entry.get("output") == str(output)  # the manifest attributes it to us
         if (not ns.overwrite and entry.get("status") == "done" and output.exists() and ours
                 and digest is not None and entry.get("sha256") == digest
                 and entry.get("options") == self.fingerprint):
+            if entry != recorded:  # the folder was moved: its record names the files here now
+                update_manifest(self.manifest_path, {**self.header, "updated": time.time()},
+                                image.name, entry)
             self.counts["skipped"] += 1
             self.emitter.event("batch_item", index=index, count=count, image=str(image),
                                status="skipped", output=str(output), trace=entry.get("trace"),

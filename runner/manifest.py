@@ -82,6 +82,29 @@ def manifest_entries(data: dict) -> dict:
     return images if isinstance(images, dict) else {}
 
 
+def relocated(entry: dict, folder: Path) -> dict:
+    """``entry`` with its ``output`` and ``trace`` resolved relative to ``folder`` (the
+    manifest's own folder): a batch writes both directly into OUTDIR, so a record of a folder
+    that was moved or copied since (its paths name the old folder) names the file of the same
+    name here. Other fields, and paths that are not strings, are kept as they are."""
+    moved = dict(entry)
+    for key in ("output", "trace"):
+        if isinstance(entry.get(key), str) and entry[key]:
+            moved[key] = str(folder / Path(entry[key]).name)
+    return moved
+
+
+def _keeps_done(theirs, entry: dict, folder: Path) -> bool:
+    """True when a failed or cancelled ``entry`` must not replace the ``done`` record
+    ``theirs`` because that record's GLB is still in ``folder`` (a job that fails never
+    touches the GLB: it is committed only on success), so the finished work stays recorded."""
+    if not isinstance(theirs, dict) or theirs.get("status") != "done" \
+            or entry.get("status") == "done":
+        return False
+    output = relocated(theirs, folder).get("output")
+    return isinstance(output, str) and os.path.isfile(output)
+
+
 def _json_text(data: dict) -> str:
     text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
     try:
@@ -152,7 +175,10 @@ def update_manifest(path: Path, header: dict, name: str | None = None,
     """Merge one image's ``entry`` (under the key ``name``; None: header only) and the
     ``header`` fields into the manifest on disk, under the folder's lock; returns the merged
     manifest. An entry on disk that another batch finished as ``done`` at or after ``since``
-    (seconds, when this batch began the image) wins over a failure of ours. A damaged manifest
+    (seconds, when this batch began the image) wins over a failure of ours, and a failure never
+    replaces a ``done`` record whose GLB is still there: that record is kept, the failure
+    added to it as ``last_failure`` (its ``kind``, ``message``, ``hint``, ``exit_code`` and
+    ``finished``). A damaged manifest
     is kept beside it and rebuilt first (``manifest_recovery.recover``). Raises
     ``RunnerError`` like ``write_manifest``, and ``manifest_newer`` (touching nothing)."""
     with folder_lock(path.parent):
@@ -168,7 +194,12 @@ def update_manifest(path: Path, header: dict, name: str | None = None,
             newer = (isinstance(theirs, dict) and theirs.get("status") == "done"
                      and isinstance(theirs.get("finished"), (int, float)) and since is not None
                      and theirs["finished"] >= since)
-            if entry.get("status") == "done" or not newer:
+            if _keeps_done(theirs, entry, path.parent):
+                if not newer:
+                    entries[name] = {**theirs, "last_failure": {
+                        **(entry.get("error") or {}), "status": entry.get("status"),
+                        "finished": entry.get("finished")}}
+            elif entry.get("status") == "done" or not newer:
                 entries[name] = entry
         merged = {**data, **header, "images": entries}
         write_manifest(path, merged)

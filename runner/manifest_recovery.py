@@ -60,8 +60,10 @@ def _first_and_last(trace: Path) -> tuple[dict | None, dict | None]:
 
 def entry_from_trace(trace: Path) -> tuple[str, dict] | None:
     """``(image file name, manifest entry)`` for a batch item's trace (its ``hello`` names
-    the image and the output), else None. The entry is ``done`` when the trace's last line is
-    the ``result`` for that output and the GLB exists; otherwise ``failed`` (the trace's own
+    the image and the output), else None. The output is taken to be the GLB of that name beside
+    the trace (a batch writes both into OUTDIR; the folder may have been moved or copied since
+    the trace was written). The entry is ``done`` when the trace's last line is the ``result``
+    for that output and the GLB exists; otherwise ``failed`` (the trace's own
     ``error`` when it ends with one), which still attributes the trace to the batch, so the
     image runs again and replaces it."""
     hello, result = _first_and_last(trace)
@@ -71,7 +73,8 @@ def entry_from_trace(trace: Path) -> tuple[str, dict] | None:
     if not (isinstance(image, str) and isinstance(output, str)):
         return None
     result = result or {}
-    if result.get("event") != "result" or result.get("output") != output \
+    recorded, output = output, str(trace.parent / Path(output).name)  # the folder may have moved
+    if result.get("event") != "result" or result.get("output") != recorded \
             or not os.path.isfile(output):
         error = {k: result.get(k) for k in ("kind", "message", "hint", "exit_code")} \
             if result.get("event") == "error" else \
