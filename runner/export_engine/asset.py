@@ -20,13 +20,17 @@ fdg_*      any          optional (accepted, never read)
 Everything the file says about its arrays is checked from the zip directory and each member's
 ``.npy`` header before any array is read (``inspect_asset``), so a file that would not fit the
 budget — e.g. 30 GB — is refused without reading it. Values (finite vertices, face indices,
-coords on the grid, attrs in 0..1) are then checked in bounded slices as they are loaded.
-Every failure is ``BadAsset`` naming the key.
+coords on the grid, attrs in 0..1) are then checked in bounded slices as they are loaded; the
+voxels' values are checked in the ``load`` step already, streamed from the zip in blocks of
+``STREAM_ROWS`` rows (``check_voxels``: no array of the voxels' size), although the voxels
+themselves are read only for the bake. A member that cannot be read (a bad CRC, cut short) is
+refused the same way. Every failure is ``BadAsset`` naming the key.
 """
 from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +43,7 @@ CHANNELS = 6
 MAX_RESOLUTION = 8192
 ATTR_TOLERANCE = 1e-4  # float rounding of a 0..1 value written as float16/32
 CHECK_SLICE = 1 << 20  # rows per validation slice (bounded temporaries)
+STREAM_ROWS = 1 << 16  # rows per block of a member checked from its stream (``check_voxels``)
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,39 @@ class Asset:
     path: Path
 
 
+READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+"""What reading a damaged member raises: a bad CRC or a cut-short member (``BadZipFile``,
+``EOFError``), bad deflate data (``zlib.error``), a broken ``.npy`` header or too few bytes for
+its shape (``ValueError``), the disk (``OSError``)."""
+
+
+def _damaged(key: str, exc: BaseException) -> BadAsset:
+    """The ``BadAsset`` for member ``key`` that cannot be read (``exc``: one of
+    ``READ_ERRORS``)."""
+    return BadAsset(key, f"cannot be read: the file is damaged ({type(exc).__name__}: {exc})",
+                    "The asset file is damaged (a bad copy or download, or a disk error): copy "
+                    "it again, or export the asset again (Pixal3D's --keep-asset).")
+
+
+def _read_header(f) -> tuple[tuple, bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` of the open ``.npy`` stream ``f`` (``f`` is left at
+    the first data byte)."""
+    version = np.lib.format.read_magic(f)
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    shape, fortran, dtype = read(f)
+    return tuple(int(n) for n in shape), bool(fortran), np.dtype(dtype)
+
+
 def _header(archive: zipfile.ZipFile, name: str) -> Member:
-    """The ``.npy`` header of member ``name`` (its first bytes only)."""
-    with archive.open(name) as f:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _fortran, dtype = read(f)
-    return Member(name[:-4], tuple(int(n) for n in shape), np.dtype(dtype))
+    """The ``.npy`` header of member ``name`` (its first bytes only). Raises ``BadAsset``
+    naming the key when it cannot be read."""
+    try:
+        with archive.open(name) as f:
+            shape, _fortran, dtype = _read_header(f)
+    except READ_ERRORS as exc:
+        raise _damaged(name[:-4], exc) from None
+    return Member(name[:-4], shape, dtype)
 
 
 def inspect_asset(path: os.PathLike | str) -> dict[str, Member]:
@@ -144,8 +174,13 @@ def _check_members(m: dict[str, Member]) -> None:
 
 
 def _read(archive: zipfile.ZipFile, key: str) -> np.ndarray:
-    with archive.open(key + ".npy") as f:
-        return np.lib.format.read_array(f, allow_pickle=False)
+    """The whole member ``key``. Raises ``BadAsset`` naming it when it cannot be read (a bad
+    CRC, cut short, bad compressed data: ``READ_ERRORS``)."""
+    try:
+        with archive.open(key + ".npy") as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except READ_ERRORS as exc:
+        raise _damaged(key, exc) from None
 
 
 def _scalars(archive: zipfile.ZipFile) -> tuple[np.ndarray, float, int]:
@@ -199,10 +234,66 @@ def _voxels(archive: zipfile.ZipFile, res: int, tick=None) -> tuple[np.ndarray, 
     return xyz, attrs.astype(np.float32, copy=False)
 
 
-def load_asset(path: os.PathLike | str, *, voxels: bool = True) -> Asset:
+def _stream_check(archive: zipfile.ZipFile, key: str, test, problem: str, tick=None,
+                  first_column: int = 0) -> None:
+    """Check the 2-D member ``key`` without holding it: its ``.npy`` data is read from the zip
+    stream ``STREAM_ROWS`` rows at a time (a C-order member; a Fortran-order one a column at a
+    time), columns before ``first_column`` ignored, and ``test(block) -> bad row mask`` applied
+    to each block; the member is read to its end, so the zip's CRC is checked too. Temporaries
+    are one block (``STREAM_ROWS`` × width values), whatever the member's size. ``tick``:
+    called before each block (the caller's cancel check). Raises ``BadAsset`` naming ``key``
+    (the first bad row, or a member that cannot be read)."""
+    try:
+        with archive.open(key + ".npy") as f:
+            shape, fortran, dtype = _read_header(f)
+            rows, width = shape
+            # (column range, rows) of each pass over the data, in file order
+            passes = [(range(c, c + 1), c) for c in range(width)] if fortran \
+                else [(range(width), None)]
+            for cols, column in passes:
+                for start in range(0, rows, STREAM_ROWS):
+                    if tick is not None:
+                        tick()
+                    count = min(STREAM_ROWS, rows - start)
+                    want = count * len(cols) * dtype.itemsize
+                    data = f.read(want)
+                    if len(data) != want:
+                        raise EOFError(f"{key}.npy ends before its {rows:,} rows")
+                    if column is not None and column < first_column:
+                        continue
+                    block = np.frombuffer(data, dtype).reshape(count, len(cols))
+                    block = block[:, first_column:] if column is None else block
+                    bad = test(block)
+                    if bad.any():
+                        row = int(np.argmax(bad))
+                        where = "" if column is None else f", column {column}"
+                        raise BadAsset(key, f"{problem} (row {start + row:,}{where}: "
+                                            f"{block[row].tolist()})")
+            if f.read(1):
+                raise ValueError(f"{key}.npy holds more data than its header's {list(shape)}")
+    except BadAsset:
+        raise
+    except READ_ERRORS as exc:
+        raise _damaged(key, exc) from None
+
+
+def check_voxels(archive: zipfile.ZipFile, res: int, tick=None) -> None:
+    """Validate ``coords`` (on the ``res``³ grid) and ``attrs`` (0..1, finite) streamed from
+    ``archive`` (``_stream_check``: bounded memory, no array of the voxels' size), so a bad
+    voxel is refused in the ``load`` step, not after the mesh steps. Raises ``BadAsset``."""
+    width = _header(archive, "coords.npy").shape[1]
+    _stream_check(archive, "coords", lambda s: ((s < 0) | (s >= res)).any(axis=1),
+                  f"lie outside the {res}³ grid", tick, first_column=width - 3)
+    low, high = -ATTR_TOLERANCE, 1 + ATTR_TOLERANCE
+    _stream_check(archive, "attrs", lambda s: ~((s >= low) & (s <= high)).all(axis=1),
+                  "hold values outside 0..1 (or NaN)", tick)
+
+
+def load_asset(path: os.PathLike | str, *, voxels: bool = True, tick=None) -> Asset:
     """Read and validate the asset at ``path`` (``inspect_asset`` first). ``voxels=False``
     leaves ``coords``/``attrs`` None (read them later with ``load_voxels``: the mesh steps do
-    not need them in memory). Raises ``BadAsset``."""
+    not need them in memory) but still checks their values, streamed (``check_voxels``).
+    ``tick``: called between slices (the caller's cancel check). Raises ``BadAsset``."""
     path = Path(path)
     inspect_asset(path)
     with zipfile.ZipFile(path) as archive:
@@ -210,7 +301,9 @@ def load_asset(path: os.PathLike | str, *, voxels: bool = True) -> Asset:
         vertices, faces = _mesh(archive)
         coords = attrs = None
         if voxels:
-            coords, attrs = _voxels(archive, res)
+            coords, attrs = _voxels(archive, res, tick)
+        else:
+            check_voxels(archive, res, tick)
     return Asset(vertices, faces, coords, attrs, origin, size, res, path)
 
 

@@ -1,10 +1,11 @@
 """``export_asset``: the port's saved asset → textured GLB, step by step within a budget.
 
 Steps (``steps.SUBSTEPS``, each a ``stage`` event with ``parent`` "export"): ``load`` (the
-file's headers checked against the budget before any array is read, then the mesh — the
-voxels wait for the bake), ``cleanup``, ``decimate``, ``uv_unwrap``, ``bake`` (the voxels are
-read here), ``seams``, ``write``. The full input mesh is dropped once decimated. Remeshing (the
-port's dual contouring) is not done: the decimated input surface is exported.
+file's headers checked against the budget before any array is read, then the mesh, and the
+voxels' values streamed in blocks — the voxels themselves are read for the bake),
+``cleanup``, ``decimate``, ``uv_unwrap``, ``bake`` (the voxels are read here), ``seams``,
+``write``. The full input mesh is dropped once decimated. Remeshing (the port's dual
+contouring) is not done: the decimated input surface is exported.
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: P
     from .stoppable import call
     from .unwrap import unwrap
 
-    asset = load_asset(path, voxels=False)  # every value checked, then dropped
+    asset = load_asset(path, voxels=False, tick=steps.check)  # every value checked, dropped
     faces_in = len(asset.faces)
     asset.vertices = asset.faces = None
     cleaned, decimated = workdir / "cleaned.npz", workdir / "decimated.npz"

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 class BadAsset(ValueError):
     """The asset cannot be exported: ``key`` (the member, or None), ``problem`` (what is wrong),
-    ``hint`` (what to do). ``kind`` is the runner's error kind."""
+    ``hint`` (what to do). ``kind`` is the runner's error kind; ``details`` (``{"key": key}``)
+    the fields the worker adds to its ``error`` event, as ``runner export`` does for a key
+    found from the headers."""
 
     kind = "bad_asset"
 
@@ -24,6 +26,7 @@ class BadAsset(ValueError):
         self.hint = hint or ("Export the asset again with the port's save_mesh_checkpoint "
                              "(Pixal3D's --keep-asset or the port's --save-mesh).")
         self.message = str(self)
+        self.details = {"key": key} if key else {}  # the error event's fields (runner.worker)
 
 
 class BudgetTooSmall(ValueError):

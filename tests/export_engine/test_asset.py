@@ -133,3 +133,101 @@ def test_a_budget_below_the_minimum_is_a_bad_lever_not_a_bad_asset(small_asset, 
     assert not isinstance(info.value, BadAsset)
     assert info.value.hint == "Give --export-budget 256M or more."
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("key", ["vertices", "faces", "coords", "attrs"])
+def test_a_damaged_member_is_refused_naming_its_key(tmp_path, small_arrays, key):
+    """Bytes overwritten inside a member (the zip's CRC no longer matches): ``BadAsset`` naming
+    that member, from ``load_asset`` with or without the voxels (the ``load`` step checks the
+    voxels' members too), never ``zipfile.BadZipFile``."""
+    from .damage import damage_member
+
+    path = damage_member(variant(tmp_path, small_arrays), key)
+    inspect_asset(path)  # the headers are intact
+    for voxels in (True, False):
+        with pytest.raises(BadAsset, match="damaged") as info:
+            load_asset(path, voxels=voxels)
+        assert info.value.key == key and "CRC" in str(info.value)
+
+
+def test_a_member_cut_short_is_refused_naming_its_key(tmp_path, small_arrays):
+    """A ``.npy`` header promising more rows than the member holds (a consistent zip)."""
+    import zipfile
+
+    path = tmp_path / "short.npz"
+    header = {"descr": "<f4", "fortran_order": False, "shape": small_arrays["attrs"].shape}
+    with zipfile.ZipFile(path, "w") as archive:
+        for key, value in small_arrays.items():
+            with archive.open(key + ".npy", "w") as f:
+                if key != "attrs":
+                    np.lib.format.write_array(f, value)
+                else:
+                    np.lib.format.write_array_header_1_0(f, header)
+                    f.write(value[:100].astype("<f4").tobytes())
+    for voxels in (True, False):
+        with pytest.raises(BadAsset, match="damaged") as info:
+            load_asset(path, voxels=voxels)
+        assert info.value.key == "attrs"
+
+
+@pytest.mark.parametrize("change,key,match", [
+    ({"attrs": ("inf", 3, 1)}, "attrs", "outside 0..1"),
+    ({"attrs": ("times5", None, None)}, "attrs", "outside 0..1"),
+    ({"coords": (96, 5, 3)}, "coords", "outside the 96³ grid"),
+])
+def test_bad_voxels_are_refused_in_the_load_step(tmp_path, small_arrays, change, key, match):
+    """inf or out-of-range attrs, coords off the grid: refused while the ``load`` step runs,
+    before cleanup, decimation and the unwrap (they used to be found only by the bake)."""
+    (name, (value, row, col)), = change.items()
+    array = small_arrays[name].copy()
+    if value == "times5":
+        array = array * 5
+    else:
+        array[row, col] = np.inf if value == "inf" else value
+    path = variant(tmp_path, small_arrays, **{name: array})
+    events: list = []
+    with pytest.raises(BadAsset, match=match) as info:
+        export_asset(path, tmp_path / "x.glb", ExportLevers(decimation_target=8000,
+                                                            texture_size=512),
+                     emit=events.append)
+    assert info.value.key == key
+    assert [e["stage"] for e in events if e["event"] == "stage"] == ["load"]
+    assert not (tmp_path / "x.glb").exists()
+
+
+def test_fortran_order_voxels_are_checked_too(tmp_path, small_arrays):
+    attrs = np.asfortranarray(small_arrays["attrs"].copy())
+    attrs[17, 4] = 2.0
+    path = variant(tmp_path, small_arrays, attrs=attrs)
+    with pytest.raises(BadAsset, match="row 17, column 4") as info:
+        load_asset(path, voxels=False)
+    assert info.value.key == "attrs"
+    good = variant(tmp_path, small_arrays, name="good.npz",
+                   attrs=np.asfortranarray(small_arrays["attrs"]),
+                   coords=np.asfortranarray(small_arrays["coords"]))
+    load_asset(good, voxels=False)
+
+
+def test_the_load_steps_voxel_check_holds_one_block_not_the_voxels(tmp_path):
+    """``check_voxels`` streams: its peak allocation (tracemalloc, which numpy reports to) is a
+    few blocks of ``STREAM_ROWS`` rows, not the members' size."""
+    import tracemalloc
+    import zipfile
+
+    from runner.export_engine.asset import STREAM_ROWS, check_voxels
+
+    n = 40 * STREAM_ROWS  # 2.6 M voxels: attrs 63 MB, coords 42 MB
+    rng = np.random.default_rng(0)
+    path = write_npz(tmp_path / "big.npz",
+                     coords=rng.integers(0, 512, (n, 4), dtype=np.int32),
+                     attrs=rng.random((n, 6), dtype=np.float32))
+    with zipfile.ZipFile(path) as archive:
+        tracemalloc.start()
+        try:
+            check_voxels(archive, 512)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    block = STREAM_ROWS * 6 * 4
+    assert peak < 6 * block, peak  # 2.5 MB each (data, mask, compare temporaries)
+    assert peak < n * 6 * 4 / 10

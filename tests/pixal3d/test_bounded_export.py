@@ -198,6 +198,29 @@ def test_a_refused_export_leaves_nothing_but_the_trace_asked_for(tmp_path, repo_
     assert os.listdir(tmp_path / "traces") == ["nan.trace.jsonl"]
 
 
+def test_a_damaged_asset_is_a_bad_asset_that_leaves_nothing(tmp_path, repo_root):
+    """Bytes overwritten inside ``faces.npy`` (the zip's CRC no longer matches; the headers are
+    intact, and 48 KB of faces are more than the header read takes in, so the export process's
+    ``load`` step finds it): ``bad_asset`` (18) naming
+    ``faces``, no traceback, the bad-asset hint (no image or backend to try), and nothing left
+    (no GLB, trace, job folder or claim file)."""
+    from tests.export_engine.damage import damage_member
+
+    asset = damage_member(_bad_asset(tmp_path / "corrupt.npz",
+                                     vertices=np.zeros((64, 3), np.float32),
+                                     faces=np.zeros((4000, 3), np.int32)), "faces", 100)
+    proc = _run(["export", asset, "-o", tmp_path / "out" / "corrupt.glb"], dict(os.environ),
+                repo_root, timeout=120)
+    last = _events(proc)[-1]
+    assert proc.returncode == 18 and last["kind"] == "bad_asset", proc.stderr[-3000:]
+    assert last["details"]["key"] == "faces" and "'faces': cannot be read: the file is damaged" in \
+        last["message"] and "CRC" in last["message"]
+    assert "damaged" in last["hint"] and "image" not in last["hint"]
+    assert "Traceback" not in proc.stderr and "runner: bad_asset:" in proc.stderr
+    assert any(e.get("stage") == "load" for e in _events(proc))  # found by the export process
+    assert os.listdir(tmp_path) == ["corrupt.npz"]
+
+
 def test_a_budget_below_the_minimum_is_a_usage_error_with_a_hint_that_matches(tmp_path,
                                                                                repo_root):
     from standin.sphere_asset import make_sphere_asset
