@@ -183,6 +183,7 @@ class Batch:
     def run(self) -> int:
         """Every image in turn, then ``batch_done``; returns the exit status. Raises
         ``RunnerError`` for a batch-level failure."""
+        self.check_backend()
         images = self.images()
         self.open_manifest()
         names = output_names(images)
@@ -206,6 +207,17 @@ class Batch:
         self.emitter.event("batch_done", **self.counts, count=len(images),
                            manifest=str(self.manifest_path), seconds=seconds)
         return 0 if self.counts["failed"] == 0 else RunnerError("batch_failed", "").exit_code
+
+    def check_backend(self) -> None:
+        """Refuse the whole batch, before the output folder or manifest is touched, when the
+        backend cannot run here with these options — as a single run refuses its one image
+        (``jobrun.JobRun.validate``): not installed (``backend_unavailable``, 31), or its
+        precheck fails (e.g. ``pixal3d_missing``, 32). Cheap: files and folders only."""
+        backend = backends.get(self.ns.backend)
+        if not backend.installed():
+            raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
+                              "installed here.", backend.install_hint or None)
+        backend.run_precheck(self.options)
 
     def images(self) -> list[Path]:
         """The images of the input folder; creates the output folder. Raises ``RunnerError``
