@@ -128,7 +128,8 @@ def check_output(output: str | Path, overwrite: bool = False) -> Path:
 
     Missing parent folders are created. Raises ``RunnerError``: ``output_invalid`` (not ending
     in ``.glb``, a folder, or too long for the system: :func:`check_path_limits`),
-    ``output_exists`` (exists and not ``overwrite``), ``output_unwritable`` (folder cannot be
+    ``output_exists`` (exists, or is a dangling symbolic link, and not ``overwrite``),
+    ``output_unwritable`` (folder cannot be
     created or written), ``disk_full``.
     """
     path = Path(output).expanduser().absolute()
@@ -137,6 +138,12 @@ def check_output(output: str | Path, overwrite: bool = False) -> Path:
     check_path_limits(path)
     if path.is_dir():
         raise RunnerError("output_invalid", f"The output {path} is a folder.")
+    if os.path.islink(path) and not path.exists() and not overwrite:
+        # lexists, not exists: a dangling link is still a name the commit could not take
+        raise RunnerError("output_exists", f"{path} is a symbolic link to "
+                          f"{os.readlink(path)}, which does not exist; it was left untouched.",
+                          "Remove the link, choose another output name, or pass --overwrite "
+                          "to replace the link itself (its target is never written).")
     if path.exists() and not overwrite:
         raise RunnerError("output_exists", f"{path} already exists; it was left untouched.")
     _writable_folder(path.parent, "output")
