@@ -25,7 +25,8 @@ import sys
 
 from . import backends
 from .cli import ArgumentParser, backend_options, usage_failure
-from .errors import KINDS, RunnerError
+from .errors import KINDS, RunnerError, explain
+from .jobtrace import log
 from .options import add_arguments as add_table_arguments
 from .protocol import Emitter, make
 
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = probe(backend_options(ns))
     except RunnerError as err:
+        explain(err.fields())
         emitter.event("error", **err.fields())
         return err.exit_code
     result.pop("event", None)
@@ -114,12 +116,39 @@ def main(argv: list[str] | None = None) -> int:
     result["requested"] = wanted
     result["ok"] = all(result["backends"].get(b, {}).get("ok") for b in wanted)
     emitter.emit(make("check", **result))
+    for line in summary_lines(result):  # for a person; stdout's JSON is the interface
+        log(f"check: {line}")
     if result["ok"]:
         return 0
     if not result["torch"].get("ok") and any(backends.get(b).needs_torch for b in wanted
                                              if b in backends.BACKENDS):
         return RunnerError("no_torch", "").exit_code
     return verdict_exit_code(result["backends"], wanted)
+
+
+def summary_lines(result: dict) -> list[str]:
+    """The ``check`` event's ``result`` for a person, one line each (printed on stderr as
+    ``runner: check: LINE``): Python and torch, the devices available, every backend (``ok``,
+    or its ``kind``, ``reason`` and ``hint``), and the verdict for the requested backends."""
+    python = result.get("python") or {}
+    torch = result.get("torch") or {}
+    torch_text = f"torch {torch.get('version')}" if torch.get("ok") else \
+        f"no torch ({torch.get('reason') or 'cannot be imported'})"
+    devices = [name for name, d in (result.get("devices") or {}).items()
+               if isinstance(d, dict) and d.get("available")]
+    lines = [f"Python {python.get('version', '?')} ({python.get('executable', '?')}); "
+             f"{torch_text}; devices: {', '.join(devices) or 'none'}"]
+    for name, verdict in (result.get("backends") or {}).items():
+        verdict = verdict if isinstance(verdict, dict) else {}
+        if verdict.get("ok"):
+            lines.append(f"{name}: ok")
+            continue
+        kind = f"{verdict['kind']}: " if verdict.get("kind") else ""
+        hint = f" — {verdict['hint']}" if verdict.get("hint") else ""
+        lines.append(f"{name}: cannot run: {kind}{verdict.get('reason') or 'unknown'}{hint}")
+    wanted = ", ".join(result.get("requested") or [])
+    lines.append(f"ready for {wanted}" if result.get("ok") else f"NOT ready for {wanted}")
+    return lines
 
 
 def _cluster(parser, ns, raw: dict, emitter: Emitter) -> int:

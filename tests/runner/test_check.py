@@ -195,3 +195,28 @@ def test_check_accepts_another_backends_good_options(rt, tmp_path):
     fin = rt.run(["check", "--pixal3d-dir", tmp_path, "--keep-resident", "1G"], timeout=120)
     assert fin.kinds() == ["check"] and fin.returncode == 0, fin.stderr[-1500:]
     assert fin.last()["requested"] == ["builtin"]
+
+
+def test_check_says_on_stderr_what_it_found(rt, tmp_path, monkeypatch):
+    """Tester's report 2026-12-01 item 9: `runner check` tells a person on stderr (its stdout
+    stays the one JSON line the add-on's Check parses, blender_addon/config.summarize_check)."""
+    from blender_addon import config
+
+    monkeypatch.delenv("PIXAL3D_DIR", raising=False)
+    missing = tmp_path / "no such folder"
+    fin = rt.run(["check", "--backend", "pixal3d", "--pixal3d-dir", missing])
+    assert fin.returncode == 32 and fin.kinds() == ["check"], fin.stderr[-2000:]
+    lines = [x for x in fin.stderr.splitlines() if x.startswith("runner: check: ")]
+    assert lines[0].startswith("runner: check: Python 3.") and "torch" in lines[0]
+    assert "runner: check: builtin: ok" in lines
+    (pix,) = [x for x in lines if x.startswith("runner: check: pixal3d: ")]
+    verdict = fin.last()["backends"]["pixal3d"]
+    assert pix == (f"runner: check: pixal3d: cannot run: pixal3d_missing: {verdict['reason']}"
+                   f" — {verdict['hint']}")
+    assert str(missing) in pix
+    assert lines[-1] == "runner: check: NOT ready for pixal3d"
+    assert "pixal3d: not available — " in config.summarize_check(fin.stdout)
+
+    ok = rt.run(["check"])
+    assert ok.returncode == 0 and ok.kinds() == ["check"]
+    assert ok.stderr.splitlines()[-1] == "runner: check: ready for builtin", ok.stderr
