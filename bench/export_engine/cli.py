@@ -14,6 +14,10 @@ port export at the same sizes (``model.py``, a model). Writes
 seconds) and ``table.md``; ``--docs`` refreshes the generated blocks of docs/pixal3d.md and
 docs/benchmark.md.
 
+``--only RUN …``: only those runs, merged into the results folder's earlier
+``export_engine.json`` (a row keeps the time it was measured; the table says which rows came
+later); the quality is measured for the defaults' GLB and the 2G budget's.
+
 ``--quick``: a 512 grid (about 2 M faces), the defaults, the budget, 1 M input faces, a 1024
 texture and the one-core run, fewer quality samples: every code path in minutes, the figures
 not the full-size ones.
@@ -75,12 +79,13 @@ def _label(faces: int) -> str:
     return f"{faces / 1e6:g}m" if faces >= 100_000 else f"{faces // 1000}k"
 
 
-def _runs(p: dict, full: Path) -> list[tuple[str, Path, dict]]:
-    """The runs, most wanted first (results are written after each, so a benchmark cut short
-    keeps the headline figures): defaults, budget, the faces and textures alternating with the
-    one-core run in the middle."""
+def _runs(p: dict, full: Path) -> list[tuple[str, Path | int, dict]]:
+    """The runs (name, the asset or the input faces of a reduced one, levers), most wanted
+    first (results are written after each, so a benchmark cut short keeps the headline
+    figures): defaults, budget, the faces and textures alternating with the one-core run in
+    the middle."""
     d = {"target": p["target"], "texture": p.get("texture", DEFAULT_TEXTURE)}
-    faces = [(f"faces_{_label(f)}", _reduced(full, f), d) for f in p["faces"]]
+    faces = [(f"faces_{_label(f)}", f, d) for f in p["faces"]]  # reduced when it runs
     textures = [(f"texture_{t}", full, {**d, "texture": t}) for t in p["textures"]]
     rest = []
     for k in range(max(len(faces), len(textures))):
@@ -88,6 +93,36 @@ def _runs(p: dict, full: Path) -> list[tuple[str, Path, dict]]:
         if k == 0:
             rest.append(("cores_1", full, {**d, "cores": 1}))
     return [("defaults", full, d), ("budget_2g", full, {**d, "budget": "2G"}), *rest]
+
+
+#: the runs whose GLB's quality is measured, and the result's key for it.
+QUALITY_OF = {"defaults": "quality", "budget_2g": "quality_budget_2g"}
+
+
+def _put(result: dict, row: dict) -> None:
+    """Put ``row`` into ``result["runs"]``, replacing an earlier row of the same name."""
+    runs = result["runs"]
+    at = next((i for i, r in enumerate(runs) if r["name"] == row["name"]), None)
+    if at is None:
+        runs.append(row)
+    else:
+        runs[at] = row
+
+
+def _merge_into(path: Path, planned: list, only: list[str]) -> tuple[dict, list]:
+    """``--only``: the earlier results at ``path`` (which must exist) and the planned runs
+    named in ``only`` (SystemExit naming an unknown one)."""
+    if not path.exists():
+        raise SystemExit(f"--only merges into {path}, which does not exist: run the whole "
+                         "benchmark first")
+    unknown = set(only) - {name for name, _, _ in planned}
+    if unknown:
+        raise SystemExit(f"--only: no such run {', '.join(sorted(unknown))}; the plan has "
+                         f"{', '.join(name for name, _, _ in planned)}")
+    result = json.loads(path.read_text())
+    for row in result["runs"]:  # rows of the first pass: the benchmark's own time
+        row.setdefault("measured", result["measured"])
+    return result, [run for run in planned if run[0] in only]
 
 
 def _faces_of(path: Path) -> int:
@@ -116,6 +151,10 @@ def main(argv=None) -> int:
     ap.add_argument("--via", choices=("runner", "worker"), default="runner",
                     help="runner: python -m runner export (the product's way, default); "
                     "worker: the engine in a bench worker process (run.py)")
+    ap.add_argument("--only", nargs="+", metavar="RUN",
+                    help="run only these runs of the plan (e.g. budget_2g faces_2m) and merge "
+                    "them into the results folder's export_engine.json (each row keeps the time "
+                    "it was measured)")
     a = ap.parse_args(argv)
     picture = a.picture or (SHARED_PICTURE if SHARED_PICTURE.exists() else PICTURE)
     p = plan(a.quick)
@@ -131,7 +170,11 @@ def main(argv=None) -> int:
     result = {"measured": None, "quick": a.quick, "plan": p,
               "asset": {**asset_facts, "path": str(full)}, "runs": [], "quality": None,
               "targets": TARGETS, "machine": report.machine(), "complete": False}
-    for name, asset, levers in _runs(p, full):
+    planned = _runs(p, full)
+    if a.only:
+        result, planned = _merge_into(out / "export_engine.json", planned, a.only)
+    for name, asset, levers in planned:
+        asset = asset if isinstance(asset, Path) else _reduced(full, asset)
         print(f"export: {name}", file=sys.stderr, flush=True)
         row = run_export(asset, a.work, name, via=a.via, **levers)
         row["input_faces"] = _faces_of(asset)
@@ -139,23 +182,26 @@ def main(argv=None) -> int:
             print(f"  {name} failed (exit {row['rc']}): {row['failed']}", file=sys.stderr)
         row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
                                                  row["texture"], p["resolution"])
-        result["runs"].append(row)
+        row["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _put(result, row)
         for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
             if (a.work / f"{name}.{f}").exists():
                 shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
         # quality first: the figures a later failure must not lose
-        if name == "defaults" and row["export"] is not None:
-            print("quality of the defaults' GLB", file=sys.stderr, flush=True)
-            result["quality"] = quality.evaluate(full, row["glb"], p["target"],
-                                                 distance_samples=p["distance_samples"],
-                                                 colour_samples=p["colour_samples"])
+        if name in QUALITY_OF and row["export"] is not None:
+            print(f"quality of the {name} GLB", file=sys.stderr, flush=True)
+            result[QUALITY_OF[name]] = quality.evaluate(
+                full, row["glb"], p["target"], distance_samples=p["distance_samples"],
+                colour_samples=p["colour_samples"])
         if not a.keep_glb:
             Path(row["glb"]).unlink(missing_ok=True)
-        result["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        result["bench_seconds"] = time.time() - started
+        if not a.only:
+            result["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            result["bench_seconds"] = time.time() - started
         # written after every run, marked incomplete until the last
         (out / "export_engine.json").write_text(json.dumps(result, indent=1))
-    result["complete"] = True
+    names = [r["name"] for r in result["runs"]]
+    result["complete"] = all(name in names for name, _, _ in _runs(p, full))
     result["analysis"] = report.analyse(result)
     (out / "export_engine.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(report.tables(result) + "\n")

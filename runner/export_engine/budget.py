@@ -19,6 +19,15 @@ figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere ass
   surface point, eight corner keys, look-ups and weights, the sampled attributes);
 - the seam fill's distance transform holds ``SEAM_BYTES_PER_TEXEL`` over the whole texture.
 
+- the decimation, when its one fast-simplification call does not fit (``DECIMATE_BYTES_PER_FACE``
+  over the input's faces), runs in ``decimate_pieces`` spatial pieces (``pieces.py``): the
+  split (``SPLIT_BYTES_PER_FACE`` over the input in one child), one piece at a time in its own
+  child (pymeshlab: ``PIECE_BASE`` + ``PIECE_BYTES_PER_FACE`` over the piece's faces), then
+  the stitch and final fast-simplification pass over about ``OVERSHOOT`` × the target. The
+  pieces are as few as fit ``PIECE_SHARE`` of the budget. The default budget's runs keep the
+  one call (the method and figures measured for it); only a budget too small for it takes the
+  pieces, and the ``decimate`` stage event says so (``method``, ``pieces``).
+
 Piece sizes: faces per unwrap batch and texels per bake chunk are a quarter (``HEADROOM``: the
 model's margin) of what is left of the budget after what the step must hold, divided by the
 per-piece cost, clamped to a useful range
@@ -46,6 +55,11 @@ TEXTURE_BYTES_PER_TEXEL = 16
 BAKE_BYTES_PER_TEXEL = 400
 SEAM_BYTES_PER_TEXEL = 24
 OUT_BYTES_PER_FACE = 120          # the decimated, unwrapped mesh with UVs and normals
+SPLIT_BYTES_PER_FACE = 60         # the slab split: the mesh, centroids, slab labels, one piece
+PIECE_BASE = 100 << 20            # a piece's child: the interpreter with numpy and pymeshlab
+PIECE_BYTES_PER_FACE = 300        # pymeshlab's mesh and heap per face of the piece
+PIECE_SHARE = 0.75                # share of the budget one piece's process tree may take
+MAX_PIECES = 64
 UNWRAP_BATCH = (20_000, 250_000)
 HEADROOM = 0.25                   # share of the room left that one piece may take
 BAKE_CHUNK = (1 << 14, 1 << 16)  # at most ~0.2 s a chunk here: the cancel's latency
@@ -59,6 +73,8 @@ class Plan:
     unwrap_batch_faces: int
     bake_chunk_texels: int
     peaks: dict
+    decimate_pieces: int = 0
+    """0: the decimation is one fast-simplification call; N ≥ 2: it runs in N pieces."""
 
     @property
     def peak(self) -> int:
@@ -84,6 +100,23 @@ def check_file(file_bytes: int, budget: int | None = None) -> int:
     return budget
 
 
+def pieced_decimation(faces: int, target: int, budget: int) -> tuple[int, int]:
+    """(pieces, predicted peak in bytes) of the decimation in pieces of ``faces`` input faces
+    to ``target`` within ``budget``: the fewest pieces (2 to ``MAX_PIECES``) whose one-piece
+    process tree fits ``PIECE_SHARE`` of the budget; the peak is the largest of the split, a
+    piece and the final pass (the export process's ``PYTHON_BASE`` beside each child)."""
+    from .pieces import OVERSHOOT
+
+    room = budget * PIECE_SHARE - PYTHON_BASE - PIECE_BASE
+    per_piece = max(room / PIECE_BYTES_PER_FACE, 1.0)
+    pieces = int(min(max(-(-faces // int(per_piece)), 2), MAX_PIECES))
+    stitched = min(faces, int(target * OVERSHOOT * 1.05))  # + the locked borders' rows
+    peak = max(2 * PYTHON_BASE + SPLIT_BYTES_PER_FACE * faces,
+               PYTHON_BASE + PIECE_BASE + PIECE_BYTES_PER_FACE * -(-faces // pieces),
+               2 * PYTHON_BASE + DECIMATE_BYTES_PER_FACE * stitched)
+    return pieces, peak
+
+
 def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
          budget: int | None = None) -> Plan:
     """The plan for an asset of ``faces`` input faces and ``voxels`` voxels exported to
@@ -106,7 +139,10 @@ def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
         "bake": held_bake + BAKE_BYTES_PER_TEXEL * chunk,
         "seams": held_bake + SEAM_BYTES_PER_TEXEL * texels,
     }
-    result = Plan(budget, batch, chunk, peaks)
+    pieces = 0
+    if peaks["decimate"] > budget and faces > target:
+        pieces, peaks["decimate"] = pieced_decimation(faces, target, budget)
+    result = Plan(budget, batch, chunk, peaks, pieces)
     if result.peak > budget:
         step = max(peaks, key=peaks.get)
         need = -(-peaks[step] // GIB)  # whole GiB, rounded up

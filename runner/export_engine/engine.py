@@ -20,7 +20,7 @@ from stageload.pixal3d.choices import MAX_DECIMATION_TARGET
 
 from . import budget as budgeting
 from .asset import inspect_asset, load_asset, load_voxels
-from .errors import BadAsset, BudgetTooSmall
+from .errors import BadAsset, BudgetTooSmall, PiecesUnavailable
 from .steps import Steps
 
 DEFAULT_DECIMATION_TARGET = 1_000_000
@@ -61,15 +61,44 @@ def _plan(path: Path, levers: ExportLevers):
         raise BadAsset(None, f"{path} is not a file", "Check the path of the asset (.npz).")
     budgeting.check_file(path.stat().st_size, levers.budget)  # before a byte is read
     members = inspect_asset(path)
-    return budgeting.plan(faces=members["faces"].shape[0], voxels=members["coords"].shape[0],
+    plan = budgeting.plan(faces=members["faces"].shape[0], voxels=members["coords"].shape[0],
                           target=levers.decimation_target, texture=levers.texture_size,
                           file_bytes=path.stat().st_size, budget=levers.budget)
+    if plan.decimate_pieces:
+        import importlib.util
+
+        if importlib.util.find_spec("pymeshlab") is None:  # refused now, never a fallback
+            raise PiecesUnavailable(plan.budget)
+    return plan
+
+
+def _decimate(cleaned: Path, decimated: Path, levers: ExportLevers, plan, steps: Steps,
+              workdir: Path) -> dict:
+    """The decimate step: one fast-simplification call, or (``plan.decimate_pieces``) the
+    pieced decimation of ``pieces.py`` — its ``stage`` event says which (``method``), its
+    ``progress`` events carry ``pieces``. Returns the step's facts for the result."""
+    from .pieces import decimate_in_pieces
+    from .stoppable import call
+
+    if plan.decimate_pieces:
+        steps.begin("decimate", method="pieces", pieces=plan.decimate_pieces)
+        steps.progress(0.0, force=True, pieces=plan.decimate_pieces)
+        done = decimate_in_pieces(cleaned, decimated, levers.decimation_target,
+                                  plan.decimate_pieces, workdir, steps)
+        return {"method": "pieces", **done}
+    steps.begin("decimate", method="one call")
+    steps.progress(0.0, force=True)
+    call("runner.export_engine.decimate:simplify_file", None,
+         {"inp": str(cleaned), "out": str(decimated), "target": levers.decimation_target},
+         workdir, steps)
+    return {"method": "one call", "pieces": 1}
 
 
 def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: Path):
     """load (validate the mesh, then drop it), cleanup and decimate (each a child process
     reading and writing files in ``workdir``: this process never holds the full mesh while
-    they run), uv_unwrap. Returns (asset without arrays, unwrapped mesh, normals, faces in)."""
+    they run), uv_unwrap. Returns (asset without arrays, unwrapped mesh, normals, faces in,
+    the decimation's facts)."""
     import numpy as np
 
     from .glb import vertex_normals
@@ -84,11 +113,7 @@ def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: P
     steps.progress(0.0, force=True)
     call("runner.export_engine.cleanup:clean_file", None,
          {"asset": str(path), "out": str(cleaned)}, workdir, steps)
-    steps.begin("decimate")
-    steps.progress(0.0, force=True)
-    call("runner.export_engine.decimate:simplify_file", None,
-         {"inp": str(cleaned), "out": str(decimated), "target": levers.decimation_target},
-         workdir, steps)
+    decimation = _decimate(cleaned, decimated, levers, plan, steps, workdir)
     cleaned.unlink()
     with np.load(decimated) as data:
         vertices, faces = data["vertices"], data["faces"]
@@ -96,7 +121,7 @@ def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: P
     steps.begin("uv_unwrap")
     mesh = unwrap(vertices, faces, levers.texture_size, plan.unwrap_batch_faces, workdir, steps)
     normals = vertex_normals(vertices, faces)[mesh.source]
-    return asset, mesh, normals, faces_in
+    return asset, mesh, normals, faces_in, decimation
 
 
 def _texture_steps(asset, mesh, levers: ExportLevers, plan, steps: Steps):
@@ -129,15 +154,19 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     ``levers``: ``ExportLevers``. ``emit``: event sink for the sub-steps' ``stage`` events
     (``parent`` "export") and ``progress`` events. ``cancel``: None, a callable returning True,
     or a ``threading.Event``: checked at every piece (a cancel is honoured within about a
-    second; the decimation's single library call runs in a child process that is killed).
+    second; each decimation call — the single one or a piece's — runs in a child process that
+    is killed).
     ``overwrite``: replace an existing ``output`` (else ``FileExistsError``).
 
     Returns ``{"output", "faces_in", "faces", "vertices", "texture_size", "alpha_mode",
     "charts", "unwrap_batches", "utilization", "orphan_texels", "voxels", "budget",
-    "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak", "seconds", "step_seconds"}``
-    (bytes, seconds). Raises ``BadAsset`` (nothing read beyond the headers when the budget
-    refuses it), ``ExportCancelled``, ``ValueError`` (a bad lever), ``FileExistsError``; no
-    GLB is left at ``output`` unless it returns.
+    "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak", "decimation", "seconds",
+    "step_seconds"}`` (bytes, seconds; ``decimation``: ``{"method": "one call" | "pieces",
+    "pieces", …}``, the pieced path's ``piece_faces`` and ``stitched`` faces too). Raises
+    ``BadAsset`` (nothing read beyond the headers when the budget refuses it),
+    ``PiecesUnavailable`` (the budget needs the pieced decimation and pymeshlab is missing:
+    refused before reading), ``ExportCancelled``, ``ValueError`` (a bad lever),
+    ``FileExistsError``; no GLB is left at ``output`` unless it returns.
     """
     from .glb import write
 
@@ -150,7 +179,8 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     steps.begin("load")
     plan = _plan(path, levers)
     with tempfile.TemporaryDirectory(prefix=".export-", dir=output.parent) as work:
-        loaded, mesh, normals, faces_in = _mesh_steps(path, levers, plan, steps, Path(work))
+        loaded, mesh, normals, faces_in, decimation = _mesh_steps(path, levers, plan, steps,
+                                                                  Path(work))
     baked, voxel_count = _texture_steps(loaded, mesh, levers, plan, steps)
     steps.begin("write")
     written = write(output, mesh.vertices, mesh.faces, mesh.uv, normals, baked.channels,
@@ -164,6 +194,7 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
             "voxels": voxel_count, "budget": plan.budget,
             "unwrap_batch_faces": plan.unwrap_batch_faces,
             "bake_chunk_texels": plan.bake_chunk_texels, "predicted_peak": plan.peak,
+            "decimation": decimation,
             "seconds": round(time.perf_counter() - start, 3),
             "step_seconds": {k: round(v, 3) for k, v in steps.seconds.items()}}
 

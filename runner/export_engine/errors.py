@@ -42,6 +42,23 @@ class BudgetTooSmall(ValueError):
         self.hint = f"Give --export-budget {minimum >> 20}M or more."
 
 
+class PiecesUnavailable(RuntimeError):
+    """The budget needs the decimation in pieces (``pieces.py``) and this interpreter cannot
+    import pymeshlab, which it uses: refused before anything is read (never a silent change of
+    method). ``kind``: the runner's ``missing_dependency`` (exit 34)."""
+
+    kind = "missing_dependency"
+
+    def __init__(self, budget: int):
+        from stageload.units import format_size
+
+        super().__init__(f"An export budget of {format_size(budget)} needs the decimation in "
+                         "pieces, which needs pymeshlab; this Python cannot import it.")
+        self.hint = ("Install pymeshlab into the export's Python, or raise --export-budget "
+                     "(the one-call decimation needs no pymeshlab).")
+        self.message = str(self)
+
+
 class ExportCancelled(Exception):
     """The caller's cancel flag was set; ``step`` is the sub-step that noticed it."""
 

@@ -37,6 +37,7 @@ class Steps:
         self._began = 0.0
         self._last_progress = 0.0
         self._fraction = 0.0
+        self._fields: dict = {}
 
     def cancelled(self) -> bool:
         flag = self._cancel
@@ -49,21 +50,25 @@ class Steps:
         if self.cancelled():
             raise ExportCancelled(self.current or "export")
 
-    def begin(self, step: str) -> None:
-        """End the current step and announce ``step`` (index among ``SUBSTEPS``)."""
+    def begin(self, step: str, **fields) -> None:
+        """End the current step and announce ``step`` (index among ``SUBSTEPS``); ``fields``
+        go into its ``stage`` event (e.g. the decimation's ``method``)."""
         self.check()
         self.end()
         self.current = step
         self._began = self._last_progress = time.perf_counter()
         self._fraction = 0.0
+        self._fields = {}
         self.emit(make_event("stage", stage=step, index=SUBSTEPS.index(step),
-                             count=len(SUBSTEPS), parent=PARENT))
+                             count=len(SUBSTEPS), parent=PARENT, **fields))
 
-    def progress(self, fraction: float, force: bool = False) -> None:
+    def progress(self, fraction: float, force: bool = False, **fields) -> None:
         """After a cancel check, a ``progress`` event (at most one per ``PROGRESS_EVERY`` s
         unless ``force``): ``stage`` "export" with ``fraction`` of the whole export (the steps'
-        ``WEIGHTS``), ``substep`` and ``substep_fraction`` (``fraction``, 0..1, of this one)."""
+        ``WEIGHTS``), ``substep`` and ``substep_fraction`` (``fraction``, 0..1, of this one),
+        and ``fields`` (kept for this step's later events: the heartbeat repeats them)."""
         self.check()
+        self._fields = {**self._fields, **fields}
         now = time.perf_counter()
         if force or now - self._last_progress >= PROGRESS_EVERY:
             self._last_progress = now
@@ -72,7 +77,8 @@ class Steps:
             done = sum(WEIGHTS[s] for s in SUBSTEPS[:SUBSTEPS.index(self.current)])
             whole = (done + WEIGHTS[self.current] * own) / sum(WEIGHTS.values())
             self.emit(make_event("progress", stage=PARENT, fraction=round(whole, 4),
-                                 substep=self.current, substep_fraction=round(own, 4)))
+                                 substep=self.current, substep_fraction=round(own, 4),
+                                 **self._fields))
 
     def heartbeat(self) -> None:
         """While a child process works (``stoppable``): a cancel check, and the last

@@ -1,0 +1,117 @@
+"""The decimation in pieces (``runner/export_engine/pieces.py``): the pieces' borders are kept
+exactly (pymeshlab's ``preserveboundary``), so the stitched mesh has no crack — a closed input
+stays closed and an open one keeps its border edges —, the final pass reaches the target, the
+budget takes the pieces only when one call does not fit and says so, and a cancel stops a
+piece's child process."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from runner.export_engine import ExportCancelled, budget
+from runner.export_engine.pieces import decimate_in_pieces, decimate_locked, split, stitch
+from runner.export_engine.steps import Steps
+from standin.sphere_asset import sphere_mesh
+
+
+def border_edges(faces: np.ndarray) -> np.ndarray:
+    """Edges (sorted vertex pairs) used by exactly one face."""
+    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    unique, count = np.unique(e, axis=0, return_counts=True)
+    return unique[count == 1]
+
+
+def border_coords(vertices: np.ndarray, faces: np.ndarray) -> set:
+    """The border edges as pairs of exact coordinates (independent of vertex numbering)."""
+    return {tuple(sorted((tuple(vertices[a].tolist()), tuple(vertices[b].tolist()))))
+            for a, b in border_edges(faces)}
+
+
+def open_sphere(subdivisions: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bumpy sphere with a cap cut off (an open border) and compacted."""
+    vertices, faces = sphere_mesh(subdivisions)
+    keep = faces[vertices[faces].mean(axis=1)[:, 2] < 0.25]
+    used, inverse = np.unique(keep, return_inverse=True)
+    return vertices[used], inverse.reshape(keep.shape).astype(np.int32)
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_pieces_stitch_without_cracks(closed):
+    vertices, faces = sphere_mesh(5) if closed else open_sphere(5)
+    before = border_coords(vertices, faces)
+    assert (len(before) == 0) == closed
+    parts = split(vertices, faces, 3)
+    assert sum(len(f) for _, f in parts) == len(faces)
+    assert all(len(border_edges(f)) > 0 for _, f in parts)  # each piece is cut open
+    decimated = [decimate_locked(v, f, len(f) // 4) for v, f in parts]
+    assert sum(len(f) for _, f in decimated) < len(faces) / 3
+    for (v0, f0), (v1, f1) in zip(parts, decimated, strict=True):
+        assert border_coords(v0, f0) == border_coords(v1, f1)  # every border edge kept exactly
+    v, f = stitch(decimated)
+    assert border_coords(v, f) == before  # no crack: closed stays closed, open keeps its border
+
+
+def _mesh_file(path, vertices, faces):
+    np.savez(path, vertices=vertices, faces=faces)
+    return path
+
+
+def test_decimate_in_pieces_reaches_the_target_and_reports_the_pieces(tmp_path):
+    vertices, faces = sphere_mesh(6)  # 81,920 faces
+    events: list[dict] = []
+    steps = Steps(events.append)
+    steps.begin("decimate", method="pieces", pieces=4)
+    out = tmp_path / "out.npz"
+    done = decimate_in_pieces(_mesh_file(tmp_path / "in.npz", vertices, faces), out, 8000, 4,
+                              tmp_path, steps)
+    assert done["pieces"] == 4 and sum(done["piece_faces"]) == len(faces)
+    assert done["stitched"] > 8000
+    with np.load(out) as data:
+        v, f = data["vertices"], data["faces"]
+    assert abs(len(f) - 8000) <= 0.02 * 8000 and done["faces"] == len(f)
+    assert len(border_edges(f)) == 0  # watertight, as the input
+    assert events[0]["event"] == "stage" and events[0]["method"] == "pieces"
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress and all(e["pieces"] == 4 for e in progress)
+    assert [e["piece"] for e in progress] == sorted(e["piece"] for e in progress)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "out.npz"]
+
+
+def test_a_cancel_stops_a_piece_within_2_s(tmp_path):
+    vertices, faces = sphere_mesh(8)  # 1.3 M faces: each piece's call takes seconds
+    flag = threading.Event()
+    set_at: list[float] = []
+
+    def cancel():
+        set_at.append(time.monotonic())
+        flag.set()
+
+    def emit(event):
+        if event.get("piece") == 1 and not set_at:
+            threading.Timer(1.0, cancel).start()  # while the first piece decimates
+
+    steps = Steps(emit, flag)
+    steps.begin("decimate", method="pieces", pieces=2)
+    inp = _mesh_file(tmp_path / "in.npz", vertices, faces)
+    del vertices, faces
+    with pytest.raises(ExportCancelled):
+        decimate_in_pieces(inp, tmp_path / "out.npz", 20_000, 2, tmp_path, steps)
+    assert set_at and time.monotonic() - set_at[0] < 2.0
+    assert psutil.Process().children(recursive=True) == []  # the piece's child was reaped
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_the_budget_takes_pieces_only_when_one_call_does_not_fit():
+    full = {"faces": 7_902_018, "voxels": 10_103_323, "target": 1_000_000, "texture": 2048,
+            "file_bytes": 506 << 20}
+    default = budget.plan(**full)
+    assert default.decimate_pieces == 0  # the default budget keeps the measured one call
+    small = budget.plan(budget=2 << 30, **full)
+    assert small.decimate_pieces >= 2 and small.peak <= 2 << 30
+    assert small.peaks["decimate"] < default.peaks["decimate"]
+    pieces, peak = budget.pieced_decimation(full["faces"], full["target"], 2 << 30)
+    assert (pieces, peak) == (small.decimate_pieces, small.peaks["decimate"])
