@@ -183,6 +183,7 @@ def main(argv=None) -> int:
         row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
                                                  row["texture"], p["resolution"])
         row["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        row["merged"] = bool(a.only)  # measured after the benchmark's own pass
         _put(result, row)
         for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
             if (a.work / f"{name}.{f}").exists():

@@ -7,7 +7,8 @@ its own, measured from outside twice:
   seconds are read with ``stageload.summary.summarize`` — the sub-steps being ``stage`` events
   with ``"parent": "export"``, as the product writes them;
 - this process's own ``stageload.meter.Sampler`` on the runner's whole process tree
-  (supervisor + export process), every ``INTERVAL`` s.
+  (supervisor + export process), every ``INTERVAL`` s;
+- how the decimation ran (the ``decimate`` sub-step's ``method``: one call, or in pieces).
 
 A figure that stops being measured fails the run (``MeasurementMissing``): an export stage
 without samples, a sub-step of ``SUBSTEPS`` missing or without seconds.
@@ -84,9 +85,21 @@ def export_figures(trace: Path) -> dict:
     if missing:
         raise MeasurementMissing(f"{trace}: sub-steps not measured: {', '.join(missing)}")
     return {"peak": st["peak"], "peak_hwm": st.get("peak_hwm"), "seconds": st["seconds"],
-            "samples": st["samples"],
+            "samples": st["samples"], "decimation": _decimation(trace),
             "substeps": {n: {"peak": subs[n]["peak"], "seconds": subs[n]["seconds"]}
                          for n in subs}}
+
+
+def _decimation(trace: Path) -> dict:
+    """How the export decimated: the ``decimate`` sub-step's ``stage`` event's ``method`` and
+    ``pieces`` (a trace of before they were written: ``method`` None)."""
+    from stageload.trace import iter_lines
+
+    for event in iter_lines(trace):
+        if event.get("event") == "stage" and event.get("parent") == "export" \
+                and event.get("stage") == "decimate":
+            return {"method": event.get("method"), "pieces": event.get("pieces", 1)}
+    return {"method": None, "pieces": None}
 
 
 def _worker_command(asset: Path, glb: Path, *, target: int, texture: int,

@@ -57,7 +57,11 @@ SEAM_BYTES_PER_TEXEL = 24
 OUT_BYTES_PER_FACE = 120          # the decimated, unwrapped mesh with UVs and normals
 SPLIT_BYTES_PER_FACE = 60         # the slab split: the mesh, centroids, slab labels, one piece
 PIECE_BASE = 100 << 20            # a piece's child: the interpreter with numpy and pymeshlab
-PIECE_BYTES_PER_FACE = 300        # pymeshlab's mesh and heap per face of the piece
+#   imported (VmHWM 98 MiB here)
+PIECE_BYTES_PER_FACE = 480        # pymeshlab's mesh and heap per face of the piece: a
+#   3.95 M-face piece of the 7.9 M-face asset held the tree at 2.06 GB (about 470 B a face over
+#   the two processes' bases; notes/budget.md); a 655 k-face sphere piece about 260 B a face
+#   (its collapse heap grows with the piece)
 PIECE_SHARE = 0.75                # share of the budget one piece's process tree may take
 MAX_PIECES = 64
 UNWRAP_BATCH = (20_000, 250_000)

@@ -74,3 +74,42 @@ def test_report_regenerates_the_docs_block(result, tmp_path):
     text = doc.read_text()
     assert "OLD" not in text and text.startswith("before\n") and text.endswith("after\n")
     assert report.tables(r) in text
+
+
+def test_the_2g_budget_glb_has_its_quality_measured(result):
+    from bench.export_engine import report
+
+    r = result["json"]
+    assert r["quality_budget_2g"]["target"] == 4000
+    names = [f"{report.BUDGET_2G}{name}" for name in r["quality"]["checks"]]
+    assert set(names) <= set(r["analysis"]["checks"])
+    assert "Quality of the --export-budget 2G GLB" in result["table"]
+
+
+def test_only_reruns_one_run_and_merges_it(result):
+    """``--only faces_8k``: that row is measured again (its own time, said in the header), every
+    other row and the quality are the first pass's, the order is kept."""
+    before = json.loads((result["out"] / "export_engine.json").read_text())
+    cmd = [sys.executable, "-m", "bench.export_engine", "--quick", "--resolution", "64",
+           "--target", "4000", "--faces", "8000", "--texture", "512", "--textures", "1024",
+           "--via", "worker", "--out", str(result["out"]),
+           "--work", str(result["out"].parent / "work"), "--only", "faces_8k",
+           "--picture", str(REPO / "tests" / "data" / "images" / "typical_humanoid_goblin.png")]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          check=False)
+    assert proc.returncode in (0, 1), proc.stderr[-4000:]
+    after = json.loads((result["out"] / "export_engine.json").read_text())
+    assert [x["name"] for x in after["runs"]] == [x["name"] for x in before["runs"]]
+    assert after["measured"] == before["measured"] and after["complete"]
+    for old, new in zip(before["runs"], after["runs"], strict=True):
+        if new["name"] == "faces_8k":
+            assert new["measured"] > before["measured"] and new["merged"]
+        else:
+            assert new["export"] == old["export"] and new["measured"] == old["measured"]
+            assert not new.get("merged")
+    assert after["quality"] == before["quality"]
+    table = (result["out"] / "table.md").read_text()
+    assert f"rows measured later with `--only`: faces_8k {after['runs'][2]['measured']}" in table
+    bad = subprocess.run([c if c != "faces_8k" else "nonesuch" for c in cmd], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode != 0 and "no such run nonesuch" in bad.stderr

@@ -71,7 +71,7 @@ def test_decimate_in_pieces_reaches_the_target_and_reports_the_pieces(tmp_path):
     assert done["pieces"] == 4 and sum(done["piece_faces"]) == len(faces)
     assert done["stitched"] > 8000
     with np.load(out) as data:
-        v, f = data["vertices"], data["faces"]
+        f = data["faces"]
     assert abs(len(f) - 8000) <= 0.02 * 8000 and done["faces"] == len(f)
     assert len(border_edges(f)) == 0  # watertight, as the input
     assert events[0]["event"] == "stage" and events[0]["method"] == "pieces"
@@ -115,3 +115,95 @@ def test_the_budget_takes_pieces_only_when_one_call_does_not_fit():
     assert small.peaks["decimate"] < default.peaks["decimate"]
     pieces, peak = budget.pieced_decimation(full["faces"], full["target"], 2 << 30)
     assert (pieces, peak) == (small.decimate_pieces, small.peaks["decimate"])
+
+
+# -- through `python -m runner export`, a budget too small for one call ---------------------
+BUDGET = "480M"
+"""For the 1.3 M-face sphere: cleanup fits (about 390 MiB), one decimation call does not
+(about 570 MiB), five pieces do (about 340 MiB): ``budget.plan``'s figures."""
+PIECES = 5
+
+
+@pytest.fixture(scope="module")
+def big_sphere(tmp_path_factory):
+    from standin.sphere_asset import make_sphere_asset
+
+    return make_sphere_asset(tmp_path_factory.mktemp("pieces") / "sphere.npz", subdivisions=8,
+                             resolution=96)
+
+
+def _runner(args, cwd, **kwargs):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "runner", "export", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=cwd, **kwargs)
+
+
+def test_the_plan_of_the_test_budget_takes_pieces():
+    from stageload.units import parse_size
+
+    common = {"faces": 1_310_720, "voxels": 70_000, "target": 20_000, "texture": 512,
+              "file_bytes": 70 << 20}
+    assert budget.plan(**common).decimate_pieces == 0
+    small = budget.plan(budget=parse_size(BUDGET), **common)
+    assert small.decimate_pieces == PIECES and small.peak <= parse_size(BUDGET)
+
+
+@pytest.mark.slow
+def test_runner_export_decimates_in_pieces_when_the_budget_is_small(big_sphere, tmp_path,
+                                                                    repo_root):
+    """The method is visible (the decimate stage's ``method`` and ``pieces``, ``progress``
+    with ``pieces``, the result's ``decimation``); the GLB is as closed as the sphere (no
+    crack at the pieces' seams) and within 2 % of the target."""
+    import json
+
+    import trimesh
+
+    out = tmp_path / "sphere.glb"
+    proc = _runner([big_sphere, "-o", out, "--export-budget", BUDGET, "--decimation-target",
+                    "20000", "--texture-size", "512"], repo_root)
+    stdout, _ = proc.communicate(timeout=900)
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert proc.returncode == 0, events[-1]
+    stage = next(e for e in events if e.get("parent") == "export" and e["stage"] == "decimate")
+    assert stage["method"] == "pieces" and stage["pieces"] == PIECES
+    progress = [e for e in events if e["event"] == "progress" and e["substep"] == "decimate"]
+    assert progress and all(e["pieces"] == PIECES for e in progress)
+    info = events[-1]["info"]["export"]
+    assert info["decimation"] == {**info["decimation"], "method": "pieces", "pieces": PIECES}
+    mesh = trimesh.load(out, force="mesh", process=False)
+    assert abs(len(mesh.faces) - 20_000) <= 0.02 * 20_000
+    mesh.merge_vertices(merge_tex=True, merge_norm=True)  # the UV seams' copies
+    assert len(border_edges(np.asarray(mesh.faces))) == 0  # watertight, as the sphere
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sphere.glb", "sphere.trace.jsonl"]
+
+
+@pytest.mark.slow
+def test_runner_export_cancel_stops_a_piece_within_2_s(big_sphere, tmp_path, repo_root):
+    import json
+    import signal
+
+    out = tmp_path / "sphere.glb"
+    proc = _runner([big_sphere, "-o", out, "--export-budget", BUDGET, "--decimation-target",
+                    "20000", "--texture-size", "512"], repo_root)
+    began = False
+    for line in proc.stdout:  # every event, in order, until a piece is being decimated
+        event = json.loads(line)
+        if event["event"] == "progress" and event.get("piece") == 1:
+            began = True
+            break
+    assert began, "the decimation in pieces never began"
+    time.sleep(1.0)  # inside the first piece's pymeshlab call
+    family = psutil.Process(proc.pid).children(recursive=True)
+    assert len(family) >= 2  # the export process and the piece's child
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    assert time.monotonic() - sent < 2.0
+    last = [json.loads(line) for line in proc.stdout][-1]
+    assert last["event"] == "error" and last["kind"] == "cancelled"
+    _gone, alive = psutil.wait_procs(family, timeout=15)
+    assert alive == []
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if ".job-" in p.name]
