@@ -95,9 +95,15 @@ def _decimation(trace: Path) -> dict:
     ``pieces`` (a trace of before they were written: ``method`` None)."""
     from stageload.trace import iter_lines
 
-    for event in iter_lines(trace):
-        if event.get("event") == "stage" and event.get("parent") == "export" \
-                and event.get("stage") == "decimate":
+    for line in iter_lines(trace):
+        if b'"decimate"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:  # a damaged line says nothing about the decimation
+            continue
+        if isinstance(event, dict) and event.get("event") == "stage" \
+                and event.get("parent") == "export" and event.get("stage") == "decimate":
             return {"method": event.get("method"), "pieces": event.get("pieces", 1)}
     return {"method": None, "pieces": None}
 
