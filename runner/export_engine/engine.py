@@ -64,12 +64,17 @@ def _plan(path: Path, levers: ExportLevers):
     plan = budgeting.plan(faces=members["faces"].shape[0], voxels=members["coords"].shape[0],
                           target=levers.decimation_target, texture=levers.texture_size,
                           file_bytes=path.stat().st_size, budget=levers.budget)
-    if plan.decimate_pieces:
-        import importlib.util
-
-        if importlib.util.find_spec("pymeshlab") is None:  # refused now, never a fallback
-            raise PiecesUnavailable(plan.budget)
+    if plan.decimate_pieces and not has_pymeshlab():  # refused now, never a fallback
+        raise PiecesUnavailable(plan.budget)
     return plan
+
+
+def has_pymeshlab() -> bool:
+    """Whether this interpreter can import pymeshlab (the pieced decimation's library), found
+    without importing it (it loads about 100 MB of native libraries)."""
+    import importlib.util
+
+    return importlib.util.find_spec("pymeshlab") is not None
 
 
 def _decimate(cleaned: Path, decimated: Path, levers: ExportLevers, plan, steps: Steps,

@@ -207,3 +207,25 @@ def test_runner_export_cancel_stops_a_piece_within_2_s(big_sphere, tmp_path, rep
     _gone, alive = psutil.wait_procs(family, timeout=15)
     assert alive == []
     assert not out.exists() and not [p for p in tmp_path.iterdir() if ".job-" in p.name]
+
+
+def test_a_budget_that_needs_pieces_is_refused_without_pymeshlab(monkeypatch, tmp_path):
+    """Where the export's Python has no pymeshlab (the extension does not bundle it yet), the
+    pieced path is refused before a byte of the arrays is read — never a silent fallback to
+    the one call that does not fit. ``has_pymeshlab`` is patched: this venv has pymeshlab."""
+    import dataclasses
+
+    from runner.export_engine import ExportLevers, engine, export_asset
+    from runner.export_engine.errors import PiecesUnavailable
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "s.npz", subdivisions=3, resolution=32)
+    plan = budget.plan
+    monkeypatch.setattr(budget, "plan", lambda **k: dataclasses.replace(plan(**k),
+                                                                        decimate_pieces=2))
+    monkeypatch.setattr(engine, "has_pymeshlab", lambda: False)
+    with pytest.raises(PiecesUnavailable, match="needs the decimation in pieces") as info:
+        export_asset(asset, tmp_path / "s.glb", ExportLevers(budget=1 << 30))
+    assert info.value.kind == "missing_dependency" and "pymeshlab" in info.value.hint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]
+    assert engine.has_pymeshlab.__module__ == __name__  # the patch, not the real check
