@@ -1,10 +1,11 @@
-"""``python -m runner`` — one image (default), ``batch``, ``check`` or ``export`` (a saved
-asset → GLB); see docs/runner.md.
+"""``python -m runner`` — one image (default; ``run`` in front of it is allowed), ``batch``,
+``check`` or ``export`` (a saved asset → GLB); see docs/runner.md.
 
 Only the standard library is imported before dispatch, so an interpreter that lacks Pillow,
 NumPy or psutil still answers with a protocol ``error`` event (kind ``missing_dependency``)
 instead of a traceback.
 """
+import os
 import sys
 
 from .errors import RunnerError
@@ -31,6 +32,10 @@ def main(argv=None) -> int:
     A closed stdin, stdout or stderr is pointed at /dev/null before anything else."""
     reopen_closed_std_fds()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run" and not os.path.lexists("run"):
+        # `python -m runner run IMAGE …` (a guessed subcommand) is the single run; a file
+        # named `run` in the current folder is still taken as the image
+        argv = argv[1:]
     mode = argv[0] if argv and argv[0] in ("batch", "check", "export") else "single"
     try:
         import importlib

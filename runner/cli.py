@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,12 +21,38 @@ DEFAULT_GRACE = 1.0
 worker's group): short, so a cancel is complete within 2 s."""
 
 
+_NEGATIVE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
+"""A value that starts like a negative number, size or percentage (``-5%``, ``-1G``, ``-.5``,
+``-inf``): argparse takes only plain negative numbers (``-3``) for values, anything else
+starting with ``-`` for an option."""
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` whose errors raise ``RunnerError('usage')`` instead of printing and
-    exiting, so the caller can report them as an ``error`` event (``--help`` still prints)."""
+    exiting, so the caller can report them as an ``error`` event (``--help`` still prints).
+    A negative-looking value after an option that takes one (``--wait-free -5%``) is read as
+    that option's value (``--wait-free=-5%``), so its range check gives the real message
+    instead of argparse's "expected one argument"."""
 
     def error(self, message):
         raise RunnerError("usage", f"{self.prog}: {message}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        joined, i = [], 0
+        while i < len(args):
+            token = args[i]
+            action = self._option_string_actions.get(token) if isinstance(token, str) else None
+            following = args[i + 1] if i + 1 < len(args) else None
+            if (action is not None and action.nargs is None and isinstance(following, str)
+                    and _NEGATIVE.match(following)
+                    and following not in self._option_string_actions):
+                joined.append(f"{token}={following}")
+                i += 2
+                continue
+            joined.append(token)
+            i += 1
+        return super().parse_known_args(joined, namespace)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, command: str = "run") -> None:
@@ -117,9 +144,12 @@ def build_parser() -> ArgumentParser:
         prog="python -m runner",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Image → textured GLB in a guarded worker process; NDJSON events on stdout\n"
-                    "(runner/PROTOCOL.md). Other commands: `python -m runner batch DIR -o "
-                    "OUTDIR`,\n"
-                    "`python -m runner check`.",
+                    "(runner/PROTOCOL.md). `python -m runner run IMAGE -o OUT.glb` is the same.\n"
+                    "Other commands, each with its own --help:\n"
+                    "  python -m runner batch DIR -o OUTDIR           every image of a folder, "
+                    "resumable\n"
+                    "  python -m runner export ASSET.npz -o OUT.glb   a saved asset → GLB\n"
+                    "  python -m runner check                         what can run here",
         epilog=EXIT_EPILOG)
     parser.add_argument("image", help="the input image (PNG, JPEG, WebP …)")
     parser.add_argument("-o", "--output", required=True, help="the GLB to write (…/name.glb)")
@@ -210,5 +240,10 @@ def internal_failure(emitter: Emitter, exc: BaseException) -> int:
 
 def usage_failure(err: RunnerError, mode: str) -> int:
     """Report a command-line error: ``hello`` then ``error`` on stdout, the message on stderr
-    (``protocol.early_failure``)."""
+    (``protocol.early_failure``). The usual usage hint points to the command's own ``--help``
+    (``python -m runner batch --help`` for ``mode`` ``batch``, …)."""
+    from .errors import KINDS
+
+    if err.kind == "usage" and err.hint == KINDS["usage"].hint and mode != "single":
+        err.hint = f"Run `python -m runner {mode} --help` for the options."
     return early_failure(err, mode)

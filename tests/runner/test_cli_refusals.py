@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 HUMAN_PREFIX = "runner: "
 
@@ -38,3 +40,43 @@ def test_a_dangling_symlink_at_the_output_is_refused_before_the_job(rt, characte
     assert os.readlink(link) == str(tmp_path / "nonexistent_target.glb")
     assert not (tmp_path / "dangling.trace.jsonl").exists()
     assert not (tmp_path / "nonexistent_target.glb").exists()
+
+
+def test_the_help_names_every_command(rt):
+    proc = subprocess.run([sys.executable, "-m", "runner", "--help"], capture_output=True,
+                          text=True, timeout=120, env=rt.env(), cwd=rt.REPO)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("batch DIR -o OUTDIR", "export ASSET.npz -o OUT.glb", "check",
+                    "run IMAGE -o OUT.glb"):
+        assert f"python -m runner {command}" in proc.stdout, command
+
+
+def test_each_commands_usage_error_points_to_its_own_help(rt, tmp_path):
+    for command in ("batch", "export", "check"):
+        fin = rt.run([command, "--no-such-option"])
+        assert fin.returncode == 2 and fin.last()["kind"] == "usage", command
+        assert fin.last()["hint"] == f"Run `python -m runner {command} --help` for the options."
+        assert f"`python -m runner {command} --help`" in fin.stderr
+    single = rt.run(["--no-such-option", tmp_path / "a.png", "-o", tmp_path / "a.glb"])
+    assert single.last()["hint"] == "Run `python -m runner --help` for the options."
+
+
+def test_negative_values_reach_their_range_check(rt, tmp_path):
+    """``--wait-free -5%`` used to be argparse's "expected one argument"."""
+    fin = rt.run(["--wait-free", "-5%", tmp_path / "a.png", "-o", tmp_path / "a.glb"])
+    assert fin.returncode == 2, fin.stderr
+    message = fin.last()["message"]
+    assert "'-5%'" in message and "between 0% and 100%" in message
+    assert "expected one argument" not in message
+    export = rt.run(["export", tmp_path / "a.npz", "-o", tmp_path / "a.glb",
+                     "--export-budget", "-1G"])
+    assert export.returncode == 2 and "cannot be negative" in export.last()["message"]
+    # an option name after an option is still the missing value it always was
+    missing = rt.run([tmp_path / "a.png", "-o", tmp_path / "a.glb", "--trace", "--overwrite"])
+    assert missing.returncode == 2 and "expected one argument" in missing.last()["message"]
+
+
+def test_run_in_front_of_the_image_is_the_single_run(rt, character, tmp_path):
+    fin = rt.run(["run", character, "-o", tmp_path / "a.glb"])
+    assert fin.returncode == 0, fin.stderr[-2000:]
+    assert fin.last()["event"] == "result" and (tmp_path / "a.glb").is_file()
