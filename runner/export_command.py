@@ -37,7 +37,6 @@ from .jobtrace import log
 from .outputs import (
     check_output,
     check_path_limits,
-    check_trace,
     discard,
     job_dir,
     sweep_stale_job_dirs,
@@ -80,11 +79,7 @@ class ExportRun(JobRun):
             try:
                 self.validate()
                 self.admit()
-                info = self.outcome(self.spawn())
-                from .outputs import commit
-
-                commit(self.partial, self.output, self.job.overwrite)
-                self.partial = None
+                info = self.commit_output(self.outcome(self.spawn()))
             except RunnerError as err:
                 return self.finish(err)
             return self.finish(None, info)
@@ -118,7 +113,7 @@ class ExportRun(JobRun):
         check_path_limits(trace_path, "trace")
         self.claims = claim_all([self.output, trace_path])
         check_output(self.output, job.overwrite)
-        self.trace.open(check_trace(trace_path, job.overwrite), job.overwrite)
+        self.open_trace(trace_path, job.overwrite)  # a failed run's leftover is replaced
         self.publish(make("asset", **facts))
         if self.cancel:
             raise cancel_error(self.cancel, "before the export process started")

@@ -37,6 +37,7 @@ from .outputs import (
     discard_dir,
     failed_runs_trace,
     job_dir,
+    new_file_mode,
     sweep_stale_job_dirs,
     sweep_stale_partials,
     temp_path,
@@ -102,6 +103,17 @@ def _signal_error(signum: int) -> RunnerError:
     return RunnerError("worker_killed", f"The worker was killed by {name}.")
 
 
+def asset_kept(err: RunnerError, asset: str, output: Path) -> RunnerError:
+    """``err`` (the export's failure) saying that the decoded ``asset`` was kept and the
+    command that exports it again to ``output`` (``details.asset``: its path)."""
+    import shlex
+
+    again = f"python -m runner export {shlex.quote(asset)} -o {shlex.quote(str(output))}"
+    return RunnerError(err.kind, f"{err.message} The decoded asset was kept at {asset}; "
+                       f"re-export it with `{again}`.", err.hint, **{**err.details,
+                                                                     "asset": asset})
+
+
 class JobRun:
     """One job's run. ``emit`` gets each protocol object for stdout (with ``v``); the trace
     gets them too, plus the samples. ``preamble`` (e.g. ``hello``) is written first into the
@@ -153,11 +165,9 @@ class JobRun:
                 info = self.outcome(self.spawn())
                 handover = info.pop("handover", None)
                 if handover:  # the model process has exited: export on its own
-                    info = {**info, **self.outcome(self.spawn_export(handover))}
-                commit(self.partial, self.output, self.job.overwrite)
-                self.partial = None
-                if handover and self.job.options.get("keep_asset"):
-                    info["asset"] = self.keep_asset(handover)
+                    info = self.export_handover(info, handover)
+                else:
+                    info = self.commit_output(info)
             except RunnerError as err:
                 return self.finish(err)
             return self.finish(None, info)
@@ -207,13 +217,22 @@ class JobRun:
         # Held until the job's last line: no other runner writes this GLB or trace meanwhile.
         self.claims = claim_all([self.output, trace_path])
         check_output(self.output, job.overwrite)  # again: it may have appeared before the claim
+        self.open_trace(trace_path, replace)
+        return info
+
+    def open_trace(self, trace_path: Path, replace: bool) -> None:
+        """Check (``check_trace``) and open the job's trace at ``trace_path``, after the output
+        was checked and both were claimed. ``replace``: an earlier runner trace there may be
+        replaced (``--overwrite``, a batch re-run). Without it, the runner's own leftover of a
+        failed or cancelled run of this output (``failed_runs_trace``: its ``hello`` names this
+        output and a runner no longer running, it does not end in ``result``, no GLB) is
+        replaced, one stderr line saying so, so the same command works again after a failure
+        (docs/runner.md). Raises ``RunnerError`` (``check_trace``'s kinds)."""
         if not replace and failed_runs_trace(trace_path, self.output):
             log(f"replacing {trace_path}: the trace of an earlier run of {self.output.name} "
                 "that produced no GLB")
             replace = True
-        trace_path = check_trace(trace_path, replace)
-        self.trace.open(trace_path, replace)
-        return info
+        self.trace.open(check_trace(trace_path, replace), replace)
 
     def kept_asset_path(self) -> Path:
         """Where ``--keep-asset`` keeps the hand-over asset: ``NAME.asset.npz`` beside the GLB."""
@@ -230,8 +249,10 @@ class JobRun:
 
     def keep_asset(self, handover: str) -> str | None:
         """Move the hand-over asset out of the job folder to :meth:`kept_asset_path` (after the
-        GLB was committed). A file that appeared there meanwhile is kept, with a warning; the
-        asset is then discarded with the job folder. Returns the kept path or None."""
+        GLB was committed, or after the export failed), with the mode of any new file (the
+        GLB's, ``new_file_mode``: the job folder's file is private). A file that appeared there
+        meanwhile is kept, with a warning; the asset is then discarded with the job folder, as
+        is one that cannot be moved (a warning says why). Returns the kept path or None."""
         import os
 
         target = self.kept_asset_path()
@@ -239,8 +260,44 @@ class JobRun:
             self.publish(make("warning", message=f"{target} appeared during the run; it was "
                               "kept and the asset was not", source="runner"))
             return None
-        os.replace(handover, target)
+        try:
+            os.chmod(handover, new_file_mode())
+            os.replace(handover, target)
+        except OSError as exc:
+            self.publish(make("warning", message=f"The asset could not be kept at {target} "
+                              f"({exc.strerror or exc}); it was discarded", source="runner"))
+            return None
         return str(target)
+
+    def export_handover(self, info: dict, handover: str) -> dict:
+        """The export process on the decoded asset ``handover`` (the model process has exited:
+        the file is complete), then the commit; returns ``info`` with the export's. With
+        ``--keep-asset`` the asset is kept beside the GLB (``info["asset"]``) — also when the
+        export fails or is cancelled, since it is the expensive part to make again: the error
+        then says where it is and how to export it again (``details.asset``). Raises
+        ``RunnerError``."""
+        keep = bool(self.job.options.get("keep_asset"))
+        try:
+            info = self.commit_output({**info, **self.outcome(self.spawn_export(handover))})
+        except RunnerError as err:
+            kept = self.keep_asset(handover) if keep else None
+            if kept is None:
+                raise
+            raise asset_kept(err, kept, self.output) from None
+        if keep:
+            info["asset"] = self.keep_asset(handover)
+        return info
+
+    def commit_output(self, info: dict) -> dict:
+        """Commit the partial GLB to the output (``commit``); returns ``info`` with the
+        engine's ``export.output`` naming the GLB, not the partial file the export process
+        wrote in the job folder. Raises ``RunnerError`` (``commit``'s kinds)."""
+        commit(self.partial, self.output, self.job.overwrite)
+        self.partial = None
+        export = info.get("export")
+        if isinstance(export, dict) and "output" in export:
+            info = {**info, "export": {**export, "output": str(self.output)}}
+        return info
 
     # -- admit ---------------------------------------------------------------------------------
     def admit(self) -> None:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RunnerError
+from .outputs import new_file_mode
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -126,7 +127,7 @@ def write_manifest(path: Path, data: dict) -> None:
     try:
         # mkstemp creates 0600; give the manifest the mode any new file gets (0666 & ~umask),
         # like the GLBs and traces next to it.
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -144,14 +145,6 @@ def _write_error(path: Path, exc: OSError) -> RunnerError:
     kind = "disk_full" if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) \
         else "output_unwritable"
     return RunnerError(kind, f"Cannot write the manifest {path} ({exc.strerror or exc}).")
-
-
-def _umask() -> int:
-    """The process's umask (read by setting and restoring it; no other thread creates files
-    while the manifest is written)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 @contextmanager

@@ -293,6 +293,16 @@ def check_trace(trace: str | Path, replace: bool = False) -> Path:
     return path
 
 
+def new_file_mode() -> int:
+    """The permission bits (``0666`` less the process's umask) any new file gets here: for a
+    file the runner made private first (``mkstemp``'s 0600, a hand-over in the 0700 job folder)
+    and then publishes beside the GLBs (the manifest, a kept asset). The umask is read by
+    setting and restoring it (no other thread creates files meanwhile)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def temp_path(output: Path) -> Path:
     """A fresh hidden name next to ``output`` for the partial GLB (keeps the ``.glb`` suffix, so
     exporters that go by the suffix write glTF binary)."""

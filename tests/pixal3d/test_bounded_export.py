@@ -103,6 +103,7 @@ def test_runner_export_re_exports_the_kept_asset_with_other_levers(kept, env, re
     result = events[-1]
     assert result["event"] == "result" and result["output"] == str(out)
     info = result["info"]["export"]
+    assert info["output"] == str(out)  # the GLB, not the job folder's partial file
     assert info["texture_size"] == 1024 and info["budget"] == 1 << 30
     assert abs(_faces(out) - target) <= 0.02 * target
     assert _faces(out) == info["faces"]
@@ -111,6 +112,91 @@ def test_runner_export_re_exports_the_kept_asset_with_other_levers(kept, env, re
                              text=True, cwd=repo_root, timeout=60).stdout
     rows = [line.split()[1] for line in summary.splitlines() if line.lstrip().startswith("·")]
     assert rows == list(SUBSTEPS)
+
+
+def _new_file_mode() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@pytest.mark.slow
+def test_the_kept_asset_gets_the_mode_of_the_glb(kept):
+    """The hand-over is private in the job folder (0700 folder, a 0600 file); kept beside the
+    GLB it is meant for reuse, so it gets the GLB's mode (0666 less the umask)."""
+    folder, proc = kept
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mode = (folder / "char.asset.npz").stat().st_mode & 0o777
+    assert mode == (folder / "char.glb").stat().st_mode & 0o777 == _new_file_mode(), oct(mode)
+
+
+@pytest.mark.slow
+def test_a_keep_asset_run_cancelled_in_its_export_keeps_the_asset(
+        standin_weights, standin_dir, rgb_image, tmp_path, repo_root):
+    """SIGTERM once the export stage has begun (the model process has exited, its asset is
+    complete): exit 130, no GLB and no job folder, but the decoded asset is kept (with the
+    GLB's mode) and the error says so with the command that exports it again; that command
+    then works, although the cancelled run's trace is there (its leftover is replaced)."""
+    env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
+           "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
+    out = tmp_path / "char.glb"
+    sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
+                            "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
+                            "--texture-size", "512", "--keep-asset"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           cwd=repo_root, env=env)
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
+                              daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any(e.get("parent") == "export" and e.get("stage") == "cleanup" for e in events):
+        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
+        time.sleep(0.05)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(timeout=30) == 130
+    reader.join(timeout=10)
+    last = events[-1]
+    asset = tmp_path / "char.asset.npz"
+    assert last["event"] == "error" and last["kind"] == "cancelled", last
+    assert last["details"]["asset"] == str(asset)
+    assert f"The decoded asset was kept at {asset}; re-export it with `python -m runner " \
+           f"export {asset} -o {out}`." in last["message"]
+    assert asset.is_file() and not out.exists()
+    assert asset.stat().st_mode & 0o777 == _new_file_mode()
+    assert sorted(os.listdir(tmp_path)) == ["char.asset.npz", "char.trace.jsonl"]
+    again = _run(["export", asset, "-o", out, "--texture-size", "512"], env, repo_root)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "replacing" in again.stderr and out.is_file()
+    assert _events(again)[-1]["info"]["export"]["output"] == str(out)
+
+
+def test_runner_export_runs_again_after_a_cancel_and_its_result_names_the_glb(tmp_path,
+                                                                              repo_root):
+    """A cancelled ``runner export`` leaves its trace (ending in ``cancelled``); the same
+    command then works, replacing that leftover (the run's rule, one stderr line), and the
+    result's ``info.export.output`` is the GLB, not the job folder's partial file. A
+    successful export's trace stays protected."""
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "sphere.npz", subdivisions=3, resolution=32)
+    out = tmp_path / "e" / "sphere.glb"
+    args = ["export", asset, "-o", out, "--texture-size", "512", "--cancel-on-stdin-eof"]
+    proc = subprocess.run([sys.executable, "-m", "runner", *map(str, args)], input="",
+                          capture_output=True, text=True, timeout=120, cwd=repo_root)
+    trace = out.with_suffix(".trace.jsonl")
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert _trace(trace)[-1]["kind"] == "cancelled" and not out.exists()
+    proc = _run(args[:-1], dict(os.environ), repo_root, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"replacing {trace}: the trace of an earlier run of sphere.glb" in proc.stderr
+    result = _events(proc)[-1]
+    assert result["output"] == str(out) and result["info"]["export"]["output"] == str(out)
+    assert _trace(trace)[-1]["event"] == "result"
+    assert sorted(os.listdir(out.parent)) == ["sphere.glb", "sphere.trace.jsonl"]
+    out.unlink()  # a successful run's trace is protected even without its GLB
+    proc = _run(args[:-1], dict(os.environ), repo_root, timeout=120)
+    assert proc.returncode == 20 and _events(proc)[-1]["kind"] == "output_exists"
 
 
 @pytest.mark.parametrize("extra,match", [
