@@ -121,11 +121,39 @@ def pieced_decimation(faces: int, target: int, budget: int) -> tuple[int, int]:
     return pieces, peak
 
 
+SUGGEST_STEP = 256 << 20           # the over-budget hint's budgets are whole steps of this
+SUGGEST_MARGIN = 1.1              # above the plan's peak, before rounding up to a step
+SUGGEST_MAX = 1 << 40             # budgets tried for the hint; beyond it, whole GiB as before
+
+
+def suggest_budget(peak: int, **sizes) -> int:
+    """The budget (bytes) the over-budget hint names: the first whole ``SUGGEST_STEP`` at or
+    above ``peak`` × ``SUGGEST_MARGIN`` at which ``plan(**sizes, budget=…)`` fits — the plan's
+    pieces grow with the budget, so each candidate is planned again, not assumed; when none up
+    to ``SUGGEST_MAX`` fits, ``peak`` rounded up to whole GiB. ``sizes``: ``plan``'s
+    keywords but ``budget``."""
+    step = -(-int(peak * SUGGEST_MARGIN) // SUGGEST_STEP) * SUGGEST_STEP
+    while step <= SUGGEST_MAX:
+        try:
+            plan(**sizes, budget=step, suggest=False)
+            return step
+        except BadAsset:
+            step += SUGGEST_STEP
+    return -(-peak // GIB) * GIB
+
+
+def budget_flag(size: int) -> str:
+    """``size`` bytes (a whole MiB) as ``--export-budget`` takes it: ``2G``, ``768M``."""
+    return f"{size // GIB}G" if size % GIB == 0 else f"{size >> 20}M"
+
+
 def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
-         budget: int | None = None) -> Plan:
+         budget: int | None = None, suggest: bool = True) -> Plan:
     """The plan for an asset of ``faces`` input faces and ``voxels`` voxels exported to
     ``target`` faces and a ``texture``² texture within ``budget`` bytes (None: the default).
-    Raises ``BadAsset`` (``key`` None) when it cannot fit (``check_file`` first)."""
+    Raises ``BadAsset`` (``key`` None) when it cannot fit (``check_file`` first); its hint
+    names the budget that would (``suggest_budget``; not searched when ``suggest`` is False,
+    as inside that search)."""
     budget = check_file(file_bytes, budget)
     out_faces = min(target, faces)
     mesh = PYTHON_BASE + MESH_BYTES_PER_FACE * faces
@@ -149,11 +177,12 @@ def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
     result = Plan(budget, batch, chunk, peaks, pieces)
     if result.peak > budget:
         step = max(peaks, key=peaks.get)
-        need = -(-peaks[step] // GIB)  # whole GiB, rounded up
+        need = suggest_budget(peaks[step], faces=faces, voxels=voxels, target=target,
+                              texture=texture, file_bytes=file_bytes) if suggest else GIB
         also = ("" if step in ("load", "cleanup", "decimate") else
                 " (or lower --texture-size / --decimation-target)")
         raise BadAsset(None, f"the asset ({faces:,} faces, {voxels:,} voxels) is too large for "
                        f"an export budget of {format_size(budget)}: its {step} step needs about "
                        f"{format_size(peaks[step])}; it was not read",
-                       f"Give --export-budget {need}G or more{also}.")
+                       f"Give --export-budget {budget_flag(need)} or more{also}.")
     return result
