@@ -238,7 +238,8 @@ def run_runner(ns, glb: Path, trace: Path, mods, interpreter):
         raise
     for note in ([st.protocol_note] if st.protocol_note else []) + st.warnings:
         print(f"{PREFIX}: warning: {note}", file=sys.stderr)
-    st.finish_process(job.poll(), job.stderr_tail())
+    st.finish_process(job.poll(), job.stderr_tail(),
+                      hint=state.command_line_died_hint(interpreter.python))
     if st.status == state.FAILED:
         err = st.error or {}
         text = err.get("message") or "the runner failed"

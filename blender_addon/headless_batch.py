@@ -91,7 +91,8 @@ def run(ns, mods, interpreter, runtime: Path, exit_code) -> int:
         job.cancel(block=True)  # SIGTERM + stdin closed: the runner cancels every node's job
         job.close()
         raise
-    return feed.finish(job, ns)
+    died_hint = mods["state"].command_line_died_hint(interpreter.python)
+    return feed.finish(job, ns, died_hint)
 
 
 class _Feed:
@@ -149,14 +150,14 @@ class _Feed:
         err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
         _say(f"{image.name}: {status}{on}: {err.get('kind')}: {err.get('message')}")
 
-    def finish(self, job, ns) -> int:
+    def finish(self, job, ns, died_hint: str) -> int:
         """Save ``--blend``, report; the exit status (raises :class:`BatchFailed` when the
-        batch never ran)."""
+        batch never ran; ``died_hint``: what to do when the runner died without an answer)."""
         import bpy
 
         rc = job.poll()
         if rc and not (self.done or self.failed):  # no-op when an error event said why
-            self.state.finish_process(rc, job.stderr_tail())
+            self.state.finish_process(rc, job.stderr_tail(), hint=died_hint)
         if self.state.error and not (self.done or self.failed):
             err = self.state.error
             raise BatchFailed(" ".join(x for x in (err.get("message"), err.get("hint")) if x),

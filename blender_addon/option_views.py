@@ -34,8 +34,10 @@ def addon_value(opt, value):
         converted = opt.convert(value)
     except ValueError as exc:
         text = str(exc).replace(opt.flag, label, 1)
-        extra = f", or {panel.unset} for the default" if panel and panel.unset not in (None, "") \
-            else ""
+        extra = ""
+        if panel and panel.unset not in (None, ""):  # what the "not given" value means
+            unset = f"{panel.unset:g}" if isinstance(panel.unset, float) else panel.unset
+            extra = f", or {unset} for {'off' if panel.off else 'the default'}"
         raise ValueError(f"{text}{extra}.") from None
     if opt.kind == "int" and isinstance(value, float):
         raise ValueError(f"{label} {value!r} is not a whole number.")

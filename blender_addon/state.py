@@ -54,6 +54,17 @@ class StageRow:
     started: float | None = None
 
 
+GUI_DIED_HINT = "Run “Check” in the add-on preferences; see the system console for the log."
+"""What to do when the runner died without an answer, in Blender's window."""
+
+
+def command_line_died_hint(python: str) -> str:
+    """What to do when the runner (run with the interpreter ``python``) died without an answer,
+    for a ``headless.py`` user: there is no preferences window or system console there."""
+    return (f"Check that interpreter with `{python} -m runner check`, or pass another with "
+            "--python.")
+
+
 @dataclass
 class JobState:
     """The state of one runner job, built only from the runner's events.
@@ -142,12 +153,13 @@ class JobState:
         self.ended = time.time() if now is None else now
 
     def finish_process(self, returncode: int | None, stderr_tail: str = "",
-                       now: float | None = None) -> None:
+                       now: float | None = None, hint: str = GUI_DIED_HINT) -> None:
         """The runner process has exited with ``returncode``; decide the outcome if no event did.
 
         A ``result`` event leaves the status for the caller (it imports next); an ``error`` event
         already failed the job; silence plus a non-zero code becomes a ``runner_died`` failure
-        carrying the last lines of stderr.
+        carrying the last lines of stderr, with ``hint`` (the add-on's: :data:`GUI_DIED_HINT`;
+        ``headless.py`` gives a command-line one, :func:`command_line_died_hint`).
         """
         now = time.time() if now is None else now
         if self.status in FINISHED or self.result is not None:
@@ -156,8 +168,7 @@ class JobState:
         self.fail("runner_died",
                   f"The runner exited with code {returncode} without reporting a result."
                   + (f" Last output: {' | '.join(tail)}" if tail else ""),
-                  "Run “Check” in the add-on preferences; see the system console for the log.",
-                  now=now)
+                  hint, now=now)
 
     def apply(self, ev: dict) -> None:
         """Apply one runner event (a dict as in ``runner/PROTOCOL.md``); never raises.

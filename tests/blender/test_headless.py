@@ -298,6 +298,28 @@ def test_bad_python_names_the_command_line_option(tmp_path, shared_images):
     assert folder.returncode == 30 and "--python" in folder.stderr
 
 
+def test_a_runner_that_dies_gets_a_command_line_hint(tmp_path, shared_images):
+    """Tester's report 2026-12-01 item 10: an interpreter that exits without an answer is
+    named with what to do from the command line, not the add-on's "Check" button and system
+    console."""
+    proc = run(shared_images[0], "--glb", tmp_path / "g.glb", "--python", "/bin/false",
+               timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "without reporting a result" in line
+    assert "`/bin/false -m runner check`" in line and "--python" in line
+    assert "preferences" not in line and "system console" not in line
+
+
+def test_an_off_value_is_named_as_off(tmp_path, shared_images):
+    """``--swap-budget-gb`` 0 means off (its help says so); the range message must agree."""
+    proc = run(shared_images[0], "--glb", tmp_path / "g.glb", "--swap-budget-gb", "-3",
+               timeout=60)
+    assert proc.returncode == 2
+    assert "or 0 for off" in proc.stderr and "for the default" not in proc.stderr
+    assert "(default: 8); 0: off" in run("--help", timeout=60).stdout.replace("\n", " ")
+
+
 @pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C"),
                                              (signal.SIGTERM, 143, "SIGTERM")])
 def test_signal_stops_the_runner_with_one_line(tmp_path, shared_images, sig, code, name):
