@@ -41,6 +41,7 @@ from .cli import (
     add_job_arguments,
     guard_config,
     internal_failure,
+    require_path,
     setup,
     usage_failure,
     validate_job,
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
         raw = record_raw(parser)  # the option texts a cluster node's job is given
         ns = parser.parse_args(argv)
+        require_path(ns.output_dir, "output folder")
         options = validate_job(ns)
         config = guard_config(ns)
         if ns.cluster is not None:
@@ -228,11 +230,16 @@ class Batch:
                               "batch takes a folder of images; for one image run "
                               "`python -m runner IMAGE -o OUT.glb`.")
         if not in_dir.is_dir():
-            raise RunnerError("input_missing", f"The folder {in_dir} does not exist.")
+            raise RunnerError("input_missing", f"The folder {in_dir} does not exist.",
+                              "Check the path; batch takes a folder of images.")
         images = find_images(in_dir)
         if not images:
             raise RunnerError("input_missing", f"No images ({', '.join(IMAGE_SUFFIXES)}) in "
                               f"{in_dir}.", "Choose a folder that contains images.")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise RunnerError("output_invalid", f"The output folder {out_dir} is a file, not a "
+                              "folder; it was left untouched.", "Give -o a folder (a new one "
+                              "is created), not a file.")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = None
     try:
         ns = parser.parse_args(argv)
+        require_path(ns.output, "output")
         options = validate_job(ns)
         config = guard_config(ns)
     except RunnerError as err:
@@ -236,6 +237,16 @@ def internal_failure(emitter: Emitter, exc: BaseException) -> int:
     explain(err.fields())
     emitter.emit(make("error", **err.fields()))
     return err.exit_code
+
+
+def require_path(text: str, what: str) -> None:
+    """Refuse an empty ``-o`` (``-o ''``, which ``pathlib`` would read as the current folder):
+    ``what`` is ``output`` (a GLB) or ``output folder``. Raises
+    ``RunnerError('output_invalid')``."""
+    if not text.strip():
+        example = "-o out/NAME.glb" if what == "output" else "-o out/characters"
+        raise RunnerError("output_invalid", f"The {what} path (-o) is empty.",
+                          f"Give a path, e.g. {example}.")
 
 
 def usage_failure(err: RunnerError, mode: str) -> int:

@@ -26,6 +26,7 @@ from .claims import claim_all
 from .cli import (
     ArgumentParser,
     guard_config,
+    require_path,
     run_and_report,
     setup,
     usage_failure,
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        require_path(ns.output, "output")
         options = export_options(ns)
         config = guard_config(ns)
     except RunnerError as err:

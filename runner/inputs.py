@@ -16,6 +16,7 @@ JPEG, premultiplied modes, animated GIF/WebP/APNG (first frame) and EXIF-rotated
 from __future__ import annotations
 
 import re
+import stat
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,6 +58,15 @@ class ImageInfo:
     def as_dict(self) -> dict:
         """JSON-serialisable dict of the fields."""
         return asdict(self)
+
+
+def _file_type(mode: int) -> str:
+    """What a file that is not a regular file or folder is, in words (``os.stat`` mode)."""
+    for test, words in ((stat.S_ISFIFO, "named pipe"), (stat.S_ISCHR, "character device"),
+                        (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return words
+    return "special file"
 
 
 def _name(path: Path) -> str:
@@ -186,6 +196,10 @@ def load_image(path: str | Path) -> tuple[Image.Image, ImageInfo]:
     if path.is_dir():
         raise RunnerError("not_an_image", f"{path} is a folder, not an image file.",
                           "Give one image file, or use `python -m runner batch FOLDER`.")
+    if not stat.S_ISREG(st.st_mode):  # never read a FIFO or a device: it may never end
+        raise RunnerError("not_an_image", f"{path} is not a regular file (it is a "
+                          f"{_file_type(st.st_mode)}).", "Give an image file (PNG, JPEG, "
+                          "WebP …), not a device, pipe or socket.")
     if st.st_size == 0:
         raise RunnerError("input_empty", f"{_name(path)} is empty (0 bytes).")
 

@@ -37,6 +37,10 @@ def unwritable(exc: OSError, folder: Path, what: str) -> RunnerError:
     ``trace``) into ``folder``: ``disk_full`` for ENOSPC/EDQUOT, else ``output_unwritable``."""
     if exc.errno in _NO_SPACE:
         return RunnerError("disk_full", f"No space left in {folder} for the {what}.")
+    if exc.errno == errno.ENOENT and folder.is_dir():  # e.g. /proc: it exists, takes no files
+        return RunnerError("output_unwritable", f"Cannot write the {what} into {folder}: that "
+                           f"folder exists, but the system does not let files be created in it "
+                           f"({exc.strerror or exc}).")
     return RunnerError("output_unwritable", f"Cannot write the {what} into {folder} "
                        f"({exc.strerror or exc}).")
 
@@ -133,11 +137,15 @@ def check_output(output: str | Path, overwrite: bool = False) -> Path:
     created or written), ``disk_full``.
     """
     path = Path(output).expanduser().absolute()
+    check_path_limits(path)  # first: is_dir raises for a path the system cannot take
+    if path.is_dir():
+        raise RunnerError("output_invalid", f"The output {path} is a folder.",
+                          f"Give the GLB's file path, e.g. {path / 'NAME.glb'}.")
+    if path.name.lower() == ".glb":  # Path('.glb').suffix is '': a dot file, no suffix
+        raise RunnerError("output_invalid", f"The output name {path.name!r} has no name before "
+                          ".glb.", f"Give the GLB a name, e.g. {path.with_name('NAME.glb')}.")
     if path.suffix.lower() != ".glb":
         raise RunnerError("output_invalid", f"The output {path.name!r} does not end in .glb.")
-    check_path_limits(path)
-    if path.is_dir():
-        raise RunnerError("output_invalid", f"The output {path} is a folder.")
     if os.path.islink(path) and not path.exists() and not overwrite:
         # lexists, not exists: a dangling link is still a name the commit could not take
         raise RunnerError("output_exists", f"{path} is a symbolic link to "

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 HUMAN_PREFIX = "runner: "
 
@@ -80,3 +81,52 @@ def test_run_in_front_of_the_image_is_the_single_run(rt, character, tmp_path):
     fin = rt.run(["run", character, "-o", tmp_path / "a.glb"])
     assert fin.returncode == 0, fin.stderr[-2000:]
     assert fin.last()["event"] == "result" and (tmp_path / "a.glb").is_file()
+
+
+def test_odd_output_paths_are_named_for_what_they_are(rt, character, tmp_path):
+    cases = {
+        ".glb": ("output_invalid", "has no name before .glb"),
+        "": ("output_invalid", "The output path (-o) is empty"),
+        str(tmp_path): ("output_invalid", f"The output {tmp_path} is a folder"),
+    }
+    if os.path.isdir("/proc"):  # exists, but takes no new files (ENOENT)
+        cases["/proc/a.glb"] = ("output_unwritable", "/proc: that folder exists, but the system "
+                                "does not let files be created in it")
+    for output, (kind, words) in cases.items():
+        fin = rt.run([character, "-o", output], cwd=tmp_path)
+        assert fin.last()["kind"] == kind, (output, fin.last())
+        assert words in fin.last()["message"], (output, fin.last()["message"])
+        assert "does not end in .glb" not in fin.last()["message"]
+    assert sorted(os.listdir(tmp_path)) == ["character.png"]  # nothing written
+
+
+def test_a_device_or_fifo_is_not_a_regular_file(rt, tmp_path):
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    for image, words in ((fifo, "named pipe"), (Path("/dev/zero"), "character device")):
+        fin = rt.run([image, "-o", tmp_path / "a.glb"], timeout=60)
+        assert fin.returncode == 10 and fin.last()["kind"] == "not_an_image", fin.stderr
+        message = fin.last()["message"]
+        assert "is not a regular file" in message and words in message
+        assert "empty" not in message
+    assert not (tmp_path / "a.glb").exists()
+
+
+def test_batch_output_and_input_folders_are_named_for_what_they_are(rt, character, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    shutil.copy(character, src / "one.png")
+    a_file = tmp_path / "a_file.glb"
+    a_file.write_bytes(b"mine")
+    fin = rt.run(["batch", src, "-o", a_file])
+    assert fin.returncode == 23 and fin.last()["kind"] == "output_invalid", fin.stderr
+    assert "is a file, not a folder" in fin.last()["message"]
+    assert a_file.read_bytes() == b"mine"
+    empty = rt.run(["batch", src, "-o", ""], cwd=tmp_path)
+    assert empty.last()["kind"] == "output_invalid"
+    assert "output folder path (-o) is empty" in empty.last()["message"]
+    missing = rt.run(["batch", tmp_path / "nowhere", "-o", tmp_path / "out"])
+    assert missing.last()["kind"] == "input_missing"
+    assert "folder" in missing.last()["hint"] and "the file must exist" not in \
+        missing.last()["hint"]
+    assert sorted(os.listdir(tmp_path)) == ["a_file.glb", "character.png", "in"]
