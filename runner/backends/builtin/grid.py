@@ -64,6 +64,11 @@ def make_grid(mask: np.ndarray, max_cells: int = DEFAULT_MAX_CELLS) -> Grid:
     r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
     cell = max(1.0, max(r1 - r0, c1 - c0) / max_cells)
     gh, gw = math.ceil((r1 - r0) / cell), math.ceil((c1 - c0) / cell)
+    if 2 * min(r1 - r0, c1 - c0) + 1 < cell:
+        # No cell can be half covered (a pixel to spare for rounding), so the grid would come
+        # out empty. Said before padding: with a cell of thousands of px (a 32 × 2 000 000 px
+        # picture) the padded matte would be tens of GB.
+        raise _too_thin()
     pad = math.ceil(cell) + 1
     padded = np.pad(mask, pad).astype(np.float32)
     box = (c0 + pad, r0 + pad, c0 + pad + gw * cell, r0 + pad + gh * cell)
@@ -77,11 +82,15 @@ def make_grid(mask: np.ndarray, max_cells: int = DEFAULT_MAX_CELLS) -> Grid:
         cells = (sizes >= min(MIN_PIECE_CELLS, sizes.max()))[labels] & cells
     cells = remove_pinches(cells)
     if not cells.any():
-        raise EmptyMatteError(
-            "The character's silhouette is too thin to build a body from.",
-            "Use a larger image, or one where the character covers more of the picture.",
-        )
+        raise _too_thin()
     return Grid(cells=cells, x0=float(c0), y0=float(r0), cell=float(cell))
+
+
+def _too_thin() -> EmptyMatteError:
+    return EmptyMatteError(
+        "The character's silhouette is too thin to build a body from.",
+        "Use a larger image, or one where the character covers more of the picture.",
+    )
 
 
 def remove_pinches(cells: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ texels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -46,6 +47,11 @@ BACK_BLUR = 0.04
 BLUR_RESOLUTION = 1 / 8
 #: texels between the front and the back block.
 GUTTER = 4
+#: the front is resampled from the input padded out to its whole (square) box when that array
+#: holds at most this many times (input pixels + texture side²) float32 values, else from a
+#: window (:func:`box_resampler`). Measured: the shared pictures (up to about 1:3) need 0.04–5.4
+#: (at texture 4096–512); 40 × 8000 px needs 20–590, and padded whole it peaked at 2.7 GiB.
+PAD_BUDGET = 8
 
 
 @dataclass
@@ -151,22 +157,16 @@ def front_block(rgba: np.ndarray, trusted: np.ndarray, box: tuple[float, float, 
                 size: int) -> tuple[np.ndarray, np.ndarray]:
     """The input's ``box`` (input pixels, may reach past the image) resampled to ``size × size``.
 
+    Colour·weight and weight are resampled by :func:`box_resampler`, whose memory follows the
+    input's pixels and ``size``, not the box (the box is square, its side the silhouette's
+    longer one: a tall, thin image padded out to it cost its longest side squared).
+
     Returns:
         ``(texels, valid)``: uint8 ``(size, size, 3)`` colours, every texel without a trusted
         colour given the nearest trusted one's; bool ``(size, size)`` the texels with their own.
     """
-    h, w_img = trusted.shape
-    x0, y0, x1, y1 = box
-    pad = int(np.ceil(max(0.0, -x0, -y0, x1 - w_img, y1 - h))) + 2
-    filt = Image.Resampling.BOX if (x1 - x0) > size else Image.Resampling.BILINEAR
-
-    def resample(channel: np.ndarray) -> np.ndarray:
-        # Pad with zeros (no weight) so Pillow never extends edge pixels past the image.
-        padded = np.pad(channel.astype(np.float32), pad)
-        shifted = (x0 + pad, y0 + pad, x1 + pad, y1 + pad)
-        return np.array(Image.fromarray(padded, "F").resize((size, size), filt, box=shifted))
-
-    weight = trusted.astype(np.float32)
+    rows, cols, resample = box_resampler(trusted.shape, box, size)
+    weight = trusted[rows, cols].astype(np.float32)
     w = resample(weight)
     valid = w >= MIN_TEXEL_WEIGHT
     if not valid.any():
@@ -180,12 +180,116 @@ def front_block(rgba: np.ndarray, trusted: np.ndarray, box: tuple[float, float, 
     del w
     out = np.empty((size, size, 3), np.uint8)
     for k in range(3):
-        channel = resample(rgba[..., k] * weight)
+        channel = resample(rgba[rows, cols, k] * weight)
         channel *= inverse
         np.clip(np.rint(channel, out=channel), 0, 255, out=channel)
         out[..., k] = np.take(channel.ravel(), nearest).reshape(size, size)
         del channel
     return out, valid
+
+
+def box_resampler(shape: tuple[int, int], box: tuple[float, float, float, float],
+                  size: int) -> tuple[slice, slice, Callable]:
+    """How to resample ``box`` of an input of ``shape`` to ``size × size`` texels with Pillow.
+
+    Pillow's ``resize(box=…)`` takes a box only inside the image, and pads nothing itself (it
+    renormalises a filter clipped at the image's edge, which would extend edge pixels), so the
+    input is padded with zeros (no weight). Two ways, equal up to Pillow's float rounding (a
+    texel channel may differ by 1 of 255; ``tests/runner/test_builtin_texture_window.py``):
+
+    * **whole**: the input padded out to the whole box, one resize. Used when that array holds
+      at most ``PAD_BUDGET`` × (input pixels + ``size``²) values — every picture that is not
+      much thinner than the box (the method's output before the window existed, byte for byte).
+    * **window**: only the texels whose filter can reach an input pixel are resampled, from
+      only the pixels they reach (:func:`filter_window`); the rest are 0. For a tall, thin
+      image: a 300 × 16000 px one padded whole was a 5.9 GiB array.
+
+    Args:
+        shape: the input's ``(H, W)``.
+        box: ``(x0, y0, x1, y1)`` input pixels (pixel edges), square, may reach past the input.
+        size: texels along each side.
+
+    Returns:
+        ``(rows, cols, resample)``: the input's rows and columns to pass, and a function from a
+        float32 ``(rows, cols)`` channel of them to float32 ``(size, size)`` texels.
+    """
+    h, w = shape
+    x0, y0, x1, y1 = box
+    filt = Image.Resampling.BOX if (x1 - x0) > size else Image.Resampling.BILINEAR
+    pad = whole_box_pad(shape, box, size)
+    if pad is not None:
+        shifted = (x0 + pad, y0 + pad, x1 + pad, y1 + pad)
+
+        def resample(channel: np.ndarray) -> np.ndarray:
+            padded = np.pad(channel.astype(np.float32), pad)
+            return np.array(Image.fromarray(padded, "F").resize((size, size), filt, box=shifted))
+
+        return slice(0, h), slice(0, w), resample
+    rows, cols, pads, texels, sub_box = filter_window(box, shape, size, filt)
+    part = (texels[1].stop - texels[1].start, texels[0].stop - texels[0].start)
+
+    def resample(channel: np.ndarray) -> np.ndarray:
+        padded = np.pad(channel.astype(np.float32), pads)
+        out = np.zeros((size, size), np.float32)
+        out[texels] = np.asarray(Image.fromarray(padded, "F").resize(part, filt, box=sub_box))
+        return out
+
+    return rows, cols, resample
+
+
+def whole_box_pad(shape: tuple[int, int], box: tuple[float, float, float, float],
+                  size: int) -> int | None:
+    """Zero pixels on every side that pad an input of ``shape`` ``(H, W)`` out to ``box``
+    (``(x0, y0, x1, y1)``, input pixels) with 2 to spare, or None when that array would hold
+    more than ``PAD_BUDGET`` × (input pixels + ``size``²) values (:func:`box_resampler`)."""
+    h, w = shape
+    pad = int(np.ceil(max(0.0, -box[0], -box[1], box[2] - w, box[3] - h))) + 2
+    return pad if (h + 2 * pad) * (w + 2 * pad) <= PAD_BUDGET * (h * w + size * size) else None
+
+
+def _support(per_texel: float, filt: Image.Resampling) -> int:
+    """Input pixels a texel's filter reaches on each side of its centre, rounded up, plus 2:
+    Pillow's support (BOX 0.5, BILINEAR 1.0, times the input pixels per texel when that is
+    over 1; Pillow's ``Resample.c``) and its rounding of the bounds to whole pixels."""
+    base = 0.5 if filt == Image.Resampling.BOX else 1.0
+    return int(np.ceil(base * max(1.0, per_texel))) + 2
+
+
+def filter_window(box: tuple[float, float, float, float], shape: tuple[int, int], size: int,
+                  filt: Image.Resampling) -> tuple[slice, slice, tuple, tuple, tuple]:
+    """Which of ``size × size`` texels resampled from ``box`` can reach the input, and from where.
+
+    Args:
+        box: ``(x0, y0, x1, y1)`` input pixels (pixel edges), square, may reach past the input.
+        shape: the input's ``(H, W)``.
+        size: texels along each side of the box.
+        filt: Pillow's filter (BOX or BILINEAR).
+
+    Returns:
+        ``(rows, cols, pad, texels, sub_box)``: the input's rows and columns to copy;
+        ``((top, bottom), (left, right))`` zero pixels to add around them (``np.pad``'s form);
+        the texels' ``(rows, cols)`` slices whose filter can hold an input pixel; and their part
+        of the box in the padded copy's pixels, for Pillow's ``resize(box=…)`` (which takes a box
+        only inside the image). The copy reaches past that part by the filter's whole reach, so
+        no texel's filter is clipped (Pillow renormalises a clipped one): each texel equals the
+        same texel of the input padded with zeros out to the whole box.
+    """
+    reach = _support((box[2] - box[0]) / size, filt)
+    crop, pad, texels, sub = [], [], [], []
+    for lo, hi, length in ((box[1], box[3], shape[0]), (box[0], box[2], shape[1])):
+        step = (hi - lo) / size
+        # Texels whose centre lies within ``reach`` of an input pixel (one spare each side).
+        first = min(max(0, int(np.floor((-reach - lo) / step - 0.5))), size - 1)
+        last = max(min(size, int(np.ceil((length + reach - lo) / step - 0.5)) + 1), first + 1)
+        a = lo if first == 0 else lo + first * step
+        b = hi if last == size else lo + last * step
+        start, stop = int(np.floor(a)) - reach, int(np.ceil(b)) + reach
+        crop.append(slice(max(0, start), min(length, stop)))
+        pad.append((max(0, -start), max(0, stop - length)))
+        texels.append(slice(first, last))
+        sub.append((a - start, b - start))
+    (ya, yb), (xa, xb) = sub
+    return crop[0], crop[1], tuple(pad), tuple(texels), (xa, ya, xb, yb)
 
 
 def blurred_back(front: np.ndarray, valid: np.ndarray, sigma: float,
