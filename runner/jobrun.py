@@ -37,6 +37,7 @@ from .outputs import (
     discard_dir,
     failed_runs_trace,
     job_dir,
+    leftover_asset,
     new_file_mode,
     sweep_stale_job_dirs,
     sweep_stale_partials,
@@ -227,7 +228,9 @@ class JobRun:
         failed or cancelled run of this output (``failed_runs_trace``: its ``hello`` names this
         output and a runner no longer running, it does not end in ``result``, no GLB) is
         replaced, one stderr line saying so, so the same command works again after a failure
-        (docs/runner.md). Raises ``RunnerError`` (``check_trace``'s kinds)."""
+        (docs/runner.md); the asset that run kept, if any, is noted (``leftover_asset``: the
+        same command may replace it). Raises ``RunnerError`` (``check_trace``'s kinds)."""
+        self.leftover_asset = leftover_asset(trace_path, self.output)
         if not replace and failed_runs_trace(trace_path, self.output):
             log(f"replacing {trace_path}: the trace of an earlier run of {self.output.name} "
                 "that produced no GLB")
@@ -238,10 +241,20 @@ class JobRun:
         """Where ``--keep-asset`` keeps the hand-over asset: ``NAME.asset.npz`` beside the GLB."""
         return self.output.with_name(self.output.stem + ".asset.npz")
 
+    leftover_asset: str | None = None
+    """The asset a failed run of this output kept, as its leftover trace says (``open_trace``)."""
+
+    def may_replace_asset(self) -> bool:
+        """True when ``NAME.asset.npz`` may be replaced: ``--overwrite``, or it is the asset a
+        failed run of this output kept (its leftover trace names it), so the same command works
+        again after a failure, as for the trace."""
+        return self.job.overwrite or self.leftover_asset == str(self.kept_asset_path())
+
     def check_kept_asset(self) -> None:
         """With ``--keep-asset``, refuse (``output_exists``) an existing ``NAME.asset.npz``
-        unless ``--overwrite``: before anything runs, as for the GLB."""
-        if self.job.options.get("keep_asset") and not self.job.overwrite \
+        unless it may be replaced (``may_replace_asset``): before anything runs, as for the
+        GLB."""
+        if self.job.options.get("keep_asset") and not self.may_replace_asset() \
                 and self.kept_asset_path().exists():
             raise RunnerError("output_exists", f"{self.kept_asset_path()} exists (--keep-asset "
                               "would replace it).", "Choose another output name, or pass "
@@ -256,7 +269,7 @@ class JobRun:
         import os
 
         target = self.kept_asset_path()
-        if target.exists() and not self.job.overwrite:
+        if target.exists() and not self.may_replace_asset():
             self.publish(make("warning", message=f"{target} appeared during the run; it was "
                               "kept and the asset was not", source="runner"))
             return None

@@ -266,6 +266,19 @@ def failed_runs_trace(trace: str | Path, output: str | Path) -> bool:
     return last is not None and last.get("event") != "result"
 
 
+def leftover_asset(trace: str | Path, output: str | Path) -> str | None:
+    """The asset a failed run of ``output`` kept (``--keep-asset`` after its export failed or
+    was cancelled), as its leftover trace records it: the ``details.asset`` of the trace's last
+    line, when the trace is that run's leftover (``failed_runs_trace``); else None. Never
+    raises."""
+    if not failed_runs_trace(trace, output):
+        return None
+    last = _last_line(Path(trace).expanduser().absolute()) or {}
+    details = last.get("details")
+    asset = details.get("asset") if isinstance(details, dict) else None
+    return asset if isinstance(asset, str) else None
+
+
 def check_trace(trace: str | Path, replace: bool = False) -> Path:
     """Validate the trace path before any work (absolute, parent created, writable); returns it.
 

@@ -136,13 +136,14 @@ def test_a_keep_asset_run_cancelled_in_its_export_keeps_the_asset(
     """SIGTERM once the export stage has begun (the model process has exited, its asset is
     complete): exit 130, no GLB and no job folder, but the decoded asset is kept (with the
     GLB's mode) and the error says so with the command that exports it again; that command
-    then works, although the cancelled run's trace is there (its leftover is replaced)."""
+    works, and so does the same run command again (the cancelled run's trace and the asset it
+    kept are its leftovers: replaced without --overwrite)."""
     env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
            "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
     out = tmp_path / "char.glb"
-    sup = subprocess.Popen([sys.executable, "-m", "runner", str(rgb_image), "-o", str(out),
-                            "--backend", "pixal3d", "--pixal3d-dir", str(standin_dir),
-                            "--texture-size", "512", "--keep-asset"],
+    args = [rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
+            "--texture-size", "512", "--keep-asset"]
+    sup = subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                            cwd=repo_root, env=env)
     events: list[dict] = []
@@ -165,10 +166,16 @@ def test_a_keep_asset_run_cancelled_in_its_export_keeps_the_asset(
     assert asset.is_file() and not out.exists()
     assert asset.stat().st_mode & 0o777 == _new_file_mode()
     assert sorted(os.listdir(tmp_path)) == ["char.asset.npz", "char.trace.jsonl"]
-    again = _run(["export", asset, "-o", out, "--texture-size", "512"], env, repo_root)
+    other = tmp_path / "again.glb"
+    again = _run(["export", asset, "-o", other, "--texture-size", "512"], env, repo_root)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "replacing" in again.stderr and out.is_file()
-    assert _events(again)[-1]["info"]["export"]["output"] == str(out)
+    assert _events(again)[-1]["info"]["export"]["output"] == str(other)
+    # the same run command works again: the leftover trace and the asset it kept are replaced
+    rerun = _run(args, env, repo_root)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "replacing" in rerun.stderr and out.is_file()
+    assert _events(rerun)[-1]["info"]["asset"] == str(asset) and asset.is_file()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
 
 
 def test_runner_export_runs_again_after_a_cancel_and_its_result_names_the_glb(tmp_path,
