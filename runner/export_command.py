@@ -58,7 +58,7 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   11       the asset does not exist
   18       the asset is not the port's saved asset, or is too large for --export-budget
   20-23    the output: exists (add --overwrite), cannot be written, disk full, not .glb
-  34       this Python lacks pymeshlab, which a budget too small for one decimation call
+  34       this Python lacks pyfqmr, which a budget too small for one decimation call
            needs (the decimation in pieces)
   40-42    the export failed: an unexpected error, the export process killed (e.g. out
            of memory) or crashed

@@ -22,7 +22,7 @@ figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere ass
 - the decimation, when its one fast-simplification call does not fit (``DECIMATE_BYTES_PER_FACE``
   over the input's faces), runs in ``decimate_pieces`` spatial pieces (``pieces.py``): the
   split (``SPLIT_BYTES_PER_FACE`` over the input in one child), one piece at a time in its own
-  child (pymeshlab: ``PIECE_BASE`` + ``PIECE_BYTES_PER_FACE`` over the piece's faces), then
+  child (pyfqmr: ``PIECE_BASE`` + ``PIECE_BYTES_PER_FACE`` over the piece's faces), then
   the stitch and final fast-simplification pass over about ``OVERSHOOT`` × the target. The
   pieces are as few as fit ``PIECE_SHARE`` of the budget. The default budget's runs keep the
   one call (the method and figures measured for it); only a budget too small for it takes the
@@ -56,12 +56,14 @@ BAKE_BYTES_PER_TEXEL = 400
 SEAM_BYTES_PER_TEXEL = 24
 OUT_BYTES_PER_FACE = 120          # the decimated, unwrapped mesh with UVs and normals
 SPLIT_BYTES_PER_FACE = 60         # the slab split: the mesh, centroids, slab labels, one piece
-PIECE_BASE = 100 << 20            # a piece's child: the interpreter with numpy and pymeshlab
-#   imported (VmHWM 98 MiB here)
-PIECE_BYTES_PER_FACE = 480        # pymeshlab's mesh and heap per face of the piece: a
-#   3.95 M-face piece of the 7.9 M-face asset held the tree at 2.06 GB (about 470 B a face over
-#   the two processes' bases; notes/budget.md); a 655 k-face sphere piece about 260 B a face
-#   (its collapse heap grows with the piece)
+PIECE_BASE = 40 << 20             # a piece's child: ``python -m runner.export_engine.stoppable``
+#   with numpy and pyfqmr imported (VmHWM 37 MiB here)
+PIECE_BYTES_PER_FACE = 560        # pyfqmr per face of the piece (its vertices, about half as
+#   many, included): setMesh builds vector<vector<>> copies of the arrays, then the simplifier's
+#   own vertices, triangles and refs. Measured 2026-12-01 on this machine: piece 1 of 3
+#   (2,634,006 faces, 1,319,214 vertices) of the 7.9 M-face ``standin.asset`` mesh at 1024,
+#   its child (decimate_piece_file → 416,666 faces, 7.9 s) peaked at VmHWM 1,433,156 kB =
+#   the base + 542 B a face; notes/pyfqmr.md
 PIECE_SHARE = 0.75                # share of the budget one piece's process tree may take
 MAX_PIECES = 64
 UNWRAP_BATCH = (20_000, 250_000)

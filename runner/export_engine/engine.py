@@ -64,17 +64,17 @@ def _plan(path: Path, levers: ExportLevers):
     plan = budgeting.plan(faces=members["faces"].shape[0], voxels=members["coords"].shape[0],
                           target=levers.decimation_target, texture=levers.texture_size,
                           file_bytes=path.stat().st_size, budget=levers.budget)
-    if plan.decimate_pieces and not has_pymeshlab():  # refused now, never a fallback
+    if plan.decimate_pieces and not has_pyfqmr():  # refused now, never a fallback
         raise PiecesUnavailable(plan.budget)
     return plan
 
 
-def has_pymeshlab() -> bool:
-    """Whether this interpreter can import pymeshlab (the pieced decimation's library), found
-    without importing it (it loads about 100 MB of native libraries)."""
+def has_pyfqmr() -> bool:
+    """Whether this interpreter can find pyfqmr (the pieced decimation's library), checked
+    without importing it: the export process never runs it (each piece's child does)."""
     import importlib.util
 
-    return importlib.util.find_spec("pymeshlab") is not None
+    return importlib.util.find_spec("pyfqmr") is not None
 
 
 def _decimate(cleaned: Path, decimated: Path, levers: ExportLevers, plan, steps: Steps,
@@ -169,7 +169,7 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     "step_seconds"}`` (bytes, seconds; ``decimation``: ``{"method": "one call" | "pieces",
     "pieces", …}``, the pieced path's ``piece_faces`` and ``stitched`` faces too). Raises
     ``BadAsset`` (nothing read beyond the headers when the budget refuses it),
-    ``PiecesUnavailable`` (the budget needs the pieced decimation and pymeshlab is missing:
+    ``PiecesUnavailable`` (the budget needs the pieced decimation and pyfqmr is missing:
     refused before reading), ``ExportCancelled``, ``ValueError`` (a bad lever),
     ``FileExistsError``; no GLB is left at ``output`` unless it returns.
     """

@@ -44,7 +44,7 @@ class BudgetTooSmall(ValueError):
 
 class PiecesUnavailable(RuntimeError):
     """The budget needs the decimation in pieces (``pieces.py``) and this interpreter cannot
-    import pymeshlab, which it uses: refused before anything is read (never a silent change of
+    import pyfqmr, which it uses: refused before anything is read (never a silent change of
     method). ``kind``: the runner's ``missing_dependency`` (exit 34)."""
 
     kind = "missing_dependency"
@@ -53,9 +53,10 @@ class PiecesUnavailable(RuntimeError):
         from stageload.units import format_size
 
         super().__init__(f"An export budget of {format_size(budget)} needs the decimation in "
-                         "pieces, which needs pymeshlab; this Python cannot import it.")
-        self.hint = ("Install pymeshlab into the export's Python, or raise --export-budget "
-                     "(the one-call decimation needs no pymeshlab).")
+                         "pieces, which needs pyfqmr; this Python cannot import it.")
+        self.hint = ("Install pyfqmr into the export's Python (pip install pyfqmr; the "
+                     "extension bundles it), or raise --export-budget (the one-call "
+                     "decimation needs no pyfqmr).")
         self.message = str(self)
 
 

@@ -6,12 +6,14 @@ budget (``budget.plan`` decides; ``decimate`` runs the single call otherwise).
    own compact vertex list. A vertex used by faces of two slabs is in both: on each side it
    lies on that piece's open border.
 2. ``decimate_piece_file``: one piece in its own child process, decimated to its share of
-   ``target · OVERSHOOT`` faces by pymeshlab's ``meshing_decimation_quadric_edge_collapse``
-   (MeshLab's quadric edge collapse) with ``preserveboundary=True``: the piece's border
-   vertices keep their exact coordinates and every border edge stays (checked by
-   tests/export_engine/test_decimate_pieces.py on open and closed meshes).
-   fast-simplification cannot lock borders (its border vertices may collapse along the
-   border), hence the second library here.
+   ``target · OVERSHOOT`` faces by pyfqmr (``Simplify.simplify_mesh``, the same
+   Fast-Quadric-Mesh-Simplification algorithm fast-simplification wraps) with
+   ``preserve_border=True``: no edge with an open-border vertex is collapsed (pyfqmr's
+   ``Simplify.h``: ``if (v0.border || v1.border) continue``), so the piece's border vertices
+   keep their exact coordinates (float32 → its float64 → float32) and every border edge stays
+   (checked by tests/export_engine/test_decimate_pieces.py on open and closed meshes).
+   fast-simplification cannot lock borders (it exposes no such flag: its border vertices may
+   collapse along the border), hence the second library here.
 3. ``stitch_file``: the decimated pieces concatenated and their vertices merged where the
    coordinates are exactly equal — the shared border vertices, which no piece moved. Distinct
    vertices of the cleaned input never share coordinates (cleanup merged them), so nothing
@@ -82,23 +84,28 @@ def split_file(inp: str, workdir: str, pieces: int) -> dict:
     return {"faces": np.asarray(counts, np.int64)}
 
 
+AGGRESSIVENESS = 7
+"""pyfqmr's threshold growth (``threshold = alpha · (iteration + K) ** aggressiveness``): its
+documented default, the same as fast-simplification's ``agg``."""
+
+
 def decimate_locked(vertices: np.ndarray, faces: np.ndarray, target: int) -> tuple:
-    """(vertices float32, faces int32) of the mesh decimated to about ``target`` faces with its
-    border vertices and edges kept exactly (pymeshlab's quadric edge collapse,
-    ``preserveboundary=True``; ``autoclean`` drops what a collapse leaves unreferenced)."""
-    import pymeshlab
+    """(vertices float32 [V', 3], faces int32 [F', 3]) of the mesh (vertices float32 [V, 3],
+    faces int [F, 3]) decimated to about ``target`` faces with its open-border vertices and
+    edges kept exactly (pyfqmr's ``simplify_mesh(preserve_border=True)``; ``getMesh`` returns
+    the compacted mesh: no unreferenced vertex). The returned normals are not used."""
+    import pyfqmr
 
     if len(faces) <= target:
         return vertices, faces
-    meshes = pymeshlab.MeshSet()
-    meshes.add_mesh(pymeshlab.Mesh(vertex_matrix=np.asarray(vertices, np.float64),
-                                   face_matrix=np.asarray(faces, np.int32)))
+    simplifier = pyfqmr.Simplify()
+    simplifier.setMesh(np.asarray(vertices), np.asarray(faces, np.int32))
     del vertices, faces
-    meshes.meshing_decimation_quadric_edge_collapse(targetfacenum=int(target),
-                                                    preserveboundary=True, autoclean=True)
-    mesh = meshes.current_mesh()
-    return (np.asarray(mesh.vertex_matrix(), np.float32),
-            np.asarray(mesh.face_matrix(), np.int32))
+    simplifier.simplify_mesh(target_count=int(target), aggressiveness=AGGRESSIVENESS,
+                             preserve_border=True, verbose=False)
+    vertices, faces, _normals = simplifier.getMesh()
+    del simplifier, _normals
+    return np.asarray(vertices, np.float32), np.asarray(faces, np.int32)
 
 
 def decimate_piece_file(inp: str, out: str, target: int) -> dict:
