@@ -63,7 +63,8 @@ PIECE_BYTES_PER_FACE = 560        # pyfqmr per face of the piece (its vertices, 
 #   own vertices, triangles and refs. Measured 2026-12-01 on this machine: piece 1 of 3
 #   (2,634,006 faces, 1,319,214 vertices) of the 7.9 M-face ``standin.asset`` mesh at 1024,
 #   its child (decimate_piece_file → 416,666 faces, 7.9 s) peaked at VmHWM 1,433,156 kB =
-#   the base + 542 B a face; notes/pyfqmr.md
+#   the base + 542 B a face; the full-size ``--export-budget 2G`` run then planned 4 pieces of
+#   1.98 M faces (predicted 1.18 GiB) and peaked at 1.06 GiB while one ran; notes/pyfqmr.md
 PIECE_SHARE = 0.75                # share of the budget one piece's process tree may take
 MAX_PIECES = 64
 UNWRAP_BATCH = (20_000, 250_000)
