@@ -47,7 +47,11 @@ DEFAULT_BUDGET = 3 * GIB
 MIN_BUDGET = 256 << 20
 PYTHON_BASE = 120 << 20           # the interpreter with numpy, scipy, trimesh, xatlas loaded
 MESH_BYTES_PER_FACE = 18          # float32 vertices (about F / 2 of them) + int32 faces
-CLEANUP_BYTES_PER_FACE = 200        # 7.9 M faces in one process: 2.06 GiB (before slicing)
+CLEANUP_BASE = 96 << 20           # cleanup's own tables beyond the interpreter, and
+CLEANUP_BYTES_PER_FACE = 180      # per face: a line through the measured cleanup peaks, 420.6 MiB
+#   at 1.31 M faces (sphere, 400M test run) and 1.55 GiB at 7.9 M (standin.asset, 2G bench), is
+#   198 MB + 186 B a face; the 200 B a face used before predicted 392 MiB for the first, below
+#   the measured peak, so a 400M budget was overrun. These leave 7-10 % above both.
 DECIMATE_BYTES_PER_FACE = 340       # 7.9 M faces: the child peaked at about 2.7 GB
 VOXEL_BYTES = 52
 UNWRAP_BYTES_PER_FACE = 400
@@ -168,7 +172,7 @@ def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
     chunk = _clamp((budget - held_bake) * HEADROOM / BAKE_BYTES_PER_TEXEL, BAKE_CHUNK)
     peaks = {
         "load": mesh + VOXEL_BYTES * voxels,
-        "cleanup": mesh + CLEANUP_BYTES_PER_FACE * faces,
+        "cleanup": mesh + CLEANUP_BASE + CLEANUP_BYTES_PER_FACE * faces,
         "decimate": mesh + DECIMATE_BYTES_PER_FACE * faces,
         "uv_unwrap": PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + UNWRAP_BYTES_PER_FACE * batch,
         "bake": held_bake + BAKE_BYTES_PER_TEXEL * chunk,
