@@ -32,6 +32,7 @@ import importlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -129,7 +130,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--blend", type=Path, help="save a .blend with the imported object here")
     ap.add_argument("--preview", type=Path,
                     help="render the object to this image; the format follows the suffix: "
-                         + ", ".join(PREVIEW_FORMATS))
+                         + ", ".join(PREVIEW_FORMATS) + ". It renders in a process of its own, "
+                         "so Ctrl-C or SIGTERM stops the render at once")
     ap.add_argument("--trace", type=Path, help="memory trace (JSONL; default next to the GLB)")
     # every option of the runner's options table the add-on shows (runner/options.py): the
     # panel's settings, the export levers, the preferences' guard settings
@@ -253,10 +255,13 @@ def render_preview(scene, path: Path, bpy) -> None:
     """Render ``scene`` (set up by ``preview_scene.setup_preview``) and write the image to
     ``path``, in the format its suffix names (:data:`PREVIEW_FORMATS`).
 
-    The image goes first to a hidden file in a private temporary folder next to ``path`` and is
-    renamed into place, so ``path`` is either the finished image or untouched, and nothing else
-    is left in that folder, whatever fails. Raises :class:`Failure` (exit 1) with one line for a
-    render Blender refuses (e.g. ``Failed to allocate GPU buffers``) or an image it cannot save.
+    The render runs in a process of its own (``preview_render.py`` on a copy of the scene saved
+    in a private temporary folder next to ``path``), because a render in this process would hold
+    off Ctrl-C and SIGTERM until it ended: a cancel kills that process at once
+    (:func:`_wait_render`). The image is renamed into place, so ``path`` is either the finished
+    image or untouched, and nothing else is left in that folder, whatever fails. Raises
+    :class:`Failure` (exit 1) with one line for a render Blender refuses (e.g. ``Failed to
+    allocate GPU buffers``) or an image it cannot save; :class:`Cancelled` passes through.
     """
     fmt = PREVIEW_FORMATS[path.suffix.lower()]
     try:
@@ -266,21 +271,20 @@ def render_preview(scene, path: Path, bpy) -> None:
                       "you can write to for --preview.", _exit("output_unwritable")) from None
     try:
         tmp = work / f"preview{path.suffix}"
-        try:
-            bpy.ops.render.render()  # into the "Render Result" image, no file yet
-            scene.render.image_settings.file_format = fmt
-            # save_render writes exactly this path (no suffix appended), with the scene's
-            # colour management, like write_still does.
-            bpy.data.images["Render Result"].save_render(filepath=str(tmp), scene=scene)
-        except (RuntimeError, KeyError) as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            if reason.startswith("Error: "):
-                reason = reason[len("Error: "):]
+        blend = work / "scene.blend"
+        bpy.ops.wm.save_as_mainfile(filepath=str(blend), copy=True, compress=False,
+                                    check_existing=False)
+        size = scene.render.resolution_x
+        print(f"{PREFIX}: rendering the preview ({size} px) in its own process; Ctrl-C stops "
+              "it", file=sys.stderr, flush=True)
+        if _wait_render(_render_command(bpy, blend, tmp, fmt)) != 0 or not tmp.is_file():
+            error = tmp.with_name(tmp.name + ".error")
+            reason = error.read_text(encoding="utf-8") if error.is_file() else ""
+            if not reason:
+                raise Failure(f"Blender rendered the preview but did not write {path.name}. "
+                              "Try a .png name for --preview.")
             raise Failure(f"The preview render failed: {reason}. Try a smaller --resolution "
-                          f"(now {scene.render.resolution_x} px) or leave out --preview.") from None
-        if not tmp.is_file():
-            raise Failure(f"Blender rendered the preview but did not write {path.name}. "
-                          "Try a .png name for --preview.")
+                          f"(now {size} px) or leave out --preview.")
         try:
             os.replace(tmp, path)
         except OSError as exc:
@@ -288,6 +292,33 @@ def render_preview(scene, path: Path, bpy) -> None:
                           "can write to for --preview.", _exit("output_unwritable")) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _render_command(bpy, blend: Path, out: Path, fmt: str) -> list[str]:
+    """The command that renders ``blend`` to ``out``: the Blender application that runs this
+    script (``bpy.app.binary_path``), or else this interpreter, which has the bpy module."""
+    script = str(PACKAGE_DIR / "preview_render.py")
+    tail = [str(out), fmt, str(os.getpid())]
+    if bpy.app.binary_path:
+        return [bpy.app.binary_path, "-b", "--factory-startup", str(blend),
+                "--python-exit-code", "1", "-P", script, "--", *tail]
+    return [sys.executable, script, str(blend), *tail]
+
+
+def _wait_render(command: list[str]) -> int:
+    """Run ``command`` in a process group of its own and return its exit status; on any
+    exception while waiting (:class:`Cancelled` from the signal handler), kill the group,
+    reap it, and re-raise. Its output goes to this process's stdout and stderr."""
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
 
 
 def _check_writable(folder: Path) -> None:

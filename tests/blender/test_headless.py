@@ -350,6 +350,43 @@ def test_signal_stops_the_runner_with_one_line(tmp_path, shared_images, sig, cod
     assert not glb.exists()
 
 
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C"),
+                                             (signal.SIGTERM, 143, "SIGTERM")])
+def test_signal_during_the_preview_render_is_prompt(tmp_path, shared_images, sig, code, name):
+    """SIGINT and SIGTERM while the preview renders (tester item 7: they waited for the render,
+    35 s at 4096 px): the render's own process is killed at once, the finished GLB is kept and
+    named, no preview and no hidden render folder is left. 4096 px renders for about 9 s
+    here (Mesa's software renderer); the signal goes right when the render starts."""
+    src = next(p for p in shared_images if p.stem == "typical_humanoid_goblin")
+    glb, png = tmp_path / "g.glb", tmp_path / "g.png"
+    proc = subprocess.Popen([PY, str(SCRIPT), str(src), "--glb", str(glb), "--preview", str(png),
+                             "--texture-size", "512", "--resolution", "4096"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:  # wait until the render process says the render starts
+        lines.append(line)
+        if line.startswith("image-to-mesh: preview: rendering"):
+            break
+    renderers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                 if "preview_render.py" in " ".join(c.cmdline())]
+    assert renderers, "".join(lines)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == code, "".join(lines) + rest
+    took = time.monotonic() - sent
+    assert took < 5, took
+    errors = [ln for ln in rest.splitlines() if ln.startswith("image-to-mesh: error:")]
+    assert len(errors) == 1, rest
+    assert f"cancelled by {name}" in errors[0] and f"finished outputs are kept: {glb}" in errors[0]
+    assert "Traceback" not in rest
+    _, alive = psutil.wait_procs(renderers, timeout=5)
+    assert not alive, alive
+    assert glb.read_bytes()[:4] == b"glTF"
+    assert not png.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.glb", "g.trace.jsonl"]
+
+
 def test_headless_prints_the_input_notes(tmp_path):
     """An EXIF-rotated JPEG: the runner's note reaches the headless script's stderr (issue 23
     item 8)."""
