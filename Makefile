@@ -45,10 +45,11 @@ wheels: setup
 # IMAGE_TO_MESH_REQUIRE_BPY5: the bpy 5 tests fail (not skip) when that venv is missing.
 # ruff first (pyproject.toml: pycodestyle at 100 columns, pyflakes, isort, bugbear): seconds.
 # The whole tree, tests/ included; pyproject.toml excludes the venvs and fetched wheels.
+# --durations: the 25 slowest tests are listed, so a test that grows shows in the CI log.
 LINTED := .
 test: setup setup-bpy5 .wheels/.host-fetched
 	$(VENV)/bin/ruff check $(LINTED)
-	IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q
+	IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q --durations=25
 
 build: wheels
 	$(PY) -m blender_addon.build --out dist
