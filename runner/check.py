@@ -52,7 +52,7 @@ def probe(options: dict, python: str | None = None) -> dict:
     """Run the worker's ``--probe`` in a subprocess and return its ``probe`` event. Raises
     ``RunnerError('worker_crashed')`` when it gives none."""
     from .child import child_env
-    from .jobrun import probe_argv
+    from .workerproc import probe_argv
 
     read_fd, write_fd = os.pipe()
     try:

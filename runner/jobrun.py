@@ -3,7 +3,8 @@
 ``validate`` (backend, input, output, trace — nothing of an earlier run is touched before the
 trace opens) → ``admit`` (the guard's admission) → ``spawn`` (the worker, a ``runner.child.Child``
 in its own process group) → relay and sample (the child's threads) → ``outcome`` (commit the
-partial GLB, or the ``RunnerError`` that explains the end) → ``finish`` (the ``result`` or
+partial GLB, or the ``RunnerError`` that explains the end, judged by
+``runner.workerproc.judge_end``) → ``finish`` (the ``result`` or
 ``error`` event, written to the trace and returned in an ``Outcome``).
 
 A step that fails raises ``RunnerError``; :meth:`JobRun.run` turns it into the job's
@@ -11,7 +12,6 @@ A step that fails raises ``RunnerError``; :meth:`JobRun.run` turns it into the j
 """
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -22,7 +22,7 @@ from . import backends
 from .cancel import Cancel, cancel_error
 from .child import Child, Supervision
 from .claims import claim_all, release_all
-from .errors import KINDS, RunnerError
+from .errors import RunnerError
 from .inputs import probe_image
 from .job import Job, Outcome, WorkerJob, explain_warning, warning_record
 from .jobtrace import JobTrace, log, summarize_trace
@@ -45,22 +45,7 @@ from .outputs import (
     trace_conflict,
 )
 from .protocol import make, relay
-
-
-def worker_argv(python: str, events_fd: int, job: WorkerJob) -> list[str]:
-    """Command line of the worker (``python -m runner.worker``): ``--events-fd`` and the job
-    (a ``runner.job.WorkerJob``) as JSON."""
-    return [python, "-m", "runner.worker", "--events-fd", str(events_fd),
-            "--job", job.to_json()]
-
-
-def probe_argv(python: str, events_fd: int, options: dict) -> list[str]:
-    """Command line of the worker's probe (``runner.check``): ``--probe`` and the backend
-    options (``dest`` → value) as JSON."""
-    import json
-
-    return [python, "-m", "runner.worker", "--events-fd", str(events_fd), "--probe",
-            "--backend-options", json.dumps(options)]
+from .workerproc import judge_end, worker_argv
 
 
 def export_need(config) -> int | None:
@@ -80,28 +65,6 @@ def export_need(config) -> int | None:
             log(f"--need-from: no export peak in {config.need_source} ({exc}); using the "
                 "whole run's")
     return config.need
-
-
-CRASH_SIGNALS = frozenset(getattr(signal, name) for name in
-                          ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
-                          if hasattr(signal, name))
-"""Signals a process raises against itself when it crashes (a native library's invalid memory
-access, an abort): the worker crashed, nobody killed it."""
-
-
-def _signal_error(signum: int) -> RunnerError:
-    """The error for a worker ended by signal ``signum``: ``worker_crashed`` for a crash signal
-    (``CRASH_SIGNALS``), else ``worker_killed`` (killed from outside, often out of memory)."""
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
-    if signum in CRASH_SIGNALS:
-        return RunnerError("worker_crashed", f"The worker crashed ({name}: a fault inside the "
-                           "backend or a native library it uses).",
-                           "See the log on stderr; try another image or backend, and run "
-                           "`python -m runner check`.")
-    return RunnerError("worker_killed", f"The worker was killed by {name}.")
 
 
 def asset_kept(err: RunnerError, asset: str, output: Path) -> RunnerError:
@@ -440,26 +403,10 @@ class JobRun:
 
     # -- outcome -------------------------------------------------------------------------------
     def outcome(self, worker: Child) -> dict:
-        """Judge how a child (the worker, or the export process) ended: return the backend's
-        ``info`` dict, or raise the ``RunnerError`` that says why there is no GLB."""
-        events, code = worker.events, worker.code
-        if worker.stalled is not None:
-            raise RunnerError("stalled", f"The {worker.name} was stopped: {worker.stalled}.")
-        if worker.stopped is not None:
-            raise RunnerError("guard_stopped", f"The guard stopped the job: {worker.stopped}.")
-        if self.cancel:
-            raise cancel_error(self.cancel, "while the worker ran; the partial output was removed")
-        if "error" in events:
-            ev = events["error"]
-            kind = ev.get("kind") if ev.get("kind") in KINDS else "backend_failed"
-            raise RunnerError(kind, ev.get("message") or "The worker failed.", ev.get("hint"),
-                              **(ev.get("details") or {}))
-        if code == 0 and "worker_done" in events:
-            return events["worker_done"].get("info") or {}
-        if code is not None and code < 0:
-            raise _signal_error(-code)
-        raise RunnerError("worker_crashed", f"The worker exited with status {code} without "
-                          "a result.")
+        """Judge how a child (the worker, or the export process) ended
+        (``runner.workerproc.judge_end``): return the backend's ``info`` dict, or raise the
+        ``RunnerError`` that says why there is no GLB."""
+        return judge_end(worker, self.cancel)
 
     # -- finish --------------------------------------------------------------------------------
     def finish(self, error: RunnerError | None, info: dict | None = None) -> Outcome:
