@@ -27,7 +27,7 @@ from . import backends
 from .cli import ArgumentParser, backend_options, usage_failure
 from .errors import KINDS, RunnerError, explain
 from .jobtrace import log
-from .options import add_arguments as add_table_arguments
+from .option_args import add_arguments as add_table_arguments
 from .protocol import Emitter, make
 
 CHECK_EPILOG = """\

@@ -13,7 +13,7 @@ from pathlib import Path
 from . import backends
 from .cancel import Cancel
 from .errors import RunnerError, explain
-from .options import add_arguments as add_table_arguments
+from .option_args import add_arguments as add_table_arguments
 from .protocol import Emitter, early_failure, make
 
 DEFAULT_GRACE = 1.0

@@ -203,7 +203,7 @@ def build_parser() -> ArgumentParser:
     from stageload.guard import add_guard_arguments
 
     from .cli import DEFAULT_GRACE
-    from .options import add_arguments
+    from .option_args import add_arguments
 
     parser = ArgumentParser(
         prog="python -m runner export", formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -10,8 +10,9 @@ runner; the direction is runner → stageload).
 
 Views of the table:
 
-- the runner's command line: :func:`add_arguments` (``python -m runner``, ``batch``, ``check``;
-  each option names the commands that take it, :data:`COMMANDS`);
+- the runner's command line: ``runner/option_args.py`` ``add_arguments`` (``python -m runner``,
+  ``batch``, ``check``, ``export``; each option names the commands that take it,
+  :data:`COMMANDS`);
 - the backend registry's options (``runner/backends``): :func:`backend_options`;
 - the add-on (``blender_addon/option_views.py``, over :func:`addon_options` and each entry's
   :class:`Panel`): the panel's and the preferences' properties, the job description and its
@@ -445,52 +446,6 @@ def table() -> tuple[Option, ...]:
 def backend_options(backend: str) -> tuple[Option, ...]:
     """The ``backend``'s own options (group ``backend``), in table order."""
     return tuple(o for o in table() if o.group == "backend" and backend in o.backends)
-
-
-# ---------------------------------------------------------------- the runner's command line
-def _argparse_type(opt: Option):
-    """An argparse ``type`` that reports ``convert``'s message (not a bare 'invalid value')."""
-    import argparse
-
-    def convert(text):
-        try:
-            return opt.convert(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = opt.flag
-    return convert
-
-
-def add_arguments(parser, command: str = "run") -> None:
-    """The table's options that ``command`` takes (:data:`COMMANDS`) on ``parser`` (argparse):
-    job options at the top level, backends' own options in a "backend options" group (value
-    as given, default None = not given, so another backend's option can be told apart and
-    refused; defaults are applied by the backend registry) — for ``export``, which has no
-    backend, an "export levers" group. Each help line is ``command``'s (``help_text``). Guard
-    options are left to ``stageload.guard.add_guard_arguments``."""
-    if command not in COMMANDS:
-        raise ValueError(f"unknown command {command!r}")
-    group = None
-    for opt in table():
-        if command not in opt.commands or opt.group == "guard":
-            continue
-        if opt.group == "job":
-            kwargs = {"type": _argparse_type(opt)} if opt.kind not in ("choice", "text") else {}
-            parser.add_argument(opt.flag, dest=opt.dest, default=opt.default,
-                                choices=opt.choices or None, metavar=opt.metavar,
-                                help=opt.help_text(command), **kwargs)
-            continue
-        if group is None:
-            group = parser.add_argument_group("export levers" if command == "export"
-                                              else "backend options")
-        if opt.switch:
-            group.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
-                               const=True, help=opt.help_text(command))
-        else:
-            group.add_argument(opt.flag, dest=opt.dest, default=None,
-                               choices=[str(c) for c in opt.choices] or None,
-                               metavar=opt.metavar, help=opt.help_text(command))
 
 
 # ---------------------------------------------------------------- the add-on's views
