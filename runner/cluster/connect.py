@@ -26,9 +26,12 @@ PORT_TIMEOUT = 5.0
 """Seconds to wait for a TCP connection to the head's port before calling it unreachable."""
 
 _SETUP_HINT = ("Start the head with `ray start --head --port=6379 --resources='{\"image_to_mesh\": "
-               "0}'` and each Mac with `ray start --address=HEAD:6379 --resources="
+               "1}'` (0 keeps the head free of jobs, but then another node must offer a slot) "
+               "and each other Mac with `ray start --address=HEAD:6379 --resources="
                "'{\"image_to_mesh\": 1}'` (docs/cluster.md); check the address and that the "
                "firewall lets the port through.")
+"""Every ``cluster_unavailable`` hint's setup advice: the head offers 1 slot by default, as in
+docs/cluster.md step 2 (a 1-machine user given 0 would get a cluster with no slot)."""
 
 
 def _unavailable(address: str, message: str, hint: str = _SETUP_HINT) -> RunnerError:

@@ -3,6 +3,8 @@ connect.parse_address): what a node's job is given of the command line, the task
 which nodes a given-back image avoids. Ray is not imported here."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runner.batch import build_parser
@@ -72,3 +74,23 @@ def test_addresses_and_room():
         require_room([_node("a", 1 << 30)], "h:6379", 2 << 30)
     assert err.value.kind == "cluster_unavailable" and "--need" in err.value.message
     require_room([_node("a", 4 << 30)], "h:6379", 2 << 30)
+
+
+def test_the_unavailable_hint_starts_the_head_with_a_slot_as_the_docs_do():
+    """tester2 finding 7: the hint said ``"image_to_mesh": 0`` for the head, so a 1-machine
+    user following it got a cluster with no slot. Nothing listens on the port asked here."""
+    import re
+    import socket
+
+    from runner.cluster.connect import check_port
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(RunnerError) as info:
+        check_port(f"127.0.0.1:{port}", "127.0.0.1", port)
+    hint = info.value.hint
+    head = re.search(r"`ray start --head [^`]*`", hint).group(0)
+    assert """'{"image_to_mesh": 1}'""" in head, hint
+    docs = (Path(__file__).parents[2] / "docs" / "cluster.md").read_text()
+    assert head.strip("`") in docs  # the same command as docs/cluster.md step 2
