@@ -435,42 +435,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if ns.image.is_dir():
                 return _batch(ns, mods, inside_blender)
-            if ns.cluster:
-                raise Failure("--cluster runs a batch on a Ray cluster: give a folder of "
-                              "images instead of one image (headless.py FOLDER --glb OUTDIR "
-                              "--cluster ADDRESS).", _exit("usage"))
-            try:
-                ns.image = config.validate_image(ns.image)
-            except config.ConfigError as exc:
-                raise Failure(str(exc), _exit("input_missing")) from None
-            ns.glb, ns.blend, ns.preview, ns.trace = (
-                p.expanduser().resolve() if p else None
-                for p in (ns.glb, ns.blend, ns.preview, ns.trace))
-            check_output_clashes(ns)
-            for p in (ns.glb, ns.blend, ns.preview):
-                if p and p.exists() and not ns.overwrite:
-                    raise Failure(f"{p} exists; choose another name or pass --overwrite.",
-                                  _exit("output_exists"))
-                if p:
-                    _check_writable(p.parent)
+            _check_single(ns, config)
             if ns.glb:
                 glb = ns.glb
             else:
                 tmp = Path(tempfile.mkdtemp(prefix="image-to-mesh-"))
                 glb = tmp / f"{ns.image.stem}.glb"
             trace = ns.trace or glb.with_name(f"{glb.stem}.trace.jsonl")
-            interpreter = _interpreter(ns, config, inside_blender)
-            st = run_runner(ns, glb, trace, mods, interpreter)
-            if ns.glb:
-                written.append(ns.glb)
-
-            obj = import_into_scene(ns, glb, trace, st)
-            save_outputs(ns, written)
-            if ns.glb:
-                print(f"{PREFIX}: wrote {ns.glb}", file=sys.stderr)
-            print(f"{PREFIX}: done: {obj.name}, peak footprint "
-                  f"{mods['state'].human_bytes(st.peak)}", file=sys.stderr)
-            return 0
+            return _single(ns, glb, trace, mods, inside_blender, written)
         except Cancelled as exc:
             raise Failure(_cancel_message(exc, written, trace if ns.glb or ns.trace else None),
                           128 + exc.signum) from None
@@ -481,6 +453,52 @@ def main(argv: list[str] | None = None) -> int:
         _restore_signal_handlers(old_handlers)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_single(ns, config) -> None:
+    """Check a single job's arguments before anything runs: one image (not ``--cluster``),
+    readable (``config.validate_image``); its outputs resolved, not clashing
+    (:func:`check_output_clashes`), not existing unless ``--overwrite``, in writable folders.
+    Sets ``ns.image`` and the output paths to their resolved forms. Raises :class:`Failure`
+    (``usage``, ``input_missing``, ``output_exists``, ``output_unwritable`` statuses)."""
+    if ns.cluster:
+        raise Failure("--cluster runs a batch on a Ray cluster: give a folder of "
+                      "images instead of one image (headless.py FOLDER --glb OUTDIR "
+                      "--cluster ADDRESS).", _exit("usage"))
+    try:
+        ns.image = config.validate_image(ns.image)
+    except config.ConfigError as exc:
+        raise Failure(str(exc), _exit("input_missing")) from None
+    ns.glb, ns.blend, ns.preview, ns.trace = (
+        p.expanduser().resolve() if p else None
+        for p in (ns.glb, ns.blend, ns.preview, ns.trace))
+    check_output_clashes(ns)
+    for p in (ns.glb, ns.blend, ns.preview):
+        if p and p.exists() and not ns.overwrite:
+            raise Failure(f"{p} exists; choose another name or pass --overwrite.",
+                          _exit("output_exists"))
+        if p:
+            _check_writable(p.parent)
+
+
+def _single(ns, glb: Path, trace: Path, mods, inside_blender: bool,
+            written: list[Path]) -> int:
+    """Run the runner on the one image into ``glb`` (its memory trace at ``trace``), import the
+    GLB into a fresh scene and write ``--blend`` / ``--preview``; each finished output is
+    appended to ``written`` (so a cancel can name them). Returns 0; raises :class:`Failure`
+    or :class:`Cancelled`."""
+    interpreter = _interpreter(ns, mods["config"], inside_blender)
+    st = run_runner(ns, glb, trace, mods, interpreter)
+    if ns.glb:
+        written.append(ns.glb)
+
+    obj = import_into_scene(ns, glb, trace, st)
+    save_outputs(ns, written)
+    if ns.glb:
+        print(f"{PREFIX}: wrote {ns.glb}", file=sys.stderr)
+    print(f"{PREFIX}: done: {obj.name}, peak footprint "
+          f"{mods['state'].human_bytes(st.peak)}", file=sys.stderr)
+    return 0
 
 
 def _batch(ns, mods, inside_blender: bool) -> int:
