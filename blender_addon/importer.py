@@ -141,6 +141,22 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     the file is missing or holds no mesh (anything the import created is removed again).
     """
     glb = Path(glb)
+    obj = _join(_import_meshes(glb))
+    name = free_name(name, obj)
+    obj.name = name
+    obj.data.name = name
+    name_materials(obj, name)
+    _place(obj, location, collection, after_existing)
+    _record(obj, glb, metadata)
+    _select_only(obj)
+    return obj
+
+
+def _import_meshes(glb: Path) -> list:
+    """Run Blender's glTF importer on ``glb`` and return the mesh objects it made, their
+    parents (the importer's helper empties) baked into their world matrices and every non-mesh
+    object it made removed. Raises :class:`MeshImportError` when the file is missing, cannot be
+    read or holds no mesh (anything the import created is removed again)."""
     if not glb.is_file():
         raise MeshImportError(f"The runner's GLB is missing: {glb}")
     before = set(bpy.data.objects)
@@ -164,15 +180,24 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     for o in new:
         if o.type != "MESH":
             bpy.data.objects.remove(o, do_unlink=True)
+    return meshes
+
+
+def _join(meshes: list) -> bpy.types.Object:
+    """One mesh object of ``meshes`` (non-empty): the first, with the others joined into it."""
     obj = meshes[0]
     if len(meshes) > 1:
         with bpy.context.temp_override(active_object=obj, object=obj,
                                        selected_objects=meshes, selected_editable_objects=meshes):
             bpy.ops.object.join()
-    name = free_name(name, obj)
-    obj.name = name
-    obj.data.name = name
-    name_materials(obj, name)
+    return obj
+
+
+def _place(obj: bpy.types.Object, location, collection: bpy.types.Collection,
+           after_existing: bool) -> None:
+    """Move ``obj`` into ``collection`` alone (unlinked from any other) at ``location`` (3
+    floats, metres), shifted along X past the collection's mesh objects when
+    ``after_existing`` (:func:`import_glb`)."""
     location = list(location)
     if after_existing:
         location[0] += BATCH_SPACING * sum(1 for o in collection.objects if o.type == "MESH")
@@ -180,9 +205,6 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
         c.objects.unlink(obj)
     collection.objects.link(obj)
     obj.location = tuple(location)
-    _record(obj, glb, metadata)
-    _select_only(obj)
-    return obj
 
 
 def _record(obj: bpy.types.Object, glb: Path, metadata: dict) -> None:
