@@ -92,7 +92,12 @@ def _met(ok: bool) -> str:
 
 def tables(result: dict) -> str:
     """The markdown: runs with per-step seconds, measured against modelled, targets, quality."""
-    a = result["analysis"]
+    return "\n".join(_runs_table(result) + _modelled_table(result) + _targets_lines(result))
+
+
+def _runs_table(result: dict) -> list[str]:
+    """The heading paragraph (when, where, the asset, what the peaks are) and the runs' table:
+    one row per run with its peaks, seconds and per-step seconds (a failed run: its exit)."""
     asset = result["asset"]
     small = (" — NOT the full-size figures (quick or a smaller grid)"
              if result["quick"] or result["plan"]["resolution"] != 1024 else "")
@@ -125,11 +130,17 @@ def tables(result: dict) -> str:
             f"{_gib(r['tree_peak'])} | {e['seconds']:.1f} | "
             + " | ".join(f"{e['substeps'][s]['seconds']:.1f}" for s in SUBSTEPS)
             + f" | {top} ({_gib(e['substeps'][top]['peak'])}) |")
-    lines += ["", ("Against the stand-in's **modelled** port export at the same sizes (a model "
-              "fitted to SPEC §1's 70 GB, `bench/export_engine/model.py`; remesh on, as the "
-              "port's default; its step at the peak: cleanup of the remeshed mesh):"), "",
-              ("| run | input faces | texture | bounded engine, measured | port export, "
-              "modelled | modelled ÷ measured |"), "|---|---|---|---|---|---|"]
+    return lines
+
+
+def _modelled_table(result: dict) -> list[str]:
+    """The measured peaks against the stand-in's modelled port export (``model.py``), for the
+    runs at the defaults' budget and cores that did not fail."""
+    lines = ["", ("Against the stand-in's **modelled** port export at the same sizes (a model "
+             "fitted to SPEC §1's 70 GB, `bench/export_engine/model.py`; remesh on, as the "
+             "port's default; its step at the peak: cleanup of the remeshed mesh):"), "",
+             ("| run | input faces | texture | bounded engine, measured | port export, "
+             "modelled | modelled ÷ measured |"), "|---|---|---|---|---|---|"]
     for r in result["runs"]:
         if r["cores"] or r["budget"] or r["export"] is None:
             continue
@@ -137,9 +148,16 @@ def tables(result: dict) -> str:
         lines.append(f"| {r['name']} | {r['input_faces']:,} | {r['texture']} | "
                      f"{_gib(r['export']['peak'])} | {_gib(m)} (model) | "
                      f"{m / r['export']['peak']:.0f} |")
+    return lines
+
+
+def _targets_lines(result: dict) -> list[str]:
+    """The targets' table (met or missed), the quality of the defaults' (and the 2G budget's)
+    GLB, the defaults' time with its slowest and highest steps, and one core against two."""
+    a = result["analysis"]
     q = result["quality"]
     d = _run(result, "defaults")["export"]
-    lines += ["", "| target | measured | result |", "|---|---|---|"]
+    lines = ["", "| target | measured | result |", "|---|---|---|"]
     for name, ok in a["checks"].items():
         lines.append(f"| {name} | {_figure(name, result)} | {_met(ok)} |")
     lines += ["", _quality_text("the defaults' GLB", q)]
@@ -152,7 +170,7 @@ def tables(result: dict) -> str:
     if s:
         per = ", ".join(f"{k} {v:.2f}" for k, v in s["steps"].items() if v is not None)
         lines.append(f"One core ÷ two cores, seconds: {s['total']:.2f} overall ({per}).")
-    return "\n".join(lines)
+    return lines
 
 
 def _quality_text(what: str, q: dict) -> str:
