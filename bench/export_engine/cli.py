@@ -131,7 +131,8 @@ def _faces_of(path: Path) -> int:
         return int(data["faces"].shape[0])
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m bench.export_engine",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a 512 grid and fewer runs")
@@ -155,7 +156,57 @@ def main(argv=None) -> int:
                     help="run only these runs of the plan (e.g. budget_2g faces_2m) and merge "
                     "them into the results folder's export_engine.json (each row keeps the time "
                     "it was measured)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _measure(a, p: dict, full: Path, name: str, asset: Path | int, levers: dict,
+             result: dict, out: Path) -> None:
+    """One planned run: the export (``run_export``) on ``asset`` (a reduced one made first when
+    it is a face count) with ``levers``, its row put into ``result`` with the modelled port
+    export, its trace and log copied to ``out``, and the quality of its GLB when it is one of
+    :data:`QUALITY_OF` (measured before the GLB is removed, unless ``--keep-glb``)."""
+    asset = asset if isinstance(asset, Path) else _reduced(full, asset)
+    print(f"export: {name}", file=sys.stderr, flush=True)
+    row = run_export(asset, a.work, name, via=a.via, **levers)
+    row["input_faces"] = _faces_of(asset)
+    if row["export"] is None:
+        print(f"  {name} failed (exit {row['rc']}): {row['failed']}", file=sys.stderr)
+    row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
+                                             row["texture"], p["resolution"])
+    row["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    row["merged"] = bool(a.only)  # measured after the benchmark's own pass
+    _put(result, row)
+    for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
+        if (a.work / f"{name}.{f}").exists():
+            shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
+    # quality first: the figures a later failure must not lose
+    if name in QUALITY_OF and row["export"] is not None:
+        print(f"quality of the {name} GLB", file=sys.stderr, flush=True)
+        result[QUALITY_OF[name]] = quality.evaluate(
+            full, row["glb"], p["target"], distance_samples=p["distance_samples"],
+            colour_samples=p["colour_samples"])
+    if not a.keep_glb:
+        Path(row["glb"]).unlink(missing_ok=True)
+
+
+def _finish(a, p: dict, full: Path, result: dict, out: Path) -> int:
+    """Mark ``result`` complete when every planned run has a row, analyse it, write
+    ``export_engine.json`` and ``table.md`` (and the docs' blocks with ``--docs``), print the
+    tables; returns 0 when every target was met, else 1."""
+    names = [r["name"] for r in result["runs"]]
+    result["complete"] = all(name in names for name, _, _ in _runs(p, full))
+    result["analysis"] = report.analyse(result)
+    (out / "export_engine.json").write_text(json.dumps(result, indent=1))
+    (out / "table.md").write_text(report.tables(result) + "\n")
+    if a.docs:
+        report.refresh_docs(result, out)
+    print(report.tables(result))
+    return 0 if all(result["analysis"]["checks"].values()) else 1
+
+
+def main(argv=None) -> int:
+    """Run the benchmark (see the module docstring); returns 0 when every target was met."""
+    a = _parser().parse_args(argv)
     picture = a.picture or (SHARED_PICTURE if SHARED_PICTURE.exists() else PICTURE)
     p = plan(a.quick)
     for key in ("resolution", "target", "texture", "faces", "textures"):
@@ -174,42 +225,13 @@ def main(argv=None) -> int:
     if a.only:
         result, planned = _merge_into(out / "export_engine.json", planned, a.only)
     for name, asset, levers in planned:
-        asset = asset if isinstance(asset, Path) else _reduced(full, asset)
-        print(f"export: {name}", file=sys.stderr, flush=True)
-        row = run_export(asset, a.work, name, via=a.via, **levers)
-        row["input_faces"] = _faces_of(asset)
-        if row["export"] is None:
-            print(f"  {name} failed (exit {row['rc']}): {row['failed']}", file=sys.stderr)
-        row["modelled_port"] = model.port_export(row["input_faces"], row["target"],
-                                                 row["texture"], p["resolution"])
-        row["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        row["merged"] = bool(a.only)  # measured after the benchmark's own pass
-        _put(result, row)
-        for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
-            if (a.work / f"{name}.{f}").exists():
-                shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
-        # quality first: the figures a later failure must not lose
-        if name in QUALITY_OF and row["export"] is not None:
-            print(f"quality of the {name} GLB", file=sys.stderr, flush=True)
-            result[QUALITY_OF[name]] = quality.evaluate(
-                full, row["glb"], p["target"], distance_samples=p["distance_samples"],
-                colour_samples=p["colour_samples"])
-        if not a.keep_glb:
-            Path(row["glb"]).unlink(missing_ok=True)
+        _measure(a, p, full, name, asset, levers, result, out)
         if not a.only:
             result["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             result["bench_seconds"] = time.time() - started
         # written after every run, marked incomplete until the last
         (out / "export_engine.json").write_text(json.dumps(result, indent=1))
-    names = [r["name"] for r in result["runs"]]
-    result["complete"] = all(name in names for name, _, _ in _runs(p, full))
-    result["analysis"] = report.analyse(result)
-    (out / "export_engine.json").write_text(json.dumps(result, indent=1))
-    (out / "table.md").write_text(report.tables(result) + "\n")
-    if a.docs:
-        report.refresh_docs(result, out)
-    print(report.tables(result))
-    return 0 if all(result["analysis"]["checks"].values()) else 1
+    return _finish(a, p, full, result, out)
 
 
 if __name__ == "__main__":
