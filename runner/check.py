@@ -138,7 +138,17 @@ def summary_lines(result: dict) -> list[str]:
                if isinstance(d, dict) and d.get("available")]
     lines = [f"Python {python.get('version', '?')} ({python.get('executable', '?')}); "
              f"{torch_text}; devices: {', '.join(devices) or 'none'}"]
-    for name, verdict in (result.get("backends") or {}).items():
+    lines += backend_lines(result.get("backends"))
+    wanted = ", ".join(result.get("requested") or [])
+    lines.append(f"ready for {wanted}" if result.get("ok") else f"NOT ready for {wanted}")
+    return lines
+
+
+def backend_lines(verdicts) -> list[str]:
+    """One line per backend of a check's ``backends`` (``NAME: ok``, or ``NAME: cannot run:
+    KIND: REASON — HINT``); also each node's lines of ``check --cluster``."""
+    lines = []
+    for name, verdict in (verdicts if isinstance(verdicts, dict) else {}).items():
         verdict = verdict if isinstance(verdict, dict) else {}
         if verdict.get("ok"):
             lines.append(f"{name}: ok")
@@ -146,8 +156,6 @@ def summary_lines(result: dict) -> list[str]:
         kind = f"{verdict['kind']}: " if verdict.get("kind") else ""
         hint = f" — {verdict['hint']}" if verdict.get("hint") else ""
         lines.append(f"{name}: cannot run: {kind}{verdict.get('reason') or 'unknown'}{hint}")
-    wanted = ", ".join(result.get("requested") or [])
-    lines.append(f"ready for {wanted}" if result.get("ok") else f"NOT ready for {wanted}")
     return lines
 
 
@@ -161,6 +169,7 @@ def _cluster(parser, ns, raw: dict, emitter: Emitter) -> int:
         return cluster_check(ns.cluster, node_argv(parser, ns, raw, None),
                              ns.backend or [backends.DEFAULT], emitter)
     except RunnerError as err:
+        explain(err.fields())
         emitter.event("error", **err.fields())
         return err.exit_code
 

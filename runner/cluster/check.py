@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from ..errors import RunnerError
+from ..jobtrace import log
 from ..protocol import make
 
 NODE_CHECK_TIMEOUT = 180.0
@@ -63,6 +64,31 @@ def _probe_all(ray, nodes, argv: list[str]) -> list[dict]:
     return rows
 
 
+def summary_lines(address: str, rows: list[dict], wanted: list[str], ok: bool) -> list[str]:
+    """The cluster check for a person (stderr, ``runner: check: LINE``): per node its host,
+    address, slots, memory and Python, then its backends (``runner.check.backend_lines``) or
+    why it could not be checked; then the verdict naming the nodes ready for ``wanted``."""
+    from stageload.units import format_size
+
+    from ..check import backend_lines
+
+    lines, ready = [], []
+    for row in rows:
+        lines.append(f"node {row['host']} ({row['ip']}): {row['slots']} slot(s), "
+                     f"{format_size(row['memory'])} for Ray, Python {row.get('python') or '?'}")
+        if "error" in row:
+            lines.append(f"  could not check it: {row['error']}")
+            continue
+        lines += [f"  {line}" for line in backend_lines(row.get("backends"))]
+        if row["slots"] >= 1 and all((row.get("backends") or {}).get(b, {}).get("ok")
+                                     for b in wanted):
+            ready.append(row["host"])
+    names = ", ".join(wanted)
+    lines.append(f"ready for {names} on {len(ready)} node(s): {', '.join(ready)}" if ok else
+                 f"NOT ready for {names}: no node with a slot can run it ({address})")
+    return lines
+
+
 def cluster_check(address: str, argv: list[str], wanted: list[str], emitter) -> int:
     """Check the cluster at ``address`` (``argv``: the backend options for each node's own
     check); prints the ``check`` line and returns the exit status. Raises ``RunnerError``
@@ -79,4 +105,6 @@ def cluster_check(address: str, argv: list[str], wanted: list[str], emitter) -> 
                                      for b in wanted) for r in rows)
     emitter.emit(make("check", cluster={"address": address, "nodes": rows}, requested=wanted,
                       ok=ok))
+    for line in summary_lines(address, rows, wanted, ok):  # for a person, as a local check
+        log(f"check: {line}")
     return 0 if ok else RunnerError("cluster_unavailable", "").exit_code

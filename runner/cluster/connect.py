@@ -85,6 +85,22 @@ def shield_stdout(emitter) -> None:
     os.dup2(2, 1)
 
 
+class _NoSigtermNotice(logging.Filter):
+    """Drops exactly Ray's "SIGTERM handler is not set because current thread is not the main
+    thread" warning (``ray._private.worker``, from ``ray.init``; every other record passes).
+    ``ray.init`` runs in a thread of ours on purpose: for its time limit, and so that Ray does
+    not replace the runner's own SIGTERM handler (the batch's cancel) with its ``sys.exit``
+    one, which it installs only when called from the main thread. Ray documents its driver's
+    logs as plain Python ``logging`` (docs.ray.io, "Configuring Logging"), so a filter on the
+    logger that emits it is the way to leave out one record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
+
+
+_SIGTERM_FILTER = _NoSigtermNotice()
+
+
 def connect(address: str):
     """Import Ray and connect to the cluster at ``address``; returns the ``ray`` module.
     Raises ``RunnerError``: ``usage`` (not an address), ``cluster_unavailable``."""
@@ -101,6 +117,7 @@ def connect(address: str):
         except BaseException as exc:  # Ray raises ConnectionError, RuntimeError, ValueError …
             outcome["error"] = exc
 
+    logging.getLogger("ray._private.worker").addFilter(_SIGTERM_FILTER)  # idempotent
     thread = threading.Thread(target=init, name="runner-ray-init", daemon=True)
     thread.start()
     thread.join(CONNECT_TIMEOUT)
