@@ -93,10 +93,10 @@ def _decimate(cleaned: Path, decimated: Path, levers: ExportLevers, plan, steps:
         return {"method": "pieces", **done}
     steps.begin("decimate", method="one call")
     steps.progress(0.0, force=True)
-    call("runner.export_engine.decimate:simplify_file", None,
-         {"inp": str(cleaned), "out": str(decimated), "target": levers.decimation_target},
-         workdir, steps)
-    return {"method": "one call", "pieces": 1}
+    done = call("runner.export_engine.decimate:simplify_file", None,
+                {"inp": str(cleaned), "out": str(decimated),
+                 "target": levers.decimation_target}, workdir, steps)
+    return {"method": "one call", "pieces": 1, "twins": int(done["twins"])}
 
 
 def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: Path):
@@ -167,7 +167,8 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     "charts", "unwrap_batches", "utilization", "orphan_texels", "voxels", "budget",
     "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak", "decimation", "seconds",
     "step_seconds"}`` (bytes, seconds; ``decimation``: ``{"method": "one call" | "pieces",
-    "pieces", …}``, the pieced path's ``piece_faces`` and ``stitched`` faces too). Raises
+    "pieces", "twins", …}``, the pieced path's ``piece_faces`` and ``stitched`` faces too;
+    ``twins``: the twin faces dropped after the decimation, ``decimate.drop_twin_faces``). Raises
     ``BadAsset`` (nothing read beyond the headers when the budget refuses it),
     ``PiecesUnavailable`` (the budget needs the pieced decimation and pyfqmr is missing:
     refused before reading), ``ExportCancelled``, ``ValueError`` (a bad lever),

@@ -135,8 +135,9 @@ def stitch(parts: list[tuple]) -> tuple:
 
 def stitch_file(workdir: str, pieces: int, out: str, target: int) -> dict:
     """The child's work: ``workdir/piece-I.out.npz`` stitched (``stitch``), then decimated to
-    ``target`` by fast-simplification (``decimate.simplify``), written to ``out``. Returns
-    ``{"stitched", "faces"}`` (faces before and after the final pass)."""
+    ``target`` by fast-simplification (``decimate.simplify``, its twin faces dropped),
+    written to ``out``. Returns ``{"stitched", "faces", "twins"}`` (faces before and after the
+    final pass; faces ``drop_twin_faces`` removed)."""
     from .decimate import simplify
 
     parts = []
@@ -148,8 +149,10 @@ def stitch_file(workdir: str, pieces: int, out: str, target: int) -> dict:
     stitched = len(faces)
     result = simplify(vertices, faces, target) if stitched > target \
         else {"vertices": vertices, "faces": faces}
+    twins = result.pop("twins", np.int64(0))
     np.savez(out, **result)
-    return {"stitched": np.int64(stitched), "faces": np.int64(len(result["faces"]))}
+    return {"stitched": np.int64(stitched), "faces": np.int64(len(result["faces"])),
+            "twins": np.int64(twins)}
 
 
 def piece_targets(counts, target: int) -> list[int]:
@@ -163,7 +166,7 @@ def decimate_in_pieces(inp: Path, out: Path, target: int, pieces: int, workdir: 
     """The pieced decimation (module docstring) of the mesh file ``inp`` to the mesh file
     ``out`` (``target`` faces), each step a ``stoppable`` child process; ``steps``: the
     export's ``Steps`` (a ``progress`` event after each piece, with ``pieces``; cancel
-    checks). Returns ``{"pieces", "piece_faces", "stitched", "faces"}``. Raises
+    checks). Returns ``{"pieces", "piece_faces", "stitched", "faces", "twins"}``. Raises
     ``ExportCancelled``, ``RuntimeError`` (a child failed)."""
     from .stoppable import call
 
@@ -185,4 +188,5 @@ def decimate_in_pieces(inp: Path, out: Path, target: int, pieces: int, workdir: 
     for i in range(pieces):
         (workdir / f"piece-{i}.out.npz").unlink(missing_ok=True)
     return {"pieces": int(pieces), "piece_faces": [int(c) for c in counts],
-            "stitched": int(done["stitched"]), "faces": int(done["faces"])}
+            "stitched": int(done["stitched"]), "faces": int(done["faces"]),
+            "twins": int(done["twins"])}
