@@ -321,58 +321,6 @@ def _wait_render(command: list[str]) -> int:
         raise
 
 
-def _check_writable(folder: Path) -> None:
-    """:class:`Failure` (exit 21) unless a file can be created in ``folder`` — checked by
-    creating (and removing) one, since permission bits do not tell about read-only file
-    systems, or about root."""
-    if not folder.is_dir():
-        raise Failure(f"Output folder {folder} does not exist. Create it or choose another.",
-                      _exit("output_unwritable"))
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise Failure(f"Cannot write to the output folder {folder}: {exc.strerror or exc}. "
-                      "Choose a folder you can write to.", _exit("output_unwritable")) from None
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """True when ``a`` and ``b`` (absolute, resolved) name one file: equal paths, or both exist
-    and ``os.path.samefile`` says so (hard links, case-insensitive file systems)."""
-    if a == b:
-        return True
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def check_output_clashes(ns) -> None:
-    """Refuse (:class:`Failure`, exit 2, before anything runs) outputs that would destroy the
-    input or each other: any of ``--glb``, ``--blend``, ``--preview`` and the trace the runner
-    will write (``--trace``, else ``GLB.trace.jsonl`` next to ``--glb``) naming the input image,
-    two of them naming one file, or a ``--blend`` name not ending in ``.blend``. ``--overwrite``
-    replaces earlier outputs, never the source picture. Paths in ``ns`` must be resolved."""
-    trace = ns.trace or (ns.glb.with_name(f"{ns.glb.stem}.trace.jsonl") if ns.glb else None)
-    outputs = [(flag, p) for flag, p in (("--glb", ns.glb), ("--blend", ns.blend),
-                                         ("--preview", ns.preview),
-                                         ("--trace" if ns.trace else "the memory trace", trace))
-               if p is not None]
-    for flag, p in outputs:
-        if _same_file(p, ns.image):
-            raise Failure(f"{flag} {p} is the input image; --overwrite never replaces the "
-                          "source picture. Choose another output name.", _exit("usage"))
-    if ns.blend and ns.blend.suffix.lower() != ".blend":
-        got = f"a {ns.blend.suffix} file" if ns.blend.suffix else "a name without a suffix"
-        raise Failure(f"--blend {ns.blend} is {got}; end the name in .blend (Blender's file "
-                      "format; use --glb for a GLB).", _exit("usage"))
-    for i, (flag_a, a) in enumerate(outputs):
-        for flag_b, b in outputs[i + 1:]:
-            if _same_file(a, b):
-                raise Failure(f"{flag_a} and {flag_b} both name {a}; give each output its own "
-                              "file name.", _exit("usage"))
-
-
 def import_into_scene(ns, glb: Path, trace: Path, st):
     """A fresh empty scene holding the GLB's object (collection "Image to Mesh", custom
     properties from ``st``, the runner's final ``JobState``) framed for the preview; returns
@@ -456,29 +404,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_single(ns, config) -> None:
-    """Check a single job's arguments before anything runs: one image (not ``--cluster``),
-    readable (``config.validate_image``); its outputs resolved, not clashing
-    (:func:`check_output_clashes`), not existing unless ``--overwrite``, in writable folders.
-    Sets ``ns.image`` and the output paths to their resolved forms. Raises :class:`Failure`
-    (``usage``, ``input_missing``, ``output_exists``, ``output_unwritable`` statuses)."""
-    if ns.cluster:
-        raise Failure("--cluster runs a batch on a Ray cluster: give a folder of "
-                      "images instead of one image (headless.py FOLDER --glb OUTDIR "
-                      "--cluster ADDRESS).", _exit("usage"))
+    """A single job's arguments and outputs, checked before anything runs
+    (``headless_checks.check_single``); raises :class:`Failure` with its exit status."""
+    checks = importlib.import_module(f"{PACKAGE_DIR.name}.headless_checks")
     try:
-        ns.image = config.validate_image(ns.image)
-    except config.ConfigError as exc:
-        raise Failure(str(exc), _exit("input_missing")) from None
-    ns.glb, ns.blend, ns.preview, ns.trace = (
-        p.expanduser().resolve() if p else None
-        for p in (ns.glb, ns.blend, ns.preview, ns.trace))
-    check_output_clashes(ns)
-    for p in (ns.glb, ns.blend, ns.preview):
-        if p and p.exists() and not ns.overwrite:
-            raise Failure(f"{p} exists; choose another name or pass --overwrite.",
-                          _exit("output_exists"))
-        if p:
-            _check_writable(p.parent)
+        checks.check_single(ns, config, _exit)
+    except checks.Refused as exc:
+        raise Failure(str(exc), exc.code) from None
 
 
 def _single(ns, glb: Path, trace: Path, mods, inside_blender: bool,
