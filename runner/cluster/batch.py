@@ -63,6 +63,9 @@ class ClusterBatch(Batch):
         self.ray = None
         self.remote = None
         self.nodes: list = []
+        from .placement import Exclusions
+
+        self.exclusions = Exclusions()  # nodes that cannot run this batch's jobs
         self._inflight: dict[int, object] = {}
         self._finished = threading.Event()
 
@@ -128,6 +131,21 @@ class ClusterBatch(Batch):
             self.nodes = alive_nodes(self.ray)
         except Exception as exc:  # keep the old list; placement still works without it
             log(f"cluster: could not list the nodes ({exc})")
+
+    def exclude(self, node: dict, kind: str, message: str, item: int) -> None:
+        """Keep ``node`` (``{"id", "host"}``) out of the rest of the batch: it failed image
+        ``item`` with a node-level ``kind`` (``placement.NODE_LEVEL``). The first time, a
+        ``warning`` event (with ``node`` and ``kind``) and its stderr line say so."""
+        if not self.exclusions.add(node, kind, message):
+            return
+        from ..job import explain_warning
+
+        event = make("warning", message=f"node {node.get('host', '?')} cannot run this batch's "
+                     f"jobs ({kind}: {message[:300]}); it is left out for the rest of the "
+                     "batch and its images are placed on other nodes", source="cluster",
+                     node=node, kind=kind, item=item)
+        self.emitter.emit(event)
+        explain_warning(event)
 
     # -- in-flight tasks and cancel ------------------------------------------------------------
     def track(self, index: int, gen) -> None:

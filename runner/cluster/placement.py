@@ -10,12 +10,16 @@ one machine. No CPU is asked for (``num_cpus=0``): slots, not cores, decide.
 Retries are ours, not Ray's (``max_retries=0``), so each one is recorded: a lost node (any Ray
 system error: node died, worker crashed, object lost) and a node whose guard did not admit the
 job in time (``guard_timeout``) give the image back to be placed again — avoiding the nodes that
-refused it while others could take it — up to ``MAX_ATTEMPTS`` attempts. The image's own
-errors (bad input, ``empty_matte``, ``empty_mesh`` …) are final after one attempt.
+refused it while others could take it — up to ``MAX_ATTEMPTS`` attempts. A node that cannot run the
+job at all (``NODE_LEVEL``: weights or Pixal3D missing there, …) is excluded for the rest of
+the batch and the image placed again elsewhere; when no node is left, the image fails with
+that kind, naming the nodes. The image's own errors (bad input, ``empty_matte``,
+``empty_mesh`` …) are final after one attempt.
 """
 from __future__ import annotations
 
 import functools
+import threading
 
 from . import SLOT
 
@@ -23,6 +27,11 @@ MAX_ATTEMPTS = 3
 """Attempts per image (the first and two retries on other placements)."""
 GIVE_BACK = frozenset({"guard_timeout"})
 """Error kinds that mean "this node had no room", not "this image failed": placed again."""
+NODE_LEVEL = frozenset({"no_torch", "backend_unavailable", "pixal3d_missing", "pixal3d_version",
+                        "missing_dependency", "bad_weights", "weights_missing"})
+"""Error kinds that are the node's problem (its Python, backend, Pixal3D checkout or weights),
+not the image's: the node is excluded for the rest of the batch (:class:`Exclusions`) and the
+image placed again on another, until no node is left to try."""
 NODE_ID_LABEL = "ray.io/node-id"
 """The label every Ray node carries with its own id (``ray.util.placement_group``)."""
 
@@ -97,3 +106,54 @@ def avoidable(nodes, refused: set[str], need: int | None) -> set[str]:
     others = [n for n in nodes if n.id not in refused and n.slots >= 1
               and (not need or n.memory >= need)]
     return set(refused) if others else set()
+
+
+class Exclusions:
+    """The nodes excluded for the rest of a batch because they cannot run its jobs
+    (``NODE_LEVEL``): node id → ``{"node": {"id", "host"}, "kind", "message"}``. Shared by the
+    batch's image threads (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._nodes: dict[str, dict] = {}
+
+    def add(self, node: dict, kind: str, message: str) -> bool:
+        """Exclude ``node`` (a ``{"id", "host"}`` label); True the first time."""
+        with self._lock:
+            if node["id"] in self._nodes:
+                return False
+            self._nodes[node["id"]] = {"node": node, "kind": kind, "message": message}
+            return True
+
+    def ids(self) -> set[str]:
+        with self._lock:
+            return set(self._nodes)
+
+    def failure(self):
+        """The image's error when every node that could take it is excluded: the kind of the
+        latest exclusion, the message naming each node and its reason. Returns a
+        ``RunnerError``."""
+        from ..errors import KINDS, RunnerError
+
+        with self._lock:
+            entries = list(self._nodes.values())
+        kind = entries[-1]["kind"]
+        why = "; ".join(f"node {e['node'].get('host', '?')}: {e['kind']}: "
+                        f"{e['message'][:300]}" for e in entries)
+        return RunnerError(kind, f"No node of the cluster can run this job ({why}).",
+                           f"{KINDS[kind].hint} On each node named; `python -m runner check "
+                           "--cluster ADDRESS` shows what every node can run.")
+
+
+def next_avoid(nodes, refused: set[str], excluded: set[str], need: int | None) -> set[str] | None:
+    """The nodes to keep the next attempt off: every ``excluded`` one, and those that
+    ``refused`` it while another alive node (``connect.NodeInfo``) could take it
+    (:func:`avoidable`). None when exclusions left no alive node with a slot (and, with
+    ``need`` bytes, that much memory): the image cannot run anywhere."""
+    def fits(n) -> bool:
+        return n.slots >= 1 and (not need or n.memory >= need)
+
+    usable = [n for n in nodes if n.id not in excluded and fits(n)]
+    if excluded and not usable and any(fits(n) for n in nodes):
+        return None
+    return set(excluded) | avoidable(usable, refused, need)

@@ -17,7 +17,7 @@ from ..errors import RunnerError
 from ..job import Job, Outcome
 from ..outputs import check_output, check_trace, commit, discard, failed_runs_trace, temp_path
 from ..protocol import make
-from .placement import GIVE_BACK, MAX_ATTEMPTS, avoidable, task_options
+from .placement import GIVE_BACK, MAX_ATTEMPTS, NODE_LEVEL, next_avoid, task_options
 
 
 class Lost(Exception):
@@ -94,8 +94,12 @@ class RemoteJob:
                 if not self.started:
                     return None
                 raise cancel_error(self.batch.cancel, f"on node {self._host()}")
+            avoid = next_avoid(self.batch.nodes, refused, self.batch.exclusions.ids(),
+                               self.batch.need)
+            if avoid is None:  # every node that could take it cannot run the job
+                raise self.batch.exclusions.failure()
             try:
-                end = self.attempt(data, avoidable(self.batch.nodes, refused, self.batch.need))
+                end = self.attempt(data, avoid)
             except Lost as lost:
                 if self.batch.cancel:
                     continue
@@ -108,6 +112,11 @@ class RemoteJob:
                 self.batch.refresh_nodes()
                 continue
             kind = (self.final or {}).get("kind")
+            if end["exit_code"] != 0 and kind in NODE_LEVEL:  # the node's fault: another one
+                message = str(self.final.get("message") or "")
+                self.retries.append({"node": end["node"], "reason": f"{kind}: {message}"})
+                self.batch.exclude(end["node"], kind, message, self.index)
+                continue
             if end["exit_code"] == 0 or kind not in GIVE_BACK or \
                     len(self.retries) + 1 >= MAX_ATTEMPTS:
                 return end

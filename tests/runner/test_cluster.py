@@ -172,6 +172,34 @@ def test_six_images_spread_over_two_nodes_equal_a_local_batch(nodes, tmp_path):
     assert "SIGTERM handler is not set" not in r.stderr  # Ray's noise, filtered (finding 6)
 
 
+def test_nodes_that_cannot_run_the_backend_are_left_out_and_named(nodes, tmp_path):
+    """tester2 finding 5, on the real nodes: no node has the Pixal3D folder given, so the
+    first image to reach each big node fails there with pixal3d_missing; that node is left out
+    for the batch (one warning each), the image is placed again on the other, and when none is
+    left both images fail with pixal3d_missing naming the nodes — no more than one attempt per
+    node per image, none after the batch knows."""
+    src = small_images(tmp_path / "in", SIX[:2], side=64)
+    out = tmp_path / "out"
+    r = batch([src, "-o", out, "--cluster", nodes.address, "--need", "1G", "--backend",
+               "pixal3d", "--pixal3d-dir", tmp_path / "no-pixal3d", *JOB])
+    assert r.returncode == 5, r.stderr[-3000:]
+    warnings = [e for e in r.events if e["event"] == "warning"]
+    big = {n.node_id for n in nodes.big}
+    assert {w["node"]["id"] for w in warnings} == big and len(warnings) == 2, warnings
+    assert all(w["kind"] == "pixal3d_missing" and w["node"]["host"] in w["message"]
+               for w in warnings)
+    placed = [e for e in r.events if e["event"] == "placed"]
+    assert 2 <= len(placed) <= 4 and {e["node"]["id"] for e in placed} <= big, placed
+    records = manifest(out)
+    assert len(records) == 2
+    for rec in records.values():
+        assert rec["status"] == "failed" and rec["error"]["kind"] == "pixal3d_missing", rec
+        assert rec["error"]["message"].startswith("No node of the cluster can run this job")
+        assert rec["error"]["message"].count("node ") >= 2, rec["error"]["message"]
+        assert all(t["reason"].startswith("pixal3d_missing: ") for t in rec["retries"])
+    assert not list(out.glob("*.glb"))
+
+
 def test_check_lists_the_nodes(nodes):
     proc = subprocess.run([sys.executable, "-m", "runner", "check", "--cluster", nodes.address],
                           capture_output=True, text=True, timeout=240, cwd=REPO)

@@ -9,8 +9,17 @@ import pytest
 
 from runner.batch import build_parser
 from runner.cli import guard_config
+from runner.cluster.batch import ClusterBatch
 from runner.cluster.connect import NodeInfo, parse_address, require_room
-from runner.cluster.placement import avoidable, node_argv, record_raw, task_options
+from runner.cluster.placement import (
+    Exclusions,
+    avoidable,
+    next_avoid,
+    node_argv,
+    record_raw,
+    task_options,
+)
+from runner.cluster.remote import RemoteJob
 from runner.errors import RunnerError
 
 
@@ -94,3 +103,98 @@ def test_the_unavailable_hint_starts_the_head_with_a_slot_as_the_docs_do():
     assert """'{"image_to_mesh": 1}'""" in head, hint
     docs = (Path(__file__).parents[2] / "docs" / "cluster.md").read_text()
     assert head.strip("`") in docs  # the same command as docs/cluster.md step 2
+
+
+class _Batch:
+    """What ``RemoteJob.place`` reads of a ``ClusterBatch``, with the real ``exclude`` and
+    ``Exclusions``; the events it emits are kept in ``events``."""
+
+    exclude = ClusterBatch.exclude
+
+    def __init__(self, nodes, need=None):
+        import io
+
+        from runner.protocol import Emitter
+
+        self.nodes, self.need, self.cancel = nodes, need, None
+        self.exclusions = Exclusions()
+        self.out = io.BytesIO()
+        self.emitter = Emitter(self.out)
+
+    def refresh_nodes(self):
+        pass
+
+    @property
+    def events(self):
+        import json
+
+        return [json.loads(line) for line in self.out.getvalue().splitlines()]
+
+
+class _Job(RemoteJob):
+    """``RemoteJob`` whose ``attempt`` is a recorded outcome per node instead of a Ray task:
+    the task goes to the first node (Ray's order) that ``avoid`` does not keep it off, as
+    Ray's label selector would, and ends with that node's recorded final event."""
+
+    def __init__(self, batch, outcomes: dict[str, dict]):
+        super().__init__(batch, job=None, index=1)
+        self.outcomes, self.tried = outcomes, []
+
+    def attempt(self, data, avoid):
+        node = next(n for n in self.batch.nodes if n.id not in avoid and n.slots >= 1)
+        self.tried.append(node.id)
+        self.node, self.final = node.label(), self.outcomes[node.id]
+        return {"node": node.label(), "exit_code": self.final.get("exit_code", 0)}
+
+
+def _nodes(*ids):
+    return [NodeInfo(id=i, host=f"host-{i}", ip="10.0.0.1", memory=4 << 30, slots=1, cpus=1)
+            for i in ids]
+
+
+MISSING = {"event": "error", "kind": "weights_missing", "exit_code": 36,
+           "message": "The Pixal3D weights are not there: expected at /x"}
+DONE = {"event": "result", "exit_code": 0}
+
+
+def test_a_node_without_weights_gives_the_image_back_and_is_left_out(tmp_path):
+    """tester2 finding 5: node a lacks the weights → the image runs again on b (done), the
+    retry names a; a is excluded for the batch (one warning naming its host), so the next
+    image goes straight to b."""
+    batch = _Batch(_nodes("a", "b"))
+    job = _Job(batch, {"a": MISSING, "b": DONE})
+    end = job.place(b"")
+    assert end["exit_code"] == 0 and job.tried == ["a", "b"]
+    assert job.retries == [{"node": {"id": "a", "host": "host-a"},
+                            "reason": "weights_missing: " + MISSING["message"]}]
+    (warning,) = [e for e in batch.events if e["event"] == "warning"]
+    assert "host-a" in warning["message"] and warning["node"]["id"] == "a"
+    assert warning["kind"] == "weights_missing"
+    second = _Job(batch, {"a": MISSING, "b": DONE})
+    assert second.place(b"")["exit_code"] == 0 and second.tried == ["b"]
+    assert len([e for e in batch.events if e["event"] == "warning"]) == 1
+
+
+def test_when_no_node_can_run_it_the_image_fails_with_the_node_kind_naming_the_nodes():
+    batch = _Batch(_nodes("a", "b"))
+    pixal = {"event": "error", "kind": "pixal3d_missing", "exit_code": 32,
+             "message": "No Pixal3D checkout at /p"}
+    job = _Job(batch, {"a": MISSING, "b": pixal})
+    with pytest.raises(RunnerError) as info:
+        job.place(b"")
+    assert job.tried == ["a", "b"]  # each node once, then no more attempts
+    assert info.value.kind == "pixal3d_missing"
+    assert "node host-a: weights_missing" in info.value.message
+    assert "node host-b: pixal3d_missing" in info.value.message
+    later = _Job(batch, {"a": MISSING, "b": pixal})
+    with pytest.raises(RunnerError):
+        later.place(b"")
+    assert later.tried == []  # the batch already knows: not placed at all
+
+
+def test_next_avoid_keeps_excluded_nodes_off_and_says_when_none_is_left():
+    nodes = _nodes("a", "b")
+    assert next_avoid(nodes, set(), {"a"}, None) == {"a"}
+    assert next_avoid(nodes, {"b"}, {"a"}, None) == {"a"}  # b refused but is the only one left
+    assert next_avoid(nodes, set(), {"a", "b"}, None) is None
+    assert next_avoid(nodes, set(), set(), None) == set()
