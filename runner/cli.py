@@ -207,9 +207,33 @@ def run_and_report(emitter: Emitter, cancel: Cancel, run) -> int:
     return outcome.exit_code
 
 
+def decimation_words(final: dict) -> str:
+    """How the bounded export engine decimated, from the result event's
+    ``info.export.decimation`` (``export_engine.export_asset``'s ``decimation``): ``",
+    decimated in 4 pieces"`` or ``", decimated in one call"``, with ``" (6 twin faces
+    dropped)"`` when ``twins`` > 0; ``""`` when the result has no such facts (the builtin
+    backend) or they are not of that shape."""
+    info = final.get("info")
+    export = info.get("export") if isinstance(info, dict) else None
+    facts = export.get("decimation") if isinstance(export, dict) else None
+    if not isinstance(facts, dict):
+        return ""
+    pieces, twins = facts.get("pieces"), facts.get("twins")
+    if facts.get("method") == "pieces" and isinstance(pieces, int) and pieces > 1:
+        words = f", decimated in {pieces} pieces"
+    elif facts.get("method") == "one call":
+        words = ", decimated in one call"
+    else:
+        return ""
+    if isinstance(twins, int) and not isinstance(twins, bool) and twins > 0:
+        words += f" ({twins} twin faces dropped)"
+    return words
+
+
 def report_success(outcome) -> None:
     """One human line on stderr for a written GLB: ``runner: wrote PATH (SIZE), peak SIZE,
-    SECONDS s; trace PATH`` (binary sizes, ``stageload.units.format_size``)."""
+    SECONDS s[, decimated in N pieces]; trace PATH`` (binary sizes,
+    ``stageload.units.format_size``; the decimation as ``decimation_words`` says it)."""
     from stageload.units import format_size
 
     from .supervisor import log
@@ -219,7 +243,7 @@ def report_success(outcome) -> None:
     except OSError:
         size = "?"
     log(f"wrote {outcome.output} ({size}), peak {format_size(outcome.peak)}, "
-        f"{outcome.seconds:.1f} s; trace {outcome.trace}")
+        f"{outcome.seconds:.1f} s{decimation_words(outcome.final)}; trace {outcome.trace}")
 
 
 def internal_failure(emitter: Emitter, exc: BaseException) -> int:

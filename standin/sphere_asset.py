@@ -14,9 +14,15 @@ port): ``vertices`` float32 [V, 3] in the unit box ``[-0.5, 0.5]³``, ``faces`` 
 -0.5), ``voxel_size`` float32 = 1 / resolution, ``resolution`` int32. Voxel (x, y, z) spans
 ``[origin + i·voxel_size, origin + (i + 1)·voxel_size)`` per axis; its value is the colour at
 its centre (i + 0.5).
+
+Command line: ``python -m standin.sphere_asset OUT.npz [--subdivisions 5] [--resolution 128]
+[--shell 2] [--overwrite]`` writes one (``main``; ``--help`` lists the sizes).
 """
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +98,47 @@ def make_sphere_asset(path, *, subdivisions: int = 5, resolution: int = 128,
              origin=np.full(3, -0.5, np.float32), voxel_size=np.float32(size),
              resolution=np.int32(resolution))
     return path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m standin.sphere_asset",
+        description="Write a bumpy-sphere asset (.npz, the port's mesh-checkpoint format) for "
+                    "the bounded export engine's tests and measurements; prints one JSON line "
+                    "(path, faces, voxels) on stdout.")
+    p.add_argument("output", type=Path, help="the .npz to write")
+    p.add_argument("--subdivisions", type=int, default=5, choices=range(0, 11), metavar="S",
+                   help="icosphere subdivisions, 20·4^S faces: 5 → 20,480 (default), "
+                        "7 → 327,680, 8 → 1,310,720, 9 → 5,242,880 (about 1.3 GB of memory)")
+    p.add_argument("--resolution", type=int, default=128,
+                   help="the voxel grid's cells per axis, 8 to 2048 (default 128)")
+    p.add_argument("--shell", type=float, default=2.0,
+                   help="voxels kept within this many cells of the surface (default 2)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    return p
+
+
+def main(argv=None) -> int:
+    """The command line (module docstring). Exit 0 with the JSON line; 2 (argparse) for a bad
+    value, an output not ending in ``.npz`` or one that exists without ``--overwrite``."""
+    p = _parser()
+    a = p.parse_args(argv)
+    if a.output.suffix != ".npz":
+        p.error(f"the output must end in .npz (numpy adds it otherwise): {a.output}")
+    if a.output.exists() and not a.overwrite:
+        p.error(f"{a.output} exists; pass --overwrite to replace it")
+    if not 8 <= a.resolution <= 2048:
+        p.error(f"--resolution {a.resolution} must be from 8 to 2048")
+    if not 0.5 <= a.shell <= 16:
+        p.error(f"--shell {a.shell} must be from 0.5 to 16 voxels")
+    path = make_sphere_asset(a.output, subdivisions=a.subdivisions, resolution=a.resolution,
+                             shell=a.shell)
+    with np.load(path) as data:
+        facts = {"path": str(path), "faces": int(data["faces"].shape[0]),
+                 "voxels": int(data["coords"].shape[0])}
+    print(json.dumps(facts), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

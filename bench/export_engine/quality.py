@@ -12,7 +12,13 @@ Each figure is measured with code of its own, independent of the export engine's
   (``ReferenceVoxels``), per channel in 1/255;
 - ``unfilled_texels``: texels that some face's bilinear look-ups read (the texel centres within
   one texel, in the max norm, of its UV triangle) and that hold no baked value — alpha below
-  ``FILLED_ALPHA``, so this reading needs an opaque asset (``standin.asset`` makes alpha 1).
+  ``FILLED_ALPHA``, so this reading needs an opaque asset (``standin.asset`` makes alpha 1);
+- ``topology``: the GLB's and the asset's meshes, their vertices welded at equal positions (the
+  GLB's UV-seam copies), counted: edges of one face (open), edges of more than two faces
+  (non-manifold), faces with the same three corners as another (twins), Euler number
+  V − E + F (``topology``). The check: no non-manifold edge or twin face the asset lacks, and
+  a closed asset gives a closed GLB with its Euler number (the pieced decimation once left
+  three two-face pillows on a closed sphere: Euler number 5 for 2).
 
 Axes: the GLB is +Y up as the port's o_voxel writes it, (x, y, z)port → (x, z, −y)glb, so a
 GLB point comes back as (x, −z, y) (``to_port``). Voxel ``i`` spans ``origin + [i, i + 1) ·
@@ -307,6 +313,38 @@ def unfilled_texels(glb: GlbMesh, chunk: int = 1 << 15) -> dict:
             "faces_touching_unfilled": int(bad_faces)}
 
 
+def topology(vertices: np.ndarray, faces: np.ndarray) -> dict:
+    """Edges and faces of the mesh (``vertices [V, 3]``, ``faces int [F, 3]``) with its
+    vertices welded where the positions are exactly equal: ``{"faces", "open_edges",
+    "nonmanifold_edges", "twin_faces", "euler", "closed"}`` (``closed``: every edge has two
+    faces; ``euler``: V − E + F over the welded vertices faces use). Our own counting (numpy
+    sorts), not the engine's trimesh grouping."""
+    _, weld = np.unique(np.asarray(vertices, np.float64), axis=0, return_inverse=True)
+    f = np.sort(weld.reshape(-1)[np.asarray(faces, np.int64)], axis=1)
+    f = f[(f[:, 0] != f[:, 1]) & (f[:, 1] != f[:, 2])]  # faces a weld made degenerate
+    n = int(f.max()) + 1 if len(f) else 0
+    edges = np.concatenate([f[:, 0] * n + f[:, 1], f[:, 1] * n + f[:, 2], f[:, 0] * n + f[:, 2]])
+    _, per_edge = np.unique(edges, return_counts=True)
+    order = np.lexsort((f[:, 2], f[:, 1], f[:, 0]))
+    same = (np.diff(f[order], axis=0) == 0).all(axis=1)
+    twins = np.zeros(len(f), bool)
+    twins[order[1:][same]] = twins[order[:-1][same]] = True
+    used = len(np.unique(f))
+    return {"faces": int(len(f)), "open_edges": int((per_edge == 1).sum()),
+            "nonmanifold_edges": int((per_edge > 2).sum()), "twin_faces": int(twins.sum()),
+            "euler": int(used - len(per_edge) + len(f)),
+            "closed": bool(len(per_edge) and (per_edge == 2).all())}
+
+
+def topology_kept(glb: dict, asset: dict) -> bool:
+    """The check on two ``topology`` results: the GLB has no more non-manifold edges or twin
+    faces than the asset, and is closed with the asset's Euler number when the asset is."""
+    worse = (glb["nonmanifold_edges"] > asset["nonmanifold_edges"]
+             or glb["twin_faces"] > asset["twin_faces"])
+    return not worse and (not asset["closed"]
+                          or (glb["closed"] and glb["euler"] == asset["euler"]))
+
+
 #: the targets of issue 20 (voxels of the grid; 1/255 of base colour).
 TARGETS = {"face_count": 0.02, "distance_mean": 0.5, "distance_p99": 2.0,
            "colour_mean": 3.0, "colour_p99": 16.0, "unfilled": 0}
@@ -315,8 +353,9 @@ TARGETS = {"face_count": 0.02, "distance_mean": 0.5, "distance_p99": 2.0,
 def evaluate(asset_path: str | Path, glb_path: str | Path, target: int, *,
              distance_samples: int = 200_000, colour_samples: int = 100_000) -> dict:
     """Every quality figure of ``glb_path`` against ``asset_path`` (the ``.npz`` it came
-    from) and the decimation ``target``, with ``checks`` against :data:`TARGETS` (the distance
-    targets on the pooled two-sided figures)."""
+    from) and the decimation ``target``, with ``checks`` (every name of :data:`CHECKS`) against
+    :data:`TARGETS` (the distance targets on the pooled two-sided figures) and the asset's
+    topology (``topology_kept``)."""
     data = np.load(str(asset_path))
     glb = read_glb(glb_path)
     size = float(data["voxel_size"])
@@ -326,6 +365,8 @@ def evaluate(asset_path: str | Path, glb_path: str | Path, target: int, *,
                              int(data["resolution"]))
     col = colour(glb, voxels, colour_samples)
     fill = unfilled_texels(glb)
+    topo = {"glb": topology(glb.vertices, glb.faces),
+            "asset": topology(data["vertices"], data["faces"])}
     face_error = abs(faces - target) / target
     checks = {
         "face count within 2 % of the target": face_error <= TARGETS["face_count"],
@@ -334,7 +375,15 @@ def evaluate(asset_path: str | Path, glb_path: str | Path, target: int, *,
         "colour mean <= 3/255": col["mean"] <= TARGETS["colour_mean"],
         "colour p99 <= 16/255": col["p99"] <= TARGETS["colour_p99"],
         "no used texel unfilled": fill["unfilled"] == 0,
+        TOPOLOGY_CHECK: topology_kept(topo["glb"], topo["asset"]),
     }
     return {"faces": faces, "target": target, "face_error": face_error, "distance": dist,
             "colour": col, "texels": fill, "texture": list(glb.base.shape[:2]),
-            "checks": checks}
+            "topology": topo, "checks": checks}
+
+
+TOPOLOGY_CHECK = "topology as the asset's (closed, Euler number, no non-manifold edge)"
+#: every check ``evaluate`` makes: the bench's analysis requires each (one not measured fails).
+CHECKS = ("face count within 2 % of the target", "distance mean <= 0.5 voxel",
+          "distance p99 <= 2 voxels", "colour mean <= 3/255", "colour p99 <= 16/255",
+          "no used texel unfilled", TOPOLOGY_CHECK)

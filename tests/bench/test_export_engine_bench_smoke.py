@@ -113,3 +113,20 @@ def test_only_reruns_one_run_and_merges_it(result):
     bad = subprocess.run([c if c != "faces_8k" else "nonesuch" for c in cmd], cwd=REPO,
                          capture_output=True, text=True, timeout=300, check=False)
     assert bad.returncode != 0 and "no such run nonesuch" in bad.stderr
+
+
+def test_a_quality_figure_not_measured_fails(result):
+    """The topology check (and any of ``quality.CHECKS``) missing from a result — a figure
+    that stopped being measured — is a target missed, not a row left out."""
+    import copy
+
+    from bench.export_engine import quality, report
+
+    r = copy.deepcopy(result["json"])
+    assert r["analysis"]["checks"][quality.TOPOLOGY_CHECK] == report.analyse(r)["checks"][
+        quality.TOPOLOGY_CHECK]
+    assert r["quality"]["topology"]["glb"]["faces"] == r["quality"]["faces"]
+    del r["quality"]["checks"][quality.TOPOLOGY_CHECK], r["quality"]["topology"]
+    r["analysis"] = report.analyse(r)
+    assert r["analysis"]["checks"][quality.TOPOLOGY_CHECK] is False
+    assert "topology not measured" in report.tables(r)

@@ -117,3 +117,33 @@ def test_read_glb_refuses_an_untextured_mesh(tmp_path):
     path.write_bytes(trimesh.creation.box().export(file_type="glb"))
     with pytest.raises(ValueError, match="no UVs or no base colour texture"):
         quality.read_glb(path)
+
+
+def _pillow(mesh: trimesh.Trimesh) -> tuple[np.ndarray, np.ndarray]:
+    """``mesh`` with a two-face pillow hung on its first edge: a new vertex and the same face
+    twice, opposite windings (what fast-simplification's collapse once folded)."""
+    a, b = mesh.faces[0, :2]
+    tip = (mesh.vertices[a] + mesh.vertices[b]) / 2 * 1.01
+    vertices = np.vstack([mesh.vertices, tip])
+    x = len(mesh.vertices)
+    return vertices, np.vstack([mesh.faces, [[x, a, b], [x, b, a]]])
+
+
+def test_topology_finds_a_pillow_and_an_open_border():
+    sphere = trimesh.creation.icosphere(3)
+    closed = quality.topology(sphere.vertices, sphere.faces)
+    assert closed == {"faces": 1280, "open_edges": 0, "nonmanifold_edges": 0, "twin_faces": 0,
+                      "euler": 2, "closed": True}
+    split = sphere.copy()
+    split.unmerge_vertices()  # every face its own corners: a weld at equal positions rejoins
+    assert quality.topology(split.vertices, split.faces) == closed
+    assert quality.topology_kept(closed, closed)
+    folded = quality.topology(*_pillow(sphere))
+    assert folded["nonmanifold_edges"] == 1 and folded["twin_faces"] == 2
+    assert folded["euler"] == 3 and not folded["closed"]
+    assert not quality.topology_kept(folded, closed)
+    cut = sphere.faces[1:]  # one face gone: open, Euler number 1
+    holed = quality.topology(sphere.vertices, cut)
+    assert holed["open_edges"] == 3 and holed["euler"] == 1 and not holed["closed"]
+    assert not quality.topology_kept(holed, closed)  # a closed asset must stay closed
+    assert quality.topology_kept(holed, holed)  # an open asset may stay open

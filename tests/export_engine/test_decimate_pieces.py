@@ -179,13 +179,13 @@ def pieced(tmp_path_factory):
     return asset, f"{size >> 20}M", pieces
 
 
-def _runner(args, cwd, **kwargs):
+def _runner(args, cwd, stderr=None):
     import subprocess
     import sys
 
     return subprocess.Popen([sys.executable, "-m", "runner", "export", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=cwd, **kwargs)
+                            stdout=subprocess.PIPE, text=True, cwd=cwd,
+                            stderr=subprocess.DEVNULL if stderr is None else stderr)
 
 
 def test_the_plan_of_the_test_budget_takes_pieces(pieced):
@@ -209,16 +209,18 @@ def test_runner_export_decimates_in_pieces_when_the_budget_is_small(pieced, tmp_
                                                                     repo_root):
     """The method is visible (the decimate stage's ``method`` and ``pieces``, ``progress``
     with ``pieces``, the result's ``decimation``); the GLB is as closed as the sphere (no
-    crack at the pieces' seams) and within 2 % of the target."""
+    crack at the pieces' seams) and within 2 % of the target; the success line says it
+    decimated in pieces."""
     import json
+    import subprocess
 
     import trimesh
 
     asset, size, pieces = pieced
     out = tmp_path / "sphere.glb"
     proc = _runner([asset, "-o", out, "--export-budget", size, "--decimation-target", TARGET,
-                    "--texture-size", "512"], repo_root)
-    stdout, _ = proc.communicate(timeout=300)
+                    "--texture-size", "512"], repo_root, stderr=subprocess.PIPE)
+    stdout, stderr = proc.communicate(timeout=300)
     events = [json.loads(line) for line in stdout.splitlines()]
     assert proc.returncode == 0, events[-1]
     stage = next(e for e in events if e.get("parent") == "export" and e["stage"] == "decimate")
@@ -228,6 +230,9 @@ def test_runner_export_decimates_in_pieces_when_the_budget_is_small(pieced, tmp_
     assert sorted({e["piece"] for e in progress if "piece" in e}) == list(range(1, pieces + 1))
     info = events[-1]["info"]["export"]
     assert info["decimation"] == {**info["decimation"], "method": "pieces", "pieces": pieces}
+    (line,) = [x for x in stderr.splitlines() if x.startswith("runner: wrote ")]
+    assert f", decimated in {pieces} pieces" in line
+    assert line.index("decimated") < line.index("; trace ")
     mesh = trimesh.load(out, force="mesh", process=False)
     assert abs(len(mesh.faces) - TARGET) <= 0.02 * TARGET
     mesh.merge_vertices(merge_tex=True, merge_norm=True)  # the UV seams' copies

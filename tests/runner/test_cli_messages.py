@@ -107,3 +107,22 @@ def test_the_builtin_texture_floor_is_the_backends_own():
     from runner.backends.builtin.texture import MIN_TEXTURE_SIZE
 
     assert backends.get("builtin").texture_floor == MIN_TEXTURE_SIZE
+
+
+def test_the_success_line_says_how_the_export_decimated():
+    """``decimation_words`` reads the result's ``info.export.decimation`` (the bounded export
+    engine's facts; the pieced path end to end: tests/export_engine/test_decimate_pieces.py)
+    and says nothing for a result without them or with a bad shape."""
+    from runner.cli import decimation_words
+
+    def final(decimation):
+        return {"event": "result", "info": {"export": {"decimation": decimation}}}
+
+    assert decimation_words(final({"method": "pieces", "pieces": 4, "twins": 0})) \
+        == ", decimated in 4 pieces"
+    assert decimation_words(final({"method": "one call", "pieces": 1, "twins": 6})) \
+        == ", decimated in one call (6 twin faces dropped)"
+    for bad in ({"method": "pieces", "pieces": "4"}, {"method": "other"}, None, [1]):
+        assert decimation_words(final(bad)) == ""
+    assert decimation_words({"event": "result", "info": {"texture_size": 512}}) == ""
+    assert decimation_words({"event": "result", "info": None}) == ""
