@@ -206,6 +206,13 @@ def _classify(exc: BaseException, module) -> RunnerError:
                        f"{text}{cause}", getattr(exc, "hint", None))
 
 
+EXPORT_FAILED_HINT = ("See the log on stderr and the trace: the export failed on this asset "
+                      "(a bug, or a library it calls); run it again, and report it with the "
+                      "trace and the asset if it happens again.")
+"""The hint of an export process's ``backend_failed`` (``runner export``, a run's export
+stage): the kind's own hint, "try another image or backend", does not apply to an export."""
+
+
 def _load_backend(backend):
     """Import ``backend``'s module. A dependency this interpreter lacks (SciPy, trimesh …)
     raises ``RunnerError('missing_dependency')`` naming it and the interpreter."""
@@ -261,6 +268,9 @@ def run_job(job: WorkerJob, emit) -> int:
         if isinstance(exc, KeyboardInterrupt):
             raise
         err = _classify(exc, module)
+        if job.mode == "export" and err.kind == "backend_failed" \
+                and err.hint == KINDS["backend_failed"].hint:  # not another image or backend
+            err.hint = EXPORT_FAILED_HINT
         # A traceback only for a bug or an unexpected backend failure (runner/PROTOCOL.md);
         # a known kind (empty_matte, disk_full, pixal3d_missing …) is explained in one line by
         # the supervisor.

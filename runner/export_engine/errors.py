@@ -60,6 +60,57 @@ class PiecesUnavailable(RuntimeError):
         self.message = str(self)
 
 
+_MEMORY_HINT = ("Close other programs, lower --decimation-target or --texture-size, or give a "
+                "smaller --export-budget (at most the memory that is free: the export plans "
+                "its steps to fit it, decimating in pieces where one call does not, or says "
+                "before it starts which budget the asset needs); then run again.")
+
+
+class StepOutOfMemory(MemoryError):
+    """A step's child process (``stoppable.call``) ran out of memory: a ``MemoryError`` there
+    (numpy's ``_ArrayMemoryError``, a C++ ``std::bad_alloc`` that Cython turns into
+    ``MemoryError``). ``kind``: the runner's ``out_of_memory`` (exit 47); ``limit``: the
+    address-space or data limit's text (``runner.limits.memory_limit``), None without one."""
+
+    kind = "out_of_memory"
+
+    def __init__(self, step: str, said: str, limit: str | None):
+        under = f" under {limit}" if limit else ""
+        super().__init__(f"The export's {step} step ran out of memory{under} ({said}).")
+        self.message = str(self)
+        self.hint = (f"Raise or remove that limit (`ulimit -v unlimited` in the shell that "
+                     f"starts the runner), or give --export-budget within it. {_MEMORY_HINT}"
+                     if limit else _MEMORY_HINT)
+        self.details = {"step": step}
+
+
+class StepKilled(RuntimeError):
+    """A step's child process ended by a signal the engine did not send (it kills a child only
+    on a cancel, raising ``ExportCancelled``). ``kind``: ``worker_crashed`` (exit 42) for a
+    crash signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS: a fault in the native
+    library), else ``worker_killed`` (exit 41: from outside — SIGKILL is what the Linux
+    out-of-memory killer and macOS's jetsam send), as runner/PROTOCOL.md says for the worker."""
+
+    def __init__(self, step: str, pid: int, name: str, crashed: bool):
+        if crashed:
+            self.kind = "worker_crashed"
+            said = (f"The export's {step} step crashed in its child process (pid {pid}, "
+                    f"{name}: a fault inside the library it runs).")
+            self.hint = ("See the log on stderr and the trace; run again, and report it with "
+                         "the trace if it happens again.")
+        else:
+            self.kind = "worker_killed"
+            said = (f"The export's {step} step was killed in its child process (pid {pid}) by "
+                    f"{name}, which the runner did not send"
+                    + (" — possibly the system's out-of-memory killer." if name == "SIGKILL"
+                       else "."))
+            self.hint = ("If memory ran out: " + _MEMORY_HINT[0].lower() + _MEMORY_HINT[1:]
+                         if name == "SIGKILL" else "Run it again when nothing stops it.")
+        super().__init__(said)
+        self.message = said
+        self.details = {"step": step, "signal": name}
+
+
 class ExportCancelled(Exception):
     """The caller's cancel flag was set; ``step`` is the sub-step that noticed it."""
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ExportCancelled
+from .errors import ExportCancelled, StepKilled, StepOutOfMemory
 
 POLL = 0.1
 
@@ -42,11 +42,14 @@ def call(target: str, arrays: dict | None, params: dict, workdir: Path, steps) -
     returning a dict of arrays) in a child process; returns that dict. ``arrays`` None: the
     function gets ``params`` only (it reads its inputs from files named there). ``steps``: the
     ``Steps`` whose cancel flag is polled (``ExportCancelled`` after killing the child).
-    Raises ``RuntimeError`` with the child's last stderr lines when it fails."""
+    Raises ``StepOutOfMemory`` when the child ran out of memory (it says so in its failure
+    file), ``StepKilled`` when a signal the engine did not send ended it, else
+    ``RuntimeError`` with the child's last stderr lines."""
     workdir = Path(workdir)
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     inp, out = workdir / f"stoppable-in-{stamp}.npz", workdir / f"stoppable-out-{stamp}.npz"
     err = workdir / f"stoppable-err-{stamp}.txt"
+    failure = _failure_path(out)
     try:
         np.savez(inp, **(arrays or {}))
         with open(err, "wb") as err_file:
@@ -56,14 +59,44 @@ def call(target: str, arrays: dict | None, params: dict, workdir: Path, steps) -
                                     env=_child_env())
             _wait(proc, steps)
         if proc.returncode != 0:
-            tail = err.read_text(errors="replace").strip().splitlines()[-5:]
-            raise RuntimeError(f"{target} failed in its child process (exit "
-                               f"{proc.returncode}): {' | '.join(tail)}")
+            _raise_failure(target, proc, err, failure, steps)
         with np.load(out) as data:
             return {key: data[key] for key in data.files}
     finally:
-        for path in (inp, out, err):
+        for path in (inp, out, err, failure):
             path.unlink(missing_ok=True)
+
+
+def _failure_path(out: Path) -> Path:
+    """Where the child writes why it failed (JSON ``{"type", "message", "memory"}``)."""
+    return Path(str(out)[:-len(".npz")] + ".failure.json")
+
+
+def _raise_failure(target: str, proc: subprocess.Popen, err: Path, failure: Path, steps):
+    """Raise the error for a child that did not exit 0 (``call``'s three kinds)."""
+    import signal
+
+    from runner.limits import memory_limit
+    from runner.workerproc import CRASH_SIGNALS
+
+    step = (steps.current if steps is not None else None) or target
+    code = proc.returncode
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        raise StepKilled(step, proc.pid, name, -code in CRASH_SIGNALS)
+    try:
+        said = json.loads(failure.read_text())
+    except (OSError, ValueError):
+        said = None
+    if isinstance(said, dict) and said.get("memory") is True:
+        raise StepOutOfMemory(step, f"{said.get('type')}: {said.get('message')}",
+                              memory_limit())
+    tail = err.read_text(errors="replace").strip().splitlines()[-5:]
+    raise RuntimeError(f"{target} failed in its child process (exit {code}): "
+                       f"{' | '.join(tail) or 'no output'}")
 
 
 def _wait(proc: subprocess.Popen, steps) -> None:
@@ -94,14 +127,38 @@ def _watch_parent() -> None:
 def main(argv: list[str]) -> int:
     """The child: ``TARGET IN.npz OUT.npz PARAMS_JSON``."""
     target, inp, out, params = argv
-    _watch_parent()
-    module, _, name = target.partition(":")
-    func = getattr(importlib.import_module(module), name)
-    with np.load(inp) as data:
-        arrays = {key: data[key] for key in data.files}
-    result = func(**arrays, **json.loads(params))
-    np.savez(out, **result)
+    try:
+        _watch_parent()
+        module, _, name = target.partition(":")
+        func = getattr(importlib.import_module(module), name)
+        with np.load(inp) as data:
+            arrays = {key: data[key] for key in data.files}
+        result = func(**arrays, **json.loads(params))
+        np.savez(out, **result)
+    except Exception as exc:  # said to the parent in the failure file; the traceback on stderr
+        _write_failure(Path(out), exc)
+        raise
     return 0
+
+
+def _write_failure(out: Path, exc: Exception) -> None:
+    """The failure file for the parent: the exception's type and text, and whether it is an
+    allocation failure (``MemoryError`` anywhere in its cause chain — numpy's
+    ``_ArrayMemoryError`` is one, fast-simplification's Cython turns ``std::bad_alloc`` into
+    one — or, under an address-space limit, a thread that could not start or a C extension's
+    "error return without exception set"). Never raises."""
+    from runner.limits import cause_chain, memory_limit
+
+    chain = cause_chain(exc)
+    limited = memory_limit() is not None and any(
+        ("can't start new thread" in str(cur) or "error return without exception set"
+         in str(cur)) for cur in chain)
+    memory = limited or any(isinstance(cur, MemoryError) for cur in chain)
+    try:
+        _failure_path(out).write_text(json.dumps({"type": type(exc).__name__,
+                                                  "message": str(exc), "memory": memory}))
+    except Exception:  # out of memory or disk: the parent falls back to the stderr tail
+        pass
 
 
 if __name__ == "__main__":

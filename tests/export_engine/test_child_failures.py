@@ -1,0 +1,139 @@
+"""How a step's child process (``stoppable.call``) failing is said: a ``MemoryError`` in the
+child (numpy's ``_ArrayMemoryError`` under a real ``RLIMIT_AS``) is ``out_of_memory`` naming
+the step; a signal the engine did not send (a real ``SIGKILL``, what the out-of-memory killer
+sends) is ``worker_killed`` naming the step and the signal; and through ``python -m runner
+export`` such a kill ends with that kind, one line and no traceback."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from runner.export_engine.errors import StepKilled, StepOutOfMemory
+from runner.export_engine.steps import Steps
+from runner.export_engine.stoppable import call
+
+TARGETS = "tests.export_engine.child_targets"
+
+
+def _steps(step: str) -> Steps:
+    steps = Steps()
+    steps.begin(step)
+    return steps
+
+
+def test_a_memory_error_in_the_child_is_out_of_memory_naming_the_step(tmp_path):
+    limit = 1 << 30
+    with pytest.raises(StepOutOfMemory) as caught:
+        call(f"{TARGETS}:allocate_under_limit", None, {"limit": limit, "nbytes": 4 * limit},
+             tmp_path, _steps("cleanup"))
+    err = caught.value
+    assert err.kind == "out_of_memory" and err.details == {"step": "cleanup"}
+    assert err.message.startswith("The export's cleanup step ran out of memory")
+    assert "(MemoryError: Unable to allocate 4.00 GiB" in err.message  # numpy's _ArrayMemoryError
+    assert "--export-budget" in err.hint and "another image" not in err.hint
+    assert os.listdir(tmp_path) == []  # the hand-over and failure files are removed
+
+
+def test_a_plain_bug_in_the_child_stays_an_unexpected_error(tmp_path):
+    with pytest.raises(RuntimeError) as caught:
+        call(f"{TARGETS}:fail_plainly", None, {}, tmp_path, _steps("decimate"))
+    assert not isinstance(caught.value, (StepOutOfMemory, StepKilled))
+    assert "ValueError: a plain bug" in str(caught.value)
+
+
+def _wait_for(path, proc_or_none=None, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+def test_a_sigkill_the_engine_did_not_send_names_the_step_and_the_oom_killer(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    caught: list = []
+
+    def run():
+        try:
+            call(f"{TARGETS}:sleep_then_return", None,
+                 {"pid_file": str(pid_file), "seconds": 60}, tmp_path, _steps("decimate"))
+        except BaseException as exc:  # noqa: B902 - handed to the test thread
+            caught.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    pid = _wait_for(pid_file)
+    os.kill(pid, signal.SIGKILL)
+    thread.join(timeout=30)
+    assert not thread.is_alive() and len(caught) == 1
+    err = caught[0]
+    assert isinstance(err, StepKilled) and err.kind == "worker_killed"
+    assert f"The export's decimate step was killed in its child process (pid {pid}) by " \
+           "SIGKILL" in err.message
+    assert "possibly the system's out-of-memory killer" in err.message
+    assert err.details == {"step": "decimate", "signal": "SIGKILL"}
+    assert "another image" not in err.hint
+
+
+def test_a_crash_signal_is_worker_crashed(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    caught: list = []
+
+    def run():
+        try:
+            call(f"{TARGETS}:sleep_then_return", None,
+                 {"pid_file": str(pid_file), "seconds": 60}, tmp_path, _steps("uv_unwrap"))
+        except BaseException as exc:  # noqa: B902
+            caught.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    os.kill(_wait_for(pid_file), signal.SIGSEGV)
+    thread.join(timeout=30)
+    assert caught and isinstance(caught[0], StepKilled) and caught[0].kind == "worker_crashed"
+    assert "uv_unwrap step crashed" in caught[0].message and "SIGSEGV" in caught[0].message
+
+
+def test_runner_export_says_a_killed_step_child_in_one_line_without_a_traceback(tmp_path,
+                                                                               repo_root):
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "mid.npz", subdivisions=7, resolution=128)
+    out = tmp_path / "o" / "mid.glb"
+    sup = subprocess.Popen([sys.executable, "-m", "runner", "export", str(asset), "-o", str(out),
+                            "--texture-size", "512", "--decimation-target", "20000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=repo_root)
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
+                              daemon=True)
+    reader.start()
+    deadline, victim = time.monotonic() + 120, None
+    while victim is None:  # the first step child (cleanup's) to appear
+        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
+        for proc in psutil.Process(sup.pid).children(recursive=True):
+            try:
+                if "runner.export_engine.stoppable" in proc.cmdline():
+                    victim = proc
+            except psutil.Error:
+                pass
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    stderr = sup.stderr.read()
+    assert sup.wait(timeout=60) == 41
+    reader.join(timeout=10)
+    error = events[-1]
+    assert error["event"] == "error" and error["kind"] == "worker_killed"
+    assert f"(pid {victim.pid}) by SIGKILL" in error["message"]
+    assert "possibly the system's out-of-memory killer" in error["message"]
+    assert "Traceback" not in stderr and "another image" not in stderr
+    assert "runner: worker_killed: The export's " in stderr
+    assert not out.exists()
