@@ -232,7 +232,7 @@ def decimation_words(final: dict) -> str:
 
 def report_success(outcome) -> None:
     """One human line on stderr for a written GLB: ``runner: wrote PATH (SIZE), peak SIZE,
-    SECONDS s[, decimated in N pieces]; trace PATH`` (binary sizes,
+    SECONDS s[, decimated in N pieces]; trace PATH[; asset kept at PATH]`` (binary sizes,
     ``stageload.units.format_size``; the decimation as ``decimation_words`` says it)."""
     from stageload.units import format_size
 
@@ -243,7 +243,17 @@ def report_success(outcome) -> None:
     except OSError:
         size = "?"
     log(f"wrote {outcome.output} ({size}), peak {format_size(outcome.peak)}, "
-        f"{outcome.seconds:.1f} s{decimation_words(outcome.final)}; trace {outcome.trace}")
+        f"{outcome.seconds:.1f} s{decimation_words(outcome.final)}; trace {outcome.trace}"
+        f"{kept_asset_words(outcome.final)}")
+
+
+def kept_asset_words(final: dict) -> str:
+    """"; asset kept at PATH" when the result's ``info.asset`` names the asset ``--keep-asset``
+    kept beside the GLB (its final path, not the job folder the port's own line names); "" when
+    there is none."""
+    info = final.get("info")
+    asset = info.get("asset") if isinstance(info, dict) else None
+    return f"; asset kept at {asset}" if isinstance(asset, str) and asset else ""
 
 
 def internal_failure(emitter: Emitter, exc: BaseException) -> int:

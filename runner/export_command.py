@@ -107,7 +107,7 @@ class ExportRun(JobRun):
         """The asset (size and headers, against the budget), the output and the trace; then
         opens the trace and publishes ``asset``."""
         job = self.job
-        trace_conflict(job.resolved_trace(), job.image, job.output)
+        trace_conflict(job.resolved_trace(), job.image, job.output, "asset")
         facts = check_asset(Path(job.image), job.options, job.texture_size)
         self.output = check_output(job.output, job.overwrite)
         trace_path = job.resolved_trace()

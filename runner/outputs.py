@@ -39,8 +39,9 @@ def unwritable(exc: OSError, folder: Path, what: str) -> RunnerError:
         return RunnerError("disk_full", f"No space left in {folder} for the {what}.")
     if exc.errno == errno.ENOENT and folder.is_dir():  # e.g. /proc: it exists, takes no files
         return RunnerError("output_unwritable", f"Cannot write the {what} into {folder}: that "
-                           f"folder exists, but the system does not let files be created in it "
-                           f"({exc.strerror or exc}).")
+                           "folder exists, but the system does not let files be created in it "
+                           "(creating one fails as if the folder were missing: a virtual file "
+                           "system such as /proc).")
     return RunnerError("output_unwritable", f"Cannot write the {what} into {folder} "
                        f"({exc.strerror or exc}).")
 
@@ -173,11 +174,13 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.normcase(a.absolute()) == os.path.normcase(b.absolute())
 
 
-def trace_conflict(trace: str | Path, image: str | Path, output: str | Path) -> None:
-    """Refuse a trace path that is the input image or the output GLB (writing it would destroy
-    the picture, or leave JSON under the .glb name). Raises ``RunnerError('usage')``."""
+def trace_conflict(trace: str | Path, image: str | Path, output: str | Path,
+                   what: str = "image") -> None:
+    """Refuse a trace path that is the input (``what``: "image", or "asset" for ``runner
+    export``) or the output GLB (writing it would destroy the input, or leave JSON under the
+    .glb name). Raises ``RunnerError('usage')``."""
     if same_file(trace, image):
-        raise RunnerError("usage", f"The trace path {trace} is the input image; it was left "
+        raise RunnerError("usage", f"The trace path {trace} is the input {what}; it was left "
                           "untouched.", "Give --trace a path of its own, e.g. "
                           "out/NAME.trace.jsonl, or leave --trace out.")
     if same_file(trace, output):

@@ -75,6 +75,8 @@ def test_a_pixal3d_run_exports_with_the_bounded_engine_in_its_own_torch_free_pro
     result = _events(proc)[-1]
     assert result["event"] == "result" and result["info"]["export_engine"] == "bounded"
     assert result["info"]["asset"] == str(folder / "char.asset.npz")
+    wrote = [line for line in proc.stderr.splitlines() if line.startswith("runner: wrote ")]
+    assert len(wrote) == 1 and wrote[0].endswith(f"; asset kept at {folder / 'char.asset.npz'}")
     assert (folder / "char.asset.npz").is_file() and (folder / "char.glb").is_file()
     assert not [p for p in folder.iterdir() if ".job-" in p.name]
 

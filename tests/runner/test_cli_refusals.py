@@ -97,7 +97,23 @@ def test_odd_output_paths_are_named_for_what_they_are(rt, character, tmp_path):
         assert fin.last()["kind"] == kind, (output, fin.last())
         assert words in fin.last()["message"], (output, fin.last()["message"])
         assert "does not end in .glb" not in fin.last()["message"]
+        assert "No such file" not in fin.last()["message"]  # not what the sentence says
     assert sorted(os.listdir(tmp_path)) == ["character.png"]  # nothing written
+
+
+def test_runner_export_names_its_input_an_asset_and_proc_a_folder_without_files(rt, tmp_path):
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "s.npz", subdivisions=3, resolution=32)
+    same = rt.run(["export", asset, "-o", tmp_path / "e.glb", "--trace", asset])
+    assert same.returncode == 2
+    assert f"The trace path {asset} is the input asset;" in same.last()["message"]
+    if os.path.isdir("/proc"):
+        proc = rt.run(["export", asset, "-o", "/proc/x.glb"])
+        assert proc.returncode == 21 and "/proc: that folder exists, but the system does not " \
+            "let files be created in it" in proc.last()["message"]
+        assert "No such file" not in proc.last()["message"]
+    assert sorted(os.listdir(tmp_path)) == ["s.npz"]
 
 
 def test_a_device_or_fifo_is_not_a_regular_file(rt, tmp_path):
