@@ -236,7 +236,10 @@ def resolve_output_dir(text: str, blend_file: str = "", package_dir: Path = PACK
 
 def free_output_paths(folder: Path, stem: str) -> tuple[Path, Path]:
     """``(folder/stem.glb, folder/stem.trace.jsonl)``, with ``_2``, ``_3`` … appended to the stem
-    when either exists, so a run never overwrites an earlier result. Creates ``folder``.
+    when either exists, so a run never overwrites an earlier result — except a trace that is the
+    leftover of a failed or cancelled run of that same GLB (``leftover_trace``): the runner
+    replaces such a trace itself (its rule, docs/runner.md), so the name is reused rather than
+    skipped. Creates ``folder``.
 
     Raises :class:`ConfigError` when the folder cannot be created."""
     try:
@@ -248,9 +251,41 @@ def free_output_paths(folder: Path, stem: str) -> tuple[Path, Path]:
     while True:
         name = stem if n == 1 else f"{stem}_{n}"
         glb, trace = folder / f"{name}.glb", folder / f"{name}.trace.jsonl"
-        if not glb.exists() and not trace.exists():
+        if not glb.exists() and (not trace.exists() or leftover_trace(trace, glb)):
             return glb, trace
         n += 1
+
+
+def _json_line(line: bytes) -> dict | None:
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def leftover_trace(trace: Path, glb: Path) -> bool:
+    """True when ``trace`` is the runner's leftover of an ended run on ``glb`` that wrote no
+    GLB: a plain file whose first line is the runner's ``hello`` naming ``glb`` and whose last
+    line is an ``error`` event (failed or cancelled), ``glb`` absent. The runner's own rule
+    (``runner.outputs.failed_runs_trace``, which the add-on cannot import: it only spawns the
+    runner) also checks that its pid is no live runner; a live run's trace does not end in an
+    ``error`` line. If this guess is wrong the runner still refuses with ``output_exists``:
+    nothing is overwritten. Reads the first and the last 64 KiB; never raises."""
+    try:
+        if trace.is_symlink() or not trace.is_file() or glb.exists():
+            return False
+        with open(trace, "rb") as f:
+            first = _json_line(f.readline(65536))
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = [line for line in f.read().split(b"\n") if line.strip()]
+    except OSError:
+        return False
+    last = _json_line(lines[-1]) if lines else None
+    return (first is not None and first.get("event") == "hello" and "runner" in first
+            and first.get("output") == str(glb.absolute()) and last is not None
+            and last.get("event") == "error")
 
 
 def list_images(folder: str | os.PathLike) -> list[Path]:

@@ -29,7 +29,8 @@ ENABLED_BY = {"remesh_resolution": "remesh"}
 #: The main panel's options laid out by hand (the rest of its section follow, each applying to
 #: the chosen backend only).
 LAID_OUT = ("backend", "seed", "texture_size", "pipeline_type")
-ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT"}
+ROW_ICONS = {COMPLETE: "CHECKMARK", ACTIVE: "PLAY", "pending": "DOT", "failed": "ERROR",
+             "cancelled": "CANCEL"}
 
 
 class ImageToMeshSettings(bpy.types.PropertyGroup):

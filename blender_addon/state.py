@@ -46,7 +46,8 @@ def _peak_bytes(value) -> int | None:
 
 @dataclass
 class StageRow:
-    """One row of the stage list: ``name``, ``status`` (pending / running / done), ``seconds``
+    """One row of the stage list: ``name``, ``status`` (pending / running / done, or the job's
+    end — failed / cancelled — for the row it stopped in), ``seconds``
     spent in it (None until it ends)."""
     name: str
     status: str = PENDING
@@ -130,7 +131,7 @@ class JobState:
         self.status = FAILED
         self.error = {"kind": kind, "message": message, "hint": hint}
         self.ended = time.time() if now is None else now
-        self._close_running_stage(self.ended)
+        self._close_running_stage(self.ended, end=FAILED)
 
     def mark_cancelled(self, now: float | None = None) -> None:
         """The user cancelled: the job ends as ``cancelled`` whatever the runner prints next."""
@@ -140,7 +141,7 @@ class JobState:
         self.ended = time.time() if now is None else now
         self.error = {"kind": "cancelled", "message": "Cancelled; the runner was stopped.",
                       "hint": ""}
-        self._close_running_stage(self.ended, done=False)
+        self._close_running_stage(self.ended, end=CANCELLED)
 
     def mark_importing(self) -> None:
         """The GLB is written and is being imported into the scene."""
@@ -249,20 +250,22 @@ class JobState:
             self.stages.append(row)
         return row
 
-    def _close_running_stage(self, t: float, done: bool = True) -> None:
-        self._close_rows(self._all_rows(), t, done)
+    def _close_running_stage(self, t: float, end: str = COMPLETE) -> None:
+        """End every running row (stages and sub-steps) at ``t`` with ``end``: ``COMPLETE``,
+        or the job's end (``FAILED``, ``CANCELLED``) for the row(s) it stopped in."""
+        self._close_rows(self._all_rows(), t, end)
 
     def _all_rows(self) -> list[StageRow]:
         """The stage rows, then every stage's sub-step rows."""
         return self.stages + [r for rows in self.substeps.values() for r in rows]
 
     @staticmethod
-    def _close_rows(rows: list[StageRow], t: float, done: bool = True) -> None:
-        """End the running row(s) of ``rows`` at ``t`` (seconds): done, or back to pending."""
+    def _close_rows(rows: list[StageRow], t: float, end: str = COMPLETE) -> None:
+        """End the running row(s) of ``rows`` at ``t`` (seconds) with status ``end``."""
         for row in rows:
             if row.status == ACTIVE:
                 row.seconds = max(0.0, t - row.started) if row.started is not None else None
-                row.status = COMPLETE if done else PENDING
+                row.status = end
 
     def _on_stage(self, ev: dict, t: float) -> None:
         if ev.get("parent") is not None:
@@ -370,7 +373,7 @@ class JobState:
                       "hint": ev.get("hint") or "", "exit_code": ev.get("exit_code")}
         self.status = FAILED
         self.ended = t
-        self._close_running_stage(t, done=False)
+        self._close_running_stage(t, end=CANCELLED if ev.get("kind") == "cancelled" else FAILED)
 
     # ------------------------------------------------------------------ view
     def progress(self) -> float:

@@ -7,4 +7,5 @@ IDLE, STARTING, WAITING, RUNNING, IMPORTING, DONE, FAILED, CANCELLED = (
     "idle", "starting", "waiting", "running", "importing", "done", "failed", "cancelled")
 FINISHED = (DONE, FAILED, CANCELLED)
 
-PENDING, ACTIVE, COMPLETE = "pending", "running", "done"  # stage row statuses
+PENDING, ACTIVE, COMPLETE = "pending", "running", "done"  # stage row statuses; the row a job
+# stopped in takes the job's end instead: FAILED or CANCELLED

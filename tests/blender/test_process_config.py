@@ -197,8 +197,36 @@ def test_guard_settings_parse_with_the_real_guard_options():
 def test_free_output_paths_never_reuse_a_name(tmp_path):
     glb, trace = config.free_output_paths(tmp_path / "out", "goblin")
     assert (glb.name, trace.name) == ("goblin.glb", "goblin.trace.jsonl")
-    trace.write_text("")  # a failed run left only its trace
+    trace.write_text("")  # not the runner's trace: never taken over
     assert config.free_output_paths(tmp_path / "out", "goblin")[0].name == "goblin_2.glb"
+
+
+def _runner_trace(trace, glb, last: dict) -> None:
+    import json
+
+    hello = {"v": 1, "event": "hello", "runner": "0.1", "pid": 1, "output": str(glb)}
+    trace.write_text(json.dumps(hello) + "\n" + json.dumps({"event": "stage"}) + "\n"
+                     + json.dumps(last) + "\n")
+
+
+@pytest.mark.parametrize("last,free", [
+    ({"event": "error", "kind": "cancelled"}, True),  # the runner replaces its own leftover
+    ({"event": "error", "kind": "bad_asset"}, True),
+    ({"event": "result", "output": "x"}, False),  # a success's trace stays protected
+    ({"event": "stage"}, False),  # no end: maybe a live run
+])
+def test_free_output_paths_reuse_a_failed_runs_own_leftover_trace(tmp_path, last, free):
+    out = tmp_path / "out"
+    glb, trace = config.free_output_paths(out, "goblin_reexport")
+    _runner_trace(trace, glb, last)
+    assert config.leftover_trace(trace, glb) is free
+    again = config.free_output_paths(out, "goblin_reexport")[0].name
+    assert again == ("goblin_reexport.glb" if free else "goblin_reexport_2.glb")
+    _runner_trace(trace, out / "other.glb", {"event": "error"})  # another output's trace
+    assert config.free_output_paths(out, "goblin_reexport")[0].name == "goblin_reexport_2.glb"
+    _runner_trace(trace, glb, {"event": "error"})
+    glb.write_bytes(b"glTF")  # the GLB itself is there: never reused
+    assert config.free_output_paths(out, "goblin_reexport")[0].name == "goblin_reexport_2.glb"
 
 
 def test_batch_bookkeeping(tmp_path):

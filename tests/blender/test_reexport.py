@@ -109,9 +109,17 @@ def test_reexport_of_a_kept_asset(built_zip, tmp_path, shared_images, standin_en
     assert cancel["alive_after"] == [] and cancel["children_alive"] == []
     assert cancel["output"] == str(out / f"{name}_reexport_2.glb")
     assert not cancel["glb_exists"] and cancel["leftovers"] == [] and cancel["objects"] == []
+    # the step it stopped in shows the job's end, not "pending"; none is left running
+    stopped = dict(v["cancel_at"])
+    running = [n for n, s in stopped.items() if s == "running"]
+    assert [s for n, s in cancel["substeps"] if n in running] == ["cancelled"], cancel
+    assert "running" not in dict(cancel["substeps"]).values()
+    assert cancel["stages"] == [["export", "cancelled"]], cancel
     # 4. A bad asset: the runner's bad_asset, said in words (no traceback), nothing written.
     assert v["bad_poll"] == [True, ""]  # a file is there: its content is the runner's to judge
     bad = v["bad"]
+    # the cancelled run wrote no GLB: its name is reused, its leftover trace replaced by the runner
+    assert bad["output"] == str(out / f"{name}_reexport_2.glb"), bad["output"]
     assert bad["finished"] and bad["status"] == "failed" and bad["error_kind"] == "bad_asset", bad
     assert "npz" in bad["error"] and bad["hint"], bad
     assert bad["objects"] == [] and not bad["glb_exists"]

@@ -126,6 +126,8 @@ def test_cancel_wins_over_late_events_and_silent_death_is_reported():
     view = st.view()
     assert view.status == CANCELLED and view.headline == "Cancelled"
     assert "running" not in [r[1] for r in view.stage_rows]
+    stopped = [r for r in st.stages if r.status == CANCELLED]  # the row it stopped in says so
+    assert len(stopped) == 1 and stopped[0].seconds is not None
 
     st2 = JobState()
     st2.begin("x.png")
