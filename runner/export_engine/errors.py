@@ -78,9 +78,11 @@ class StepOutOfMemory(MemoryError):
         under = f" under {limit}" if limit else ""
         super().__init__(f"The export's {step} step ran out of memory{under} ({said}).")
         self.message = str(self)
-        self.hint = (f"Raise or remove that limit (`ulimit -v unlimited` in the shell that "
-                     f"starts the runner), or give --export-budget within it. {_MEMORY_HINT}"
-                     if limit else _MEMORY_HINT)
+        # under an address-space limit the budget (resident bytes) says little: the process
+        # maps more than it holds, so the limit itself is what to change
+        self.hint = ("Raise or remove that limit (`ulimit -v unlimited` in the shell that "
+                     "starts the runner), or lower --decimation-target or --texture-size; then "
+                     "run again." if limit else _MEMORY_HINT)
         self.details = {"step": step}
 
 

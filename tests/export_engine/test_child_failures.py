@@ -137,3 +137,31 @@ def test_runner_export_says_a_killed_step_child_in_one_line_without_a_traceback(
     assert "Traceback" not in stderr and "another image" not in stderr
     assert "runner: worker_killed: The export's " in stderr
     assert not out.exists()
+
+
+def test_runner_export_under_an_address_space_limit_is_out_of_memory_naming_it(tmp_path,
+                                                                              repo_root):
+    """A real ``RLIMIT_AS`` (``ulimit -v``) on the whole ``runner export``: 440 MiB lets the
+    supervisor and the export process start but not the cleanup child's arrays of a
+    327,680-face asset (measured: 410-449 MiB fail there, 500 MiB succeeds)."""
+    import resource
+
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "mid.npz", subdivisions=7, resolution=128)
+    out = tmp_path / "mid.glb"
+    limit = 440 << 20
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    proc = subprocess.run([sys.executable, "-m", "runner", "export", str(asset), "-o", str(out),
+                           "--texture-size", "512", "--decimation-target", "20000"],
+                          capture_output=True, text=True, timeout=120, cwd=repo_root,
+                          preexec_fn=cap)
+    error = json.loads(proc.stdout.splitlines()[-1])
+    assert proc.returncode == 47 and error["kind"] == "out_of_memory", proc.stderr[-2000:]
+    assert "step ran out of memory under the address-space limit (RLIMIT_AS, `ulimit -v`) " \
+           "of 440.0 MiB (MemoryError: " in error["message"]
+    assert "ulimit -v unlimited" in error["hint"] and "another image" not in error["hint"]
+    assert "Traceback" not in proc.stderr and not out.exists()
