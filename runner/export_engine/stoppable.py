@@ -13,6 +13,7 @@ which ends it wherever it is; the flag here is for callers of the Python API.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -27,6 +28,7 @@ import numpy as np
 from .errors import ExportCancelled, StepKilled, StepOutOfMemory
 
 POLL = 0.1
+NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def _child_env() -> dict:
@@ -43,8 +45,9 @@ def call(target: str, arrays: dict | None, params: dict, workdir: Path, steps) -
     function gets ``params`` only (it reads its inputs from files named there). ``steps``: the
     ``Steps`` whose cancel flag is polled (``ExportCancelled`` after killing the child).
     Raises ``StepOutOfMemory`` when the child ran out of memory (it says so in its failure
-    file), ``StepKilled`` when a signal the engine did not send ended it, else
-    ``RuntimeError`` with the child's last stderr lines."""
+    file), ``OSError`` (ENOSPC/EDQUOT, with the file it was writing) when its drive was full —
+    the runner's ``disk_full`` —, ``StepKilled`` when a signal the engine did not send ended
+    it, else ``RuntimeError`` with the child's last stderr lines."""
     workdir = Path(workdir)
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     inp, out = workdir / f"stoppable-in-{stamp}.npz", workdir / f"stoppable-out-{stamp}.npz"
@@ -94,6 +97,10 @@ def _raise_failure(target: str, proc: subprocess.Popen, err: Path, failure: Path
     if isinstance(said, dict) and said.get("memory") is True:
         raise StepOutOfMemory(step, f"{said.get('type')}: {said.get('message')}",
                               memory_limit())
+    if isinstance(said, dict) and said.get("errno") in NO_SPACE:
+        filename = said.get("filename")
+        raise OSError(said["errno"], f"the export's {step} step: {said.get('message')}",
+                      filename if isinstance(filename, str) else None)
     tail = err.read_text(errors="replace").strip().splitlines()[-5:]
     raise RuntimeError(f"{target} failed in its child process (exit {code}): "
                        f"{' | '.join(tail) or 'no output'}")
@@ -146,7 +153,8 @@ def _write_failure(out: Path, exc: Exception) -> None:
     allocation failure (``MemoryError`` anywhere in its cause chain — numpy's
     ``_ArrayMemoryError`` is one, fast-simplification's Cython turns ``std::bad_alloc`` into
     one — or, under an address-space limit, a thread that could not start or a C extension's
-    "error return without exception set"). Never raises."""
+    "error return without exception set"); and, for a full drive (ENOSPC/EDQUOT in the
+    chain), its errno and the file being written. Never raises."""
     from runner.limits import cause_chain, memory_limit
 
     chain = cause_chain(exc)
@@ -154,9 +162,14 @@ def _write_failure(out: Path, exc: Exception) -> None:
         ("can't start new thread" in str(cur) or "error return without exception set"
          in str(cur)) for cur in chain)
     memory = limited or any(isinstance(cur, MemoryError) for cur in chain)
+    full = next((cur for cur in chain if isinstance(cur, OSError) and cur.errno in NO_SPACE),
+                None)
+    said = {"type": type(exc).__name__, "message": str(exc), "memory": memory}
+    if full is not None:  # the parent raises it again, which the runner says as disk_full
+        said.update(errno=full.errno, filename=None if full.filename is None
+                    else os.fsdecode(full.filename))
     try:
-        _failure_path(out).write_text(json.dumps({"type": type(exc).__name__,
-                                                  "message": str(exc), "memory": memory}))
+        _failure_path(out).write_text(json.dumps(said))
     except Exception:  # out of memory or disk: the parent falls back to the stderr tail
         pass
 

@@ -31,3 +31,12 @@ def sleep_then_return(pid_file: str, seconds: float) -> dict:
 def fail_plainly() -> dict:
     """An unexpected error (a bug): not a memory failure."""
     raise ValueError("a plain bug")
+
+
+def write_to_a_full_drive(path: str, nbytes: int) -> dict:
+    """Write ``nbytes`` to ``path`` (``/dev/full``: every write fails with ENOSPC, a real
+    full-drive error from the kernel)."""
+    with open(path, "wb") as fh:
+        fh.write(b"\0" * nbytes)
+        fh.flush()
+    return {}

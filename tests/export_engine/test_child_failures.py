@@ -57,6 +57,24 @@ def _wait_for(path, proc_or_none=None, timeout=60):
     return int(path.read_text())
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_drive_in_the_child_is_disk_full_naming_the_step(tmp_path):
+    """A step's child whose write fails with ENOSPC (a real one: ``/dev/full``) is raised again
+    as that OSError, which the worker says as ``disk_full`` — it was ``backend_failed`` with a
+    traceback before."""
+    import errno
+
+    from runner.worker import _classify
+    with pytest.raises(OSError) as caught:
+        call(f"{TARGETS}:write_to_a_full_drive", None, {"path": "/dev/full", "nbytes": 1 << 16},
+             tmp_path, _steps("decimate"))
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename is None
+    assert "the export's decimate step" in str(caught.value)
+    said = _classify(caught.value, None)
+    assert said.kind == "disk_full" and said.exit_code == 22
+    assert list(tmp_path.iterdir()) == []  # the call's files are gone
+
+
 def test_a_sigkill_the_engine_did_not_send_names_the_step_and_the_oom_killer(tmp_path):
     pid_file = tmp_path / "child.pid"
     caught: list = []
