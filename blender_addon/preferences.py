@@ -287,7 +287,9 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
 def wrap_label(layout, text: str, icon: str = "NONE", width: int = 70) -> None:
     """Draw ``text`` as labels of at most ``width`` characters (Blender labels do not wrap)."""
     import textwrap
-    for i, line in enumerate(textwrap.wrap(text, width) or [""]):
+    # break_on_hyphens=False: a package, a path or an option (image-to-mesh[cluster],
+    # --export-budget) stays whole on its line, so it can be read and typed as shown
+    for i, line in enumerate(textwrap.wrap(text, width, break_on_hyphens=False) or [""]):
         layout.label(text=line, icon=icon if i == 0 else "BLANK1")
 
 

@@ -239,3 +239,37 @@ def test_an_export_job_passes_only_what_runner_export_takes():
     assert ns.cancel_on_stdin_eof and ns.guard_busy == ["ffmpeg"] and ns.guard_quiet_for == 5.0
     with pytest.raises(ValueError, match="unknown job kind"):
         job.JobSpec(Path("a"), Path("b"), Path("c"), kind="render")
+
+
+WRAP = """
+import json, os, sys
+import bpy
+from blender_addon.preferences import wrap_label
+
+class Layout:
+    lines = []
+
+    def label(self, text, icon):
+        self.lines.append(text)
+
+layout = Layout()
+wrap_label(layout, sys.argv[1], width=int(sys.argv[2]))
+print(json.dumps(layout.lines), flush=True)
+os._exit(0)
+"""
+
+
+def test_wrapped_labels_keep_hyphenated_words_whole():
+    """A hint such as ``pip install 'image-to-mesh[cluster]'`` is wrapped for the panel between
+    words only: split at its hyphens ("image-to-" / "mesh[cluster]'"), which happened where a
+    long checkout path put the line end there, a user could not copy it as shown."""
+    text = "Ray is not installed in " + "/x" * 20 + " — pip install 'image-to-mesh[cluster]' " \
+           "or leave --cluster out"
+    for width in (30, 47, 52, 61, 70):  # line ends at many places in the text
+        proc = _run(WRAP, text, width)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        lines = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert all(len(line) <= width for line in lines), (width, lines)
+        for word in text.split():  # every word that fits a line is on one line, whole
+            if len(word) <= width:
+                assert any(word in line.split() for line in lines), (width, word, lines)
