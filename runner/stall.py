@@ -14,6 +14,7 @@ tests/runner/conftest.py) so that it need not wait a minute.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable
 
@@ -32,7 +33,11 @@ _STOPPED = (psutil.STATUS_STOPPED, getattr(psutil, "STATUS_TRACING_STOP", "traci
 class StallWatch:
     """Watches one child: :meth:`on_event` for each event it sends (relay thread),
     :meth:`on_sample` for each memory sample (sampler thread; it looks every
-    :data:`CHECK_EVERY` s). ``publish`` gets the ``stalled`` / ``resumed`` event dicts
+    :data:`CHECK_EVERY` s); a lock keeps the two threads' views of the stall one (and the
+    order of what they publish). An event
+    from a stalled child publishes ``resumed`` at once, before that event is relayed (a child
+    that runs on and ends between two looks would otherwise never be said to have resumed).
+    ``publish`` gets the ``stalled`` / ``resumed`` event dicts
     (``seconds``: how long the child has not moved; ``why``: ``stopped`` or ``idle``;
     ``reason``: for people; ``pid``). ``timeout``: seconds (None: never stop). After
     :meth:`on_sample` returned True, ``timed_out`` holds the reason for the error."""
@@ -52,10 +57,23 @@ class StallWatch:
         self.stalled: dict | None = None  # the stalled event while stalled
         self._since: float | None = None  # when the child stopped moving (while stalled)
         self.timed_out: str | None = None
+        self._lock = threading.Lock()
 
     def on_event(self) -> None:
-        """The child sent an event: it moves."""
-        self._last_event = self.clock()
+        """The child sent an event: it moves (``resumed`` now if it was stalled). The relay
+        reads what the child wrote before it stopped long before ``STOPPED_AFTER`` or
+        ``IDLE_AFTER`` have passed, so an event after ``stalled`` is new."""
+        with self._lock:  # published under it: ``stalled`` and ``resumed`` keep their order
+            self._last_event = now = self.clock()
+            if self.stalled is not None:
+                self.publish(self._resume(now))
+
+    def _resume(self, now: float) -> dict:
+        """The ``resumed`` event for the stall that ends at ``now`` (the lock held)."""
+        event = {"event": "resumed", "t": time.time(), "pid": self.pid,
+                 "seconds": round(now - self._since, 1), "why": self.stalled["why"]}
+        self.stalled = self._since = None
+        return event
 
     def _read(self) -> tuple[str | None, float | None]:
         """The root's state and the tree's CPU seconds (user + system; None when unreadable)."""
@@ -84,27 +102,33 @@ class StallWatch:
         status, cpu = self._read()
         if status is None:
             return False
+        with self._lock:
+            changed = self._look(now, status in _STOPPED, cpu)
+            if changed is not None:
+                self.publish(changed)
+        return self.timed_out is not None
+
+    def _look(self, now: float, stopped: bool, cpu: float) -> dict | None:
+        """The state after one look (the lock held); the event to publish, if any."""
         if self._cpu is None or cpu > self._cpu:
             self._cpu, self._cpu_changed = cpu, now
-        stopped = status in _STOPPED
         if stopped and self._stopped_since is None:
             self._stopped_since = now
         elif not stopped:
             self._stopped_since = None
         idle_since = max(self._cpu_changed, self._last_event)
+        changed = None
         if self.stalled is None:
-            self._maybe_stall(now, stopped, idle_since)
+            changed = self._maybe_stall(now, stopped, idle_since)
         elif not stopped and (self._cpu_changed > self._since or self._last_event > self._since):
-            self.publish({"event": "resumed", "t": time.time(), "pid": self.pid,
-                          "seconds": round(now - self._since, 1), "why": self.stalled["why"]})
-            self.stalled = self._since = None
+            changed = self._resume(now)
         if self.stalled is not None and self.timeout is not None \
                 and now - self._since >= self.timeout and self.timed_out is None:
             self.timed_out = (f"{self.stalled['reason']} for {now - self._since:.0f} s "
                               f"(--stall-timeout {self.timeout:g})")
-        return self.timed_out is not None
+        return changed
 
-    def _maybe_stall(self, now: float, stopped: bool, idle_since: float) -> None:
+    def _maybe_stall(self, now: float, stopped: bool, idle_since: float) -> dict | None:
         if stopped and now - self._stopped_since >= STOPPED_AFTER:
             since, why = self._stopped_since, "stopped"
             reason = f"the process (pid {self.pid}) is stopped (state T: SIGSTOP or a debugger)"
@@ -112,8 +136,8 @@ class StallWatch:
             since, why = idle_since, "idle"
             reason = f"the process (pid {self.pid}) used no CPU time and sent no event"
         else:
-            return
+            return None
         self._since = since
         self.stalled = {"event": "stalled", "t": time.time(), "pid": self.pid,
                         "seconds": round(now - since, 1), "why": why, "reason": reason}
-        self.publish(dict(self.stalled))
+        return dict(self.stalled)

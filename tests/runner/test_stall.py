@@ -74,3 +74,37 @@ def test_a_worker_without_cpu_or_events_is_stalled_idle(rt, shared_images, tmp_p
     assert len(stalled) == 1 and stalled[0]["why"] == "idle", events[-3:]
     assert events[-1]["kind"] == "stalled" and proc.returncode == 49, proc.stderr[-2000:]
     assert "used no CPU time and sent no event" in events[-1]["message"]
+
+
+def test_an_event_from_a_stalled_child_is_resumed_before_the_next_look():
+    """The CI run where a SIGCONTed worker ran on and ended between two looks of the sampler:
+    ``stalled`` then the job's events and ``result``, never ``resumed``. An event from the
+    stalled child now publishes ``resumed`` at once, in order, once. A real process, really
+    stopped; the watch's clock is the test's, so the stop lasts past STOPPED_AFTER at once."""
+    from runner import stall
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    published, now = [], [0.0]
+    try:
+        watch = stall.StallWatch(child.pid, published.append, clock=lambda: now[0])
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "the child did not stop"
+            time.sleep(0.01)
+        watch.on_sample()  # seen stopped at t = 0
+        now[0] = stall.STOPPED_AFTER + stall.CHECK_EVERY
+        watch.on_sample()
+        assert [e["event"] for e in published] == ["stalled"], published
+        os.kill(child.pid, signal.SIGCONT)
+        now[0] += 0.1  # before the next look (CHECK_EVERY later)
+        watch.on_event()
+        assert [e["event"] for e in published] == ["stalled", "resumed"], published
+        assert published[1]["why"] == "stopped" and published[1]["pid"] == child.pid
+        watch.on_event()
+        now[0] += stall.CHECK_EVERY
+        watch.on_sample()
+        assert [e["event"] for e in published] == ["stalled", "resumed"], published
+    finally:
+        child.kill()
+        child.wait()
