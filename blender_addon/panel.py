@@ -19,7 +19,7 @@ from .operators import (
     preflight_error,
     reexport_unavailable,
 )
-from .preferences import cluster_problem, get_prefs, table_properties
+from .preferences import draw_cluster_address, get_prefs, table_properties
 from .preferences import wrap_label as _wrap
 from .runtime_facts import options
 from .state import ACTIVE, COMPLETE, FAILED, IDLE
@@ -143,14 +143,7 @@ def _draw_batch(layout, s, problem: str) -> None:
     box = layout.box()
     box.label(text="Batch", icon="FILE_FOLDER")
     box.prop(s, "batch_folder")
-    prefs = get_prefs()
-    for opt in options.addon_options("preferences", "cluster"):
-        box.prop(prefs, opt.name)
-    bad_cluster = cluster_problem(prefs)
-    if bad_cluster:
-        sub = box.column()
-        sub.alert = True
-        _wrap(sub, bad_cluster, "ERROR", 44)
+    bad_cluster = draw_cluster_address(box, get_prefs(), width=44)
     batch = CONTROLLER.batch
     if batch is not None:
         box.label(text=f"{batch.progress_text()} images")

@@ -270,18 +270,26 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
                 wrap_label(col, f"Using {folder}", icon="INFO")
         box = layout.box()
         box.label(text="Batch on a Ray cluster (docs/cluster.md)", icon="NETWORK_DRIVE")
-        for opt in options.addon_options("preferences", "cluster"):
-            box.prop(self, opt.name)
-        problem = cluster_problem(self)
-        if problem:
-            sub = box.column()
-            sub.alert = True
-            wrap_label(sub, problem, icon="ERROR")
+        draw_cluster_address(box, self)
         box = layout.box()
         box.label(text="Memory guard (defaults for every run)", icon="MEMORY")
         grid = box.grid_flow(columns=2, even_columns=True)
         for opt in options.addon_options("preferences", "guard"):
             grid.prop(self, opt.name)
+
+
+def draw_cluster_address(layout, prefs, width: int = 70) -> str:
+    """The cluster address preference(s) of the options table on ``layout``, and under them,
+    in red, what is wrong with the address (``cluster_problem``), wrapped at ``width``.
+    Returns that problem ("" when the address is fine or empty)."""
+    for opt in options.addon_options("preferences", "cluster"):
+        layout.prop(prefs, opt.name)
+    problem = cluster_problem(prefs)
+    if problem:
+        sub = layout.column()
+        sub.alert = True
+        wrap_label(sub, problem, icon="ERROR", width=width)
+    return problem
 
 
 def wrap_label(layout, text: str, icon: str = "NONE", width: int = 70) -> None:

@@ -7,13 +7,12 @@ and the matte computed from the flattened picture is compared with the alpha it 
 """
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 from PIL import Image
 from scipy import ndimage
 
+from bench import matte_iou
 from bench.matte_iou import shaded_white_belly
 from runner.backends.builtin import BackgroundNotPlainError, EmptyMatteError, generate
 from runner.backends.builtin.matte import compute_matte
@@ -42,14 +41,8 @@ def iou(a: np.ndarray, b: np.ndarray) -> float:
 
 def flatten(rgba: np.ndarray, background=(255, 255, 255), jpeg: bool = False) -> Image.Image:
     """The picture composited onto an opaque colour (alpha 255 everywhere), optionally as JPEG
-    q90."""
-    flat = Image.new("RGBA", (rgba.shape[1], rgba.shape[0]), (*background, 255))
-    flat.alpha_composite(Image.fromarray(rgba))
-    if jpeg:
-        buffer = io.BytesIO()
-        flat.convert("RGB").save(buffer, "JPEG", quality=90)
-        flat = Image.open(buffer).convert("RGBA")
-    return flat
+    q90: the matte bench's own ``flatten``, here PNG-like unless asked."""
+    return matte_iou.flatten(rgba, background, jpeg=jpeg)
 
 
 def outlined_white(rgba: np.ndarray, kind: str) -> np.ndarray:
