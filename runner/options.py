@@ -47,9 +47,9 @@ GUARDED = ("run", "batch", "export")
 """The commands that run a guarded job (``stageload.guard.add_guard_arguments`` is on their
 command lines): the ``guard`` group's entries belong to these."""
 ENGINES = ("bounded", "port")
-"""The export engines (``--export-engine``; ``runner/backends/bounded_export.ENGINES``, a test
-pins both): ``bounded`` (``runner/export_engine``, also ``python -m runner export``) and
-``port`` (the port's own ``to_glb``)."""
+"""The export engines (``--export-engine``; ``runner/backends/bounded_export.ENGINES`` is this):
+``bounded`` (``runner/export_engine``, also ``python -m runner export``) and ``port`` (the
+port's own ``to_glb``)."""
 GROUPS = ("job", "backend", "guard")
 """``job``: a field of every job (backend, seed, texture size, height); ``backend``: a backend's
 own option (forwarded to it; refused with another backend); ``guard``: an option of
@@ -292,6 +292,10 @@ def _items(*triples) -> tuple:
 
 
 PIXAL3D = ("pixal3d",)
+MAX_TEXTURE_SIZE = 4096
+"""The largest texture side (px) any backend takes (the built-in backend's
+``runner.backends.builtin.texture.MAX_TEXTURE_SIZE``, which a test pins; the port's largest)."""
+_PORT_SIZES = ", ".join(map(str, choices.TEXTURE_SIZES))
 
 TABLE: tuple[Option, ...] = (
     Option("backend", "which image-to-mesh method runs", kind="choice", default="builtin",
@@ -307,15 +311,18 @@ TABLE: tuple[Option, ...] = (
            default_text="the backend's: builtin 0, pixal3d 42",
            panel=Panel("Seed", default=0, always=True)),
     Option("texture_size", "base-colour texture side in pixels", kind="int", low=1,
-           high=4096, unit="px", metavar="PX",
-           default_text="the backend's: builtin 1024, 1-4096, sizes under 512 are raised to "
-                        "512; pixal3d and runner export 2048, one of 512, 1024, 2048, 4096",
+           high=MAX_TEXTURE_SIZE, unit="px", metavar="PX",
+           default_text=f"the backend's: builtin 1024, 1-{MAX_TEXTURE_SIZE}, sizes under 512 "
+                        f"are raised to 512; pixal3d and runner export "
+                        f"{choices.DEFAULT_TEXTURE_SIZE}, one of {_PORT_SIZES}",
            group="job", commands=(*JOB, "export"),
-           command_help={"export": ("base-colour texture side in pixels, one of 512, 1024, "
-                                    "2048, 4096", "2048")},
+           command_help={"export": (f"base-colour texture side in pixels, one of {_PORT_SIZES}",
+                                    str(choices.DEFAULT_TEXTURE_SIZE))},
+           # the sides every backend takes (the port's; the built-in one takes any up to the
+           # largest of them): Generate and Re-export offer them all
            panel=Panel("Texture", default=1024, always=True, items=tuple(
                (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
-               for s in (512, 1024, 2048)))),
+               for s in choices.TEXTURE_SIZES))),
     Option("height", "height of the mesh in metres, 0.01-100 (builtin only)",
            default_text="1 m", kind="float", low=0.01, high=100.0, unit="m", metavar="M",
            dest_name="height_m", backends=("builtin",), group="job"),
@@ -355,7 +362,7 @@ TABLE: tuple[Option, ...] = (
          "min(512, grid), free temporaries between steps")))),
     Option("export_engine", "bounded: the export engine that fits a memory budget (CPU, no "
            "torch, in a process of its own; no remesh); port: the port's own export (its "
-           "remesh and levers)", kind="choice", default="bounded", choices=("bounded", "port"),
+           "remesh and levers)", kind="choice", default="bounded", choices=ENGINES,
            backends=PIXAL3D, commands=JOB_AND_CHECK,
            panel=Panel("Export engine", section="export", items=_items(
                ("bounded", "Bounded", "The export engine that fits the memory budget below: "

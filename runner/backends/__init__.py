@@ -226,7 +226,7 @@ BACKENDS: dict[str, Backend] = {
         stages=("matte", "shape", "texture", "export"),
         # runner.backends.builtin.generate's documented range (MAX_TEXTURE_SIZE; sizes under
         # 512 are raised to 512); a test checks the figure against the module.
-        texture_sizes=(1, 4096),
+        texture_sizes=(1, options_table.get("texture_size").high),
         texture_floor=512,  # runner.backends.builtin.texture.MIN_TEXTURE_SIZE (a test checks)
         # metres: a 1 cm figurine to a 100 m giant; beyond that float32 GLB coordinates and
         # Blender's default clip range make little sense for a character.
@@ -242,7 +242,7 @@ BACKENDS: dict[str, Backend] = {
         # the options table's pixal3d entries (runner/options.py), the export levers among them
         options=options_table.backend_options("pixal3d"),
         # runner.backends.pixal3d.TEXTURE_SIZES (checked by a test); no --height (unit box).
-        texture_sizes=(512, 1024, 2048, 4096),
+        texture_sizes=options_table.choices.TEXTURE_SIZES,
         texture_choices=True,
         height_range=None,
         install_hint="The Pixal3D backend is not installed in this version of the runner.",

@@ -14,7 +14,9 @@ import os
 import time
 from collections.abc import Callable
 
-ENGINES = ("bounded", "port")
+from .. import options as options_table
+
+ENGINES = options_table.ENGINES
 PORT_ONLY = {"remesh": "on", "remesh_resolution": None, "export_profile": "fit"}
 """Options (and the value that is refused; None: any value) that only the port's export has."""
 

@@ -13,8 +13,13 @@ from typing import Callable, Optional
 
 from stageload.pixal3d.plan import STAGES  # noqa: E402,F401  (torch-free; the one stage list)
 
+from .. import options as options_table
+
 NAME = "Pixal3D (staged)"
-TEXTURE_SIZES = (512, 1024, 2048, 4096)
+TEXTURE_SIZES = options_table.choices.TEXTURE_SIZES
+DEFAULT_TEXTURE_SIZE = options_table.choices.DEFAULT_TEXTURE_SIZE
+"""The port's texture sides (px) and its default, from ``stageload/pixal3d/choices.py`` through
+the options table."""
 #: the adapter's exception classes (stageload.pixal3d.errors) → runner error kinds; the worker
 #: looks each class of an exception's MRO up here.
 ERRORS = {"PortMissing": "pixal3d_missing", "PortVersionError": "pixal3d_version",
@@ -87,13 +92,15 @@ def _check_job(height_m, texture_size, load: str, export: dict, export_process: 
     if int(texture_size) not in TEXTURE_SIZES:
         raise RunnerError("usage", f"--texture-size {texture_size} is not one Pixal3D offers.",
                           f"Choose one of {', '.join(map(str, TEXTURE_SIZES))}.")
-    if load not in ("staged", "eager"):
-        raise RunnerError("usage", f"--load {load!r} is not staged or eager.",
-                          "Use --load staged or --load eager.")
+    loads = options_table.get("load").choices
+    if load not in loads:
+        raise RunnerError("usage", f"--load {load!r} is not {' or '.join(loads)}.",
+                          f"Use {' or '.join('--load ' + name for name in loads)}.")
     check_options({**export, "export_process": export_process})
 
 
-def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: int = 2048,
+def generate(image, output, *, had_alpha: bool, seed: int = 42,
+             texture_size: int = DEFAULT_TEXTURE_SIZE,
              emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
              pipeline_type: str = "1024_cascade", load: str = "staged", keep_resident=0,
              prefetch: str = "on",
@@ -104,7 +111,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
     Args:
         image: validated PIL image (RGBA); with ``had_alpha`` False its alpha is opaque and the
             port's background remover runs.
-        seed: the port's seed. texture_size: 512, 1024, 2048 or 4096 px (the port's choices).
+        seed: the port's seed. texture_size: px, one of ``TEXTURE_SIZES`` (the port's choices).
         emit: the runner's event sink (stage, ready, load, reload, release events).
         pixal3d_dir: the Pixal3D-mac folder (None: ``$PIXAL3D_DIR``).
         pipeline_type: ``1024_cascade`` or ``1536_cascade``. load: ``staged`` or ``eager``.
@@ -153,7 +160,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42, texture_size: in
     return out
 
 
-def export(handover: str, output, *, seed: int = 42, texture_size: int = 2048,
+def export(handover: str, output, *, seed: int = 42, texture_size: int = DEFAULT_TEXTURE_SIZE,
            emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
            pipeline_type: str = "1024_cascade", device: Optional[str] = None, **options) -> dict:
     """The export process: the decoded asset in ``handover`` (written by :func:`generate`) →

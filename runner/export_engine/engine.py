@@ -16,7 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stageload.pixal3d.choices import MAX_DECIMATION_TARGET
+from stageload.pixal3d.choices import (  # stdlib only: the port's figures, written once
+    DEFAULT_TEXTURE_SIZE,
+    MAX_DECIMATION_TARGET,
+    TEXTURE_SIZES,
+)
 
 from . import budget as budgeting
 from .asset import inspect_asset, load_asset, load_voxels
@@ -24,8 +28,6 @@ from .errors import BadAsset, BudgetTooSmall, PiecesUnavailable
 from .steps import Steps
 
 DEFAULT_DECIMATION_TARGET = 1_000_000
-DEFAULT_TEXTURE_SIZE = 2048
-TEXTURE_SIZES = (512, 1024, 2048, 4096)
 
 
 @dataclass(frozen=True)

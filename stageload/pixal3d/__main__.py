@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from .choices import SHARED_OPTIONS
+from .choices import DEFAULT_TEXTURE_SIZE, SHARED_OPTIONS, TEXTURE_SIZES
 
 #: ``check`` exit statuses by the ``PortError`` subclass it reports (None: usable).
 CHECK_EXIT = {None: 0, "PortMissing": 1, "PortVersionError": 3}
@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="the port's --model-path (default its MODEL_PATH)")
     run.add_argument("--device", default=None, help="mps, cuda or cpu (default mps when available)")
     run.add_argument("--seed", type=int, default=42)
-    run.add_argument("--texture-size", type=int, default=2048, choices=(512, 1024, 2048, 4096))
+    run.add_argument("--texture-size", type=int, default=DEFAULT_TEXTURE_SIZE,
+                     choices=TEXTURE_SIZES)
     run.add_argument("--fov", type=float, default=None,
                      help="manual field of view in radians (skips MoGe-2)")
     run.add_argument("--steps", type=int, default=None,

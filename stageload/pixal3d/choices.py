@@ -31,6 +31,12 @@ PROFILES = {"fit": {"remesh_resolution": 512, "free_between_steps": True}}
 #: ``--remesh-resolution``: the pipeline's grid (the port's way), or ``min(512, grid)``.
 REMESH_RESOLUTIONS = ("grid", 512)
 
+#: The port's base-colour texture sides (``--texture-size``, px) and its default: the bounded
+#: export engine (``runner/export_engine``) bakes the same sides, and the runner's options
+#: table and the add-on's panel offer them from here.
+TEXTURE_SIZES = (512, 1024, 2048, 4096)
+DEFAULT_TEXTURE_SIZE = 2048
+
 #: The largest ``--decimation-target`` (faces) accepted; the port's own default is 1,000,000.
 MAX_DECIMATION_TARGET = 100_000_000
 

@@ -241,6 +241,28 @@ def test_an_export_job_passes_only_what_runner_export_takes():
         job.JobSpec(Path("a"), Path("b"), Path("c"), kind="render")
 
 
+def test_the_panel_offers_every_texture_size_the_runner_takes():
+    """Generate and Re-export share the scene's texture property: its items are every side the
+    Pixal3D backend and ``runner export`` take (4096 among them, as the README's re-export
+    example uses), each accepted by the add-on's check and passed to ``runner export``."""
+    from runner import backends
+    from runner.export_command import build_parser
+    from runner.export_engine import TEXTURE_SIZES
+
+    opt = options.get("texture_size")
+    name, kw = option_views.property_spec(opt)
+    offered = [int(identifier) for identifier, _label, _desc in kw["items"]]
+    assert name == "EnumProperty" and 4096 in offered
+    assert set(offered) == set(backends.get("pixal3d").texture_sizes) == set(TEXTURE_SIZES)
+    assert all(low <= size <= high for size in offered
+               for low, high in [backends.get("builtin").texture_sizes])
+    for size in offered:
+        settings = job.JobSettings(backend="pixal3d", texture_size=str(size))
+        spec = job.JobSpec(Path("/a.asset.npz"), Path("/b.glb"), Path("/t.jsonl"), settings,
+                           kind="export")
+        assert build_parser().parse_args(spec.argv("/py")[4:]).texture_size == size
+
+
 WRAP = """
 import json, os, sys
 import bpy
