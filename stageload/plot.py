@@ -111,7 +111,13 @@ def load_run(path: str | os.PathLike, label: str | None = None) -> Run:
     """Read the trace at ``path`` into a ``Run`` labelled ``label`` (default: the file stem),
     streaming (memory bounded whatever the trace's length). Raises ``TraceError`` when the file
     is missing, not a regular file (a FIFO) or not a trace."""
-    return Run(label or Path(path).stem, iter_lines(path))
+    return Run(label or trace_stem(path), iter_lines(path))
+
+
+def trace_stem(path: str | os.PathLike) -> str:
+    """A trace's default label: its file stem, the compression suffix aside (``run`` for
+    ``run.jsonl`` and ``run.jsonl.gz`` alike)."""
+    return Path(Path(path).name.removesuffix(".gz")).stem
 
 
 def _stage_colours(runs: list[Run]) -> dict[str, str]:

@@ -10,12 +10,14 @@ whole lines (at most a torn last line if it dies inside that one call) — is a 
 """
 from __future__ import annotations
 
+import gzip
 import heapq
 import json
 import math
 import os
 import stat
 import threading
+import zlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -267,6 +269,12 @@ def parse_lines(lines: Iterable[str | bytes | dict],
 def iter_lines(path: str | os.PathLike) -> Iterator[bytes]:
     """The raw lines of the trace file at ``path``, read as they are used (memory bounded).
 
+    A gzip-compressed trace (``run.jsonl.gz``, as the benchmarks keep theirs, or any trace a
+    user compressed) is read the same way, decompressed as it streams: it is recognised by the
+    gzip magic bytes ``1f 8b`` (RFC 1952 §2.3.1), not by its name. A compressed stream cut short
+    ends the lines where the data ends (its last line then counts as torn, as for a plain trace
+    cut by a kill); data that is not a valid gzip stream raises :class:`TraceError`.
+
     Raises :class:`TraceError` when ``path`` is missing, a directory, or not a regular file (a
     FIFO, a device, a socket: such a file may never end, or block until someone writes), or a
     line is longer than :data:`MAX_LINE`. ``OSError`` (permission denied, I/O error) passes
@@ -295,17 +303,73 @@ def iter_lines(path: str | os.PathLike) -> Iterator[bytes]:
             "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
         raise TraceError(f"{p} is {kind}, not a trace file; give the .jsonl file a run wrote "
                          "(copy a stream to a file first)")
-    with open(fd, "rb") as f:
-        number = 0
-        while True:
-            line = f.readline(MAX_LINE + 1)
-            if not line:
-                return
-            number += 1
-            if len(line) > MAX_LINE:
-                raise TraceError(f"{p}: line {number} is longer than {MAX_LINE // 2**20} MiB; "
-                                 "is this a stageload trace?")
-            yield line
+    with open(fd, "rb") as raw:
+        if raw.peek(2)[:2] == GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+                yield from _gzip_lines(f, p)
+        else:
+            yield from _lines(raw, p)
+
+
+#: The first two bytes of every gzip member (RFC 1952 §2.3.1).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _lines(f, p: Path) -> Iterator[bytes]:
+    number = 0
+    while True:
+        line = f.readline(MAX_LINE + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE:
+            raise TraceError(f"{p}: line {number} is longer than {MAX_LINE // 2**20} MiB; "
+                             "is this a stageload trace?")
+        yield line
+
+
+def _gzip_lines(f: gzip.GzipFile, p: Path) -> Iterator[bytes]:
+    """The lines of a gzip stream; a stream cut short (``EOFError`` from :mod:`gzip`, with the
+    lines read so far already yielded) ends the trace like a kill does; bad data is a
+    :class:`TraceError`."""
+    try:
+        yield from _lines(f, p)
+    except EOFError:
+        return
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(f"{p} starts like a gzip file but its data is damaged ({exc}); "
+                         "give the trace a run wrote, or decompress it with gzip -d to see "
+                         "how much can be read") from None
+
+
+def compress_trace(path: str | os.PathLike, *, level: int = 9) -> Path:
+    """Compress the finished trace at ``path`` to ``path + ".gz"`` and remove ``path``; returns
+    the new path. Every reader here (:func:`iter_lines`, so ``stageload summary`` and ``plot``)
+    reads the result directly. JSONL traces compress about 10:1 (their keys repeat on every
+    line), which is why the benchmarks keep theirs this way.
+
+    The compressed file is written under a temporary name and renamed, so a crash leaves the
+    original whole. Raises ``FileExistsError`` when ``path + ".gz"`` exists (never replaced),
+    :class:`TraceError` when ``path`` is missing or not a regular file; ``OSError`` passes
+    through."""
+    src = Path(path)
+    if not src.is_file():
+        raise TraceError(f"trace {src} not found (or not a regular file)")
+    dst = src.with_name(src.name + ".gz")
+    if dst.exists():
+        raise FileExistsError(f"{dst} already exists; remove it first to compress {src} again")
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        with open(src, "rb") as fin, open(tmp, "xb") as fout, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=fout, compresslevel=level,
+                              mtime=0) as gz:
+            while chunk := fin.read(1 << 20):
+                gz.write(chunk)
+        os.link(tmp, dst)  # fails, never replaces, when dst appeared meanwhile
+    finally:
+        tmp.unlink(missing_ok=True)
+    src.unlink()
+    return dst
 
 
 def read_trace(path: str | os.PathLike) -> list[dict]:

@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from stageload.trace import compress_trace
+
 from . import model, quality, report
 from .run import REPO, run_export
 
@@ -176,9 +178,12 @@ def _measure(a, p: dict, full: Path, name: str, asset: Path | int, levers: dict,
     row["measured"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     row["merged"] = bool(a.only)  # measured after the benchmark's own pass
     _put(result, row)
-    for f in ("trace.jsonl", "log"):  # results keep each run's trace and log
-        if (a.work / f"{name}.{f}").exists():
-            shutil.copy(a.work / f"{name}.{f}", out / f"{name}.{f}")
+    if (a.work / f"{name}.log").exists():  # results keep each run's log and trace
+        shutil.copy(a.work / f"{name}.log", out / f"{name}.log")
+    trace = a.work / f"{name}.trace.jsonl"
+    if trace.exists():  # kept compressed (bench.compress_traces), replacing an earlier run's
+        (out / f"{name}.trace.jsonl.gz").unlink(missing_ok=True)
+        compress_trace(shutil.copy(trace, out / trace.name))
     # quality first: the figures a later failure must not lose
     if name in QUALITY_OF and row["export"] is not None:
         print(f"quality of the {name} GLB", file=sys.stderr, flush=True)

@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.compress_traces import compress_folder
+
 from . import disk, report  # light: no torch
 from .modes import MODE_TITLES, MODES
 
@@ -210,11 +212,23 @@ def _run(args) -> int:
                           capture_output=True, text=True)
     if plot.returncode != 0:
         _log(t_start, f"chart failed: {plot.stderr.strip()}")
+    keep_compressed(args.out, traces, summary)
     if args.docs is not None:
         report.refresh_docs(args.docs, summary)
     print((args.out / "table.md").read_text())
     failed = [r for r in runs if r["rc"] != 0]
     return 1 if failed or plot.returncode != 0 else 0
+
+
+def keep_compressed(out: Path, traces: Path, summary: dict) -> None:
+    """Compress the runs' traces once every figure is taken (``bench.compress_traces``) and
+    rewrite ``summary.json`` with their new names."""
+    moved = compress_folder(traces)
+    for run in summary.get("runs", []):
+        old = str(Path(run.get("trace", "")).relative_to("traces")) if run.get("trace") else None
+        if old in moved:
+            run["trace"] = str(Path("traces") / moved[old])
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
 def chart_command(out: Path, runs: list[dict], *, force: bool) -> list[str]:

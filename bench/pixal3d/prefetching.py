@@ -32,6 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.compress_traces import compress_folder
+from stageload.trace import iter_lines
+
 from . import analysis, disk, pipeline, sizes
 from .cli import flattened_example, guard_args
 from .run import run_traced
@@ -74,8 +77,8 @@ def run_figures(records: list[dict]) -> dict:
     }
 
 
-def _read(trace: Path) -> list[dict]:
-    return [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+def _read(trace: Path) -> list[dict]:  # every line as written, plain or compressed
+    return [json.loads(line) for line in iter_lines(trace) if line.strip()]
 
 
 def compare(runs: list[dict]) -> dict:
@@ -152,6 +155,7 @@ def main(argv=None) -> int:
                           "fincore",
               "runs": runs, "summary": compare(runs), "time": time.time()}
     (out / "prefetch.json").write_text(json.dumps(result, indent=1))
+    compress_folder(out)  # the figures are taken: keep the traces compressed
     print(json.dumps(result["summary"], indent=1))
     return 0
 

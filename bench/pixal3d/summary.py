@@ -8,6 +8,8 @@ import os
 import platform
 import time
 
+from stageload.trace import iter_lines
+
 from . import analysis, disk, report, sizes
 from .modes import MODES
 
@@ -26,9 +28,9 @@ def machine() -> dict:
 
 def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
     """Everything the table and the docs quote, from the traces (bytes, seconds)."""
-    def records(run):
-        with open(args.out / run["trace"], encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+    def records(run):  # every line as written (plain or compressed), no reordering
+        return [json.loads(line) for line in iter_lines(args.out / run["trace"])
+                if line.strip()]
 
     for run in runs:
         run["sample_hz"] = analysis.sample_hz(records(run))

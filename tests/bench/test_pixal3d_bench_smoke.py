@@ -41,7 +41,8 @@ def test_outputs_exist_and_chart_is_a_png(bench_run):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for mode in ("alone", "eager", "staged", "budget"):
-        assert (out / "traces" / f"{mode}_0.jsonl").stat().st_size > 0, mode
+        assert (out / "traces" / f"{mode}_0.jsonl.gz").stat().st_size > 0, mode
+        assert not (out / "traces" / f"{mode}_0.jsonl").exists(), mode  # kept compressed
     assert bench_run["stdout"] == (out / "table.md").read_text() + "\n"
 
 
@@ -101,7 +102,7 @@ def test_traces_sampled_at_10hz_and_modes_differ_as_expected(bench_run):
 
     out = bench_run["out"]
     for mode in ("alone", "eager", "staged", "budget"):
-        records = read_trace(out / "traces" / f"{mode}_0.jsonl")
+        records = read_trace(out / "traces" / f"{mode}_0.jsonl.gz")
         s = summarize(records)
         assert s["sample_hz"] >= 10, (mode, s["sample_hz"])
         samples = [r for r in records if r["event"] == "sample"]
