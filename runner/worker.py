@@ -33,6 +33,7 @@ import traceback
 from .errors import KINDS, RunnerError
 from .job import WorkerJob
 from .limits import cause_chain, memory_error, resource_error
+from .oom import volunteer_for_oom_killer
 from .stdfds import reopen_closed_std_fds
 
 _PR_SET_PDEATHSIG = 1
@@ -347,6 +348,7 @@ def main(argv=None) -> int:
     sys.stdout = sys.stderr
     emit = _EventPipe(args.events_fd)
     _watch_parent()
+    volunteer_for_oom_killer()  # this process grows; Blender and the supervisor must not pay
     if args.probe:
         return probe(json.loads(args.backend_options), emit)
     try:
