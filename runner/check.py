@@ -24,11 +24,16 @@ import subprocess
 import sys
 
 from . import backends
+from .child import child_env
 from .cli import ArgumentParser, backend_options, usage_failure
+from .cluster.check import cluster_check
+from .cluster.placement import node_argv, record_raw
 from .errors import KINDS, RunnerError, explain
 from .jobtrace import log
 from .option_args import add_arguments as add_table_arguments
 from .protocol import Emitter, make
+from .verdicts import backend_lines, verdict_exit_code
+from .workerproc import probe_argv
 
 CHECK_EPILOG = """\
 exit status (runner/PROTOCOL.md):
@@ -51,9 +56,6 @@ PROBE_TIMEOUT = 180.0
 def probe(options: dict, python: str | None = None) -> dict:
     """Run the worker's ``--probe`` in a subprocess and return its ``probe`` event. Raises
     ``RunnerError('worker_crashed')`` when it gives none."""
-    from .child import child_env
-    from .workerproc import probe_argv
-
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(probe_argv(python or sys.executable, write_fd, options),
@@ -91,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=backends.names(), action="append",
                         help="backend(s) whose readiness sets the exit status (default: builtin)")
     add_table_arguments(parser, "check")
-    from .cluster.placement import record_raw
-
     raw = record_raw(parser)  # the option texts each node's own check is given
     try:
         ns = parser.parse_args(argv)
@@ -144,27 +144,9 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
-def backend_lines(verdicts) -> list[str]:
-    """One line per backend of a check's ``backends`` (``NAME: ok``, or ``NAME: cannot run:
-    KIND: REASON — HINT``); also each node's lines of ``check --cluster``."""
-    lines = []
-    for name, verdict in (verdicts if isinstance(verdicts, dict) else {}).items():
-        verdict = verdict if isinstance(verdict, dict) else {}
-        if verdict.get("ok"):
-            lines.append(f"{name}: ok")
-            continue
-        kind = f"{verdict['kind']}: " if verdict.get("kind") else ""
-        hint = f" — {verdict['hint']}" if verdict.get("hint") else ""
-        lines.append(f"{name}: cannot run: {kind}{verdict.get('reason') or 'unknown'}{hint}")
-    return lines
-
-
 def _cluster(parser, ns, raw: dict, emitter: Emitter) -> int:
     """``check --cluster ADDRESS`` (``runner.cluster.check``); an unreachable cluster is one
     ``error`` line."""
-    from .cluster.check import cluster_check
-    from .cluster.placement import node_argv
-
     try:
         return cluster_check(ns.cluster, node_argv(parser, ns, raw, None),
                              ns.backend or [backends.DEFAULT], emitter)
@@ -184,17 +166,3 @@ def check_backend_options(ns) -> None:
         entry = backends.get(name)
         entry.validate(texture_size=None, height_m=None,
                        options={o.dest: given.get(o.dest) for o in entry.options})
-
-
-def verdict_exit_code(verdicts: dict, wanted: list[str]) -> int:
-    """Exit status for the first requested backend that cannot run: the ``kind`` its check
-    reported when that is an environment kind (30-39, e.g. ``pixal3d_missing`` 32 — the code a
-    run would exit with for the same reason), else ``backend_unavailable`` (31)."""
-    for name in wanted:
-        verdict = verdicts.get(name) or {}
-        if not verdict.get("ok"):
-            kind = verdict.get("kind")
-            if kind in KINDS and 30 <= KINDS[kind].exit_code <= 39:
-                return KINDS[kind].exit_code
-            return KINDS["backend_unavailable"].exit_code
-    return 0

@@ -13,6 +13,9 @@ from pathlib import Path
 from . import backends
 from .cancel import Cancel
 from .errors import RunnerError, explain
+from .job import Job
+from .jobrun import RUNNER_VERSION, JobRun
+from .jobtrace import log
 from .option_args import add_arguments as add_table_arguments
 from .protocol import Emitter, early_failure, make
 
@@ -161,8 +164,6 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m runner IMAGE -o OUT.glb …``: returns the exit status (runner/errors.py)."""
-    from .supervisor import RUNNER_VERSION, Job, run_job
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     ns = None
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                  python=sys.executable)
     emitter.emit(hello)
     return run_and_report(emitter, cancel,
-                          lambda: run_job(job, emitter.emit, cancel, config, preamble=[hello]))
+                          lambda: JobRun(job, emitter.emit, cancel, config,
+                                         preamble=[hello]).run())
 
 
 def run_and_report(emitter: Emitter, cancel: Cancel, run) -> int:
@@ -235,8 +237,6 @@ def report_success(outcome) -> None:
     SECONDS s[, decimated in N pieces]; trace PATH[; asset kept at PATH]`` (binary sizes,
     ``stageload.units.format_size``; the decimation as ``decimation_words`` says it)."""
     from stageload.units import format_size
-
-    from .supervisor import log
 
     try:
         size = format_size(os.path.getsize(outcome.output))

@@ -33,7 +33,7 @@ from .cli import (
 )
 from .errors import RunnerError
 from .job import Job, WorkerJob
-from .jobrun import JobRun
+from .jobrun import RUNNER_VERSION, JobRun
 from .jobtrace import log
 from .outputs import (
     check_output,
@@ -234,8 +234,6 @@ def export_options(ns: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m runner export ASSET -o OUT.glb …``: returns the exit status."""
-    from .supervisor import RUNNER_VERSION
-
     parser = build_parser()
     try:
         ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -8,7 +8,14 @@ partial GLB, or the ``RunnerError`` that explains the end, judged by
 ``error`` event, written to the trace and returned in an ``Outcome``).
 
 A step that fails raises ``RunnerError``; :meth:`JobRun.run` turns it into the job's
-``error`` event. The supervisor (``runner.supervisor.run_job``) is this class's only caller.
+``error`` event.
+
+This is the supervisor's side of a job: the process that runs it never imports torch (a test
+checks ``sys.modules``); the worker (``python -m runner.worker``, same interpreter) runs in its
+own session and process group through ``stageload.guard.Guard``, its tree sampled from outside
+with ``stageload.meter.Sampler`` (10 Hz, ``runner.child``), its events relayed, samples turned
+into ``memory`` events (``runner.memory``), every event and sample written to the JSONL trace
+(``runner.jobtrace``). ``runner/PROTOCOL.md`` defines the events.
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import backends
+from . import __version__, backends
 from .cancel import Cancel, cancel_error
 from .child import Child, Supervision
 from .claims import claim_all, release_all
@@ -46,6 +53,9 @@ from .outputs import (
 )
 from .protocol import make, relay
 from .workerproc import judge_end, worker_argv
+
+RUNNER_VERSION = __version__
+"""The ``runner`` field of ``hello`` and of a batch's manifest (``runner.__version__``)."""
 
 
 def export_need(config) -> int | None:

@@ -1,6 +1,6 @@
 """A failure that is a system limit, said as one: ``resource_limit`` naming the limit, or
 ``out_of_memory`` naming the address-space limit an allocation hit (stdlib only; used by the
-supervisor and the worker).
+supervisor and the worker; the limits themselves are read by ``stageload.proclimits``).
 
 The limits are the process's own resource limits (``resource.getrlimit``, POSIX
 ``getrlimit(2)``; the shell's ``ulimit``): ``RLIMIT_NOFILE`` (open files, ``ulimit -n``:
@@ -14,57 +14,18 @@ from __future__ import annotations
 
 import errno
 
+from stageload.proclimits import cause_chain, memory_limit, soft_limit
+
 from .errors import RunnerError
 
-try:
-    import resource
-except ImportError:  # pragma: no cover - not POSIX
-    resource = None
+__all__ = ["cause_chain", "memory_error", "memory_limit", "resource_error"]
 
 _THREAD_WORDING = ("can't start new thread", "cannot start new thread")
 _NO_EXCEPTION_SET = "error return without exception set"
 
 
-def cause_chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes (``__cause__``, else ``__context__``), outermost first, each
-    once (a cycle ends the walk)."""
-    chain: list[BaseException] = []
-    cur = exc
-    while cur is not None and all(cur is not seen for seen in chain):
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return chain
-
-
-def _soft(name: str) -> int | None:
-    """The soft limit ``resource.<name>`` (None when unlimited or unknown)."""
-    if resource is None or not hasattr(resource, name):
-        return None
-    try:
-        soft, _hard = resource.getrlimit(getattr(resource, name))
-    except (OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
-
-
-def _size(n: int) -> str:
-    from stageload.units import format_size
-    return format_size(n)
-
-
-def memory_limit() -> str | None:
-    """"the address-space limit (RLIMIT_AS, `ulimit -v`) of 700.0 MiB" — or the data-segment
-    one — when the process has one; None when neither is set."""
-    for name, flag, what in (("RLIMIT_AS", "-v", "address-space"),
-                             ("RLIMIT_DATA", "-d", "data-segment")):
-        soft = _soft(name)
-        if soft is not None:
-            return f"the {what} limit ({name}, `ulimit {flag}`) of {_size(soft)}"
-    return None
-
-
 def _limit_text(name: str, flag: str, what: str) -> str:
-    soft = _soft(name)
+    soft = soft_limit(name)
     value = f" of {soft}" if soft is not None else \
         " (unlimited here: a system-wide or cgroup limit)"
     return f"the {what} limit ({name}, `ulimit {flag}`){value}"

@@ -25,10 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RunnerError
+from .manifest_format import MANIFEST_VERSION
+from .manifest_recovery import recover
 from .outputs import new_file_mode
-
-MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
 
 
 class ManifestDamaged(ValueError):
@@ -178,8 +177,6 @@ def update_manifest(path: Path, header: dict, name: str | None = None,
         try:
             data = read_manifest(path)
         except ManifestDamaged as why:
-            from .manifest_recovery import recover
-
             data = recover(path, str(why))
         entries = manifest_entries(data)
         if name is not None:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from .errors import RunnerError
+from .manifest_format import MANIFEST_VERSION
 
 TRACE_SUFFIX = ".trace.jsonl"
 
@@ -107,8 +108,6 @@ def recover(path: Path, why: str) -> dict:
     manifest rebuilt from the folder (``{"version": 1, "images": …, "rebuilt_from": …}``); the
     caller writes it. Call under the folder's lock. Raises ``RunnerError('output_unwritable')``
     when the damaged file cannot be renamed (then nothing was changed)."""
-    from .manifest import MANIFEST_VERSION
-
     kept = kept_name(path)
     try:
         os.rename(path, kept)

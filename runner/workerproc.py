@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import signal
 
+from stageload.proclimits import CRASH_SIGNALS
+
 from .cancel import Cancel, cancel_error
 from .errors import KINDS, RunnerError
 from .job import WorkerJob
@@ -26,13 +28,6 @@ def probe_argv(python: str, events_fd: int, options: dict) -> list[str]:
 
     return [python, "-m", "runner.worker", "--events-fd", str(events_fd), "--probe",
             "--backend-options", json.dumps(options)]
-
-
-CRASH_SIGNALS = frozenset(getattr(signal, name) for name in
-                          ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGSYS")
-                          if hasattr(signal, name))
-"""Signals a process raises against itself when it crashes (a native library's invalid memory
-access, an abort): the worker crashed, nobody killed it."""
 
 
 def _signal_error(signum: int) -> RunnerError:

@@ -1,6 +1,6 @@
 """``ClusterBatch``: ``python -m runner batch DIR -o OUTDIR --cluster ADDRESS`` on the head.
 
-The same command as a local batch (``runner.batch.Batch``: the folder, the output names, the
+The same command as a local batch (``runner.folder_batch.Batch``: the folder, the output names, the
 resume rules, the manifest merged under the folder's lock, ``batch_item``/``batch_done``), with
 the images run at once as Ray tasks (``runner.cluster.remote.RemoteJob``, one thread each) instead
 of one after another here. Each record in the manifest and each ``batch_item`` also carries
@@ -26,8 +26,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..batch import Batch, output_names
 from ..errors import RunnerError
+from ..folder_batch import Batch, output_names
 from ..jobtrace import log
 from ..protocol import make
 

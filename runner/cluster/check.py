@@ -17,6 +17,7 @@ import sys
 from ..errors import RunnerError
 from ..jobtrace import log
 from ..protocol import make
+from ..verdicts import backend_lines
 
 NODE_CHECK_TIMEOUT = 180.0
 """Seconds a node's own check may take (it imports torch in a subprocess)."""
@@ -69,8 +70,6 @@ def summary_lines(address: str, rows: list[dict], wanted: list[str], ok: bool) -
     address, slots, memory and Python, then its backends (``runner.check.backend_lines``) or
     why it could not be checked; then the verdict naming the nodes ready for ``wanted``."""
     from stageload.units import format_size
-
-    from ..check import backend_lines
 
     lines, ready = [], []
     for row in rows:

@@ -183,6 +183,15 @@ def _read(archive: zipfile.ZipFile, key: str) -> np.ndarray:
         raise _damaged(key, exc) from None
 
 
+def read_members(path: os.PathLike | str, *keys: str) -> list[np.ndarray]:
+    """The whole members ``keys`` (e.g. ``"vertices"``, ``"faces"``) of the asset at ``path``,
+    in that order, without the value checks: for an asset :func:`load_asset` has validated
+    (a step's child process reads it again). Raises ``BadAsset`` naming a member that cannot
+    be read."""
+    with zipfile.ZipFile(path) as archive:
+        return [_read(archive, key) for key in keys]
+
+
 def _scalars(archive: zipfile.ZipFile) -> tuple[np.ndarray, float, int]:
     origin = _read(archive, "origin").astype(np.float64).reshape(3)
     if not np.all(np.isfinite(origin)):

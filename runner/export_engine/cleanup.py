@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .asset import read_members
+
 MIN_COMPONENT_AREA = 1e-5
 
 
@@ -96,13 +98,9 @@ def clean_file(asset: str, out: str) -> dict:
     """The child's work: the mesh of the (already validated) asset file ``asset`` cleaned and
     written to ``out`` (``vertices``, ``faces``; uncompressed ``.npz``). Returns
     ``{"faces_in", "faces"}``."""
-    import zipfile
-
-    from .asset import _read
-
-    with zipfile.ZipFile(asset) as archive:
-        vertices = _read(archive, "vertices").astype(np.float32, copy=False)
-        faces = _read(archive, "faces").astype(np.int32, copy=False)
+    vertices, faces = read_members(asset, "vertices", "faces")
+    vertices = vertices.astype(np.float32, copy=False)
+    faces = faces.astype(np.int32, copy=False)
     count = len(faces)
     vertices, faces = clean(vertices, faces)
     np.savez(out, vertices=vertices, faces=faces)

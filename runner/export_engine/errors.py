@@ -70,7 +70,7 @@ class StepOutOfMemory(MemoryError):
     """A step's child process (``stoppable.call``) ran out of memory: a ``MemoryError`` there
     (numpy's ``_ArrayMemoryError``, a C++ ``std::bad_alloc`` that Cython turns into
     ``MemoryError``). ``kind``: the runner's ``out_of_memory`` (exit 47); ``limit``: the
-    address-space or data limit's text (``runner.limits.memory_limit``), None without one."""
+    address-space or data limit's text (``stageload.proclimits.memory_limit``), None without one."""
 
     kind = "out_of_memory"
 

@@ -17,6 +17,7 @@ import errno
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from stageload.proclimits import CRASH_SIGNALS, cause_chain, memory_limit
 
 from .errors import ExportCancelled, StepKilled, StepOutOfMemory
 
@@ -77,11 +80,6 @@ def _failure_path(out: Path) -> Path:
 
 def _raise_failure(target: str, proc: subprocess.Popen, err: Path, failure: Path, steps):
     """Raise the error for a child that did not exit 0 (``call``'s three kinds)."""
-    import signal
-
-    from runner.limits import memory_limit
-    from runner.workerproc import CRASH_SIGNALS
-
     step = (steps.current if steps is not None else None) or target
     code = proc.returncode
     if code < 0:
@@ -155,8 +153,6 @@ def _write_failure(out: Path, exc: Exception) -> None:
     one — or, under an address-space limit, a thread that could not start or a C extension's
     "error return without exception set"); and, for a full drive (ENOSPC/EDQUOT in the
     chain), its errno and the file being written. Never raises."""
-    from runner.limits import cause_chain, memory_limit
-
     chain = cause_chain(exc)
     limited = memory_limit() is not None and any(
         ("can't start new thread" in str(cur) or "error return without exception set"

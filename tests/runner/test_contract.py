@@ -180,7 +180,7 @@ def test_backend_exception_kinds():
 
 
 def test_supervisor_modules_do_not_import_torch():
-    code = ("import sys, runner.__main__, runner.cli, runner.supervisor, runner.batch, "
+    code = ("import sys, runner.__main__, runner.cli, runner.jobrun, runner.batch, "
             "runner.check, runner.inputs, runner.outputs, stageload.guard, stageload.meter, "
             "stageload.trace, stageload.summary; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
