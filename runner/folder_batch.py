@@ -191,11 +191,14 @@ class Batch:
 
     def open_manifest(self) -> None:
         """This batch's manifest header; the file is created (or its header updated) now, so
-        a batch that finds nothing to do still leaves one."""
+        a batch that finds nothing to do still leaves one. A manifest that is missing or has no
+        records is rebuilt from the traces in the folder (``manifest_recovery``), so a deleted
+        manifest resumes like a damaged one."""
         self.header = {"version": MANIFEST_VERSION, "runner": RUNNER_VERSION,
                        "input_dir": str(self.in_dir), "output_dir": str(self.out_dir),
                        "backend": self.ns.backend}
-        update_manifest(self.manifest_path, {**self.header, "updated": time.time()})
+        update_manifest(self.manifest_path, {**self.header, "updated": time.time()},
+                        rebuild_missing=True)
 
     def item(self, index: int, count: int, image: Path, stem: str) -> None:
         """One image: skipped when the manifest says it is done and unchanged, else run as a

@@ -11,7 +11,8 @@ File names that are not valid UTF-8 (Python holds them with lone surrogates) are
 ``\\udcXX`` JSON escapes, which read back as the very same names.
 
 A manifest that cannot be read is never silently replaced: it is kept beside it (renamed) and
-rebuilt from the GLBs and traces in the folder (``runner/manifest_recovery.py``); one written
+rebuilt from the GLBs and traces in the folder (``runner/manifest_recovery.py``), and so is a
+missing one or one without records when the folder holds a batch's traces; one written
 by a newer runner is refused (``manifest_newer``) and left as it is.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from .errors import RunnerError
 from .manifest_format import MANIFEST_VERSION
-from .manifest_recovery import recover
+from .manifest_recovery import recover, recover_records
 from .outputs import new_file_mode
 
 
@@ -163,7 +164,8 @@ def folder_lock(folder: Path):
 
 
 def update_manifest(path: Path, header: dict, name: str | None = None,
-                    entry: dict | None = None, since: float | None = None) -> dict:
+                    entry: dict | None = None, since: float | None = None,
+                    rebuild_missing: bool = False) -> dict:
     """Merge one image's ``entry`` (under the key ``name``; None: header only) and the
     ``header`` fields into the manifest on disk, under the folder's lock; returns the merged
     manifest. An entry on disk that another batch finished as ``done`` at or after ``since``
@@ -171,13 +173,17 @@ def update_manifest(path: Path, header: dict, name: str | None = None,
     replaces a ``done`` record whose GLB is still there: that record is kept, the failure
     added to it as ``last_failure`` (its ``kind``, ``message``, ``hint``, ``exit_code`` and
     ``finished``). A damaged manifest
-    is kept beside it and rebuilt first (``manifest_recovery.recover``). Raises
+    is kept beside it and rebuilt first (``manifest_recovery.recover``); with
+    ``rebuild_missing`` (a batch opening its folder) so is a missing one or one without records
+    (``recover_records``) — not later, when the batch's own running jobs have traces there. Raises
     ``RunnerError`` like ``write_manifest``, and ``manifest_newer`` (touching nothing)."""
     with folder_lock(path.parent):
         try:
             data = read_manifest(path)
         except ManifestDamaged as why:
             data = recover(path, str(why))
+        if rebuild_missing and not manifest_entries(data):  # deleted, or no records
+            data = recover_records(path, data)
         entries = manifest_entries(data)
         if name is not None:
             theirs = entries.get(name)

@@ -1,5 +1,8 @@
 """A damaged batch manifest: kept beside it under a new name, and rebuilt from what the folder
-proves — each GLB whose trace ends in the ``result`` for that very GLB.
+proves — each GLB whose trace ends in the ``result`` for that very GLB. A manifest that is gone
+(deleted: the natural "start clean" step) or holds no records is rebuilt the same way when the
+folder has batch traces, so the images already done are skipped rather than refused as
+``output_exists``.
 
 A batch item's trace (``OUTDIR/<name>.trace.jsonl``) begins with the item's ``hello``
 (``mode: "batch_item"``, ``image``, ``output``, and — since issue 22 — ``sha256`` of the input
@@ -103,6 +106,33 @@ def rebuild_entries(folder: Path) -> dict:
     return entries
 
 
+def _say(line: str) -> None:
+    """One ``runner: …`` line on stderr; a closed or broken stderr must not fail the batch."""
+    try:
+        print(f"runner: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _done_count(entries: dict) -> int:
+    return sum(1 for e in entries.values() if e["status"] == "done")
+
+
+def recover_records(path: Path, data: dict) -> dict:
+    """``data`` (the manifest as read: ``{}`` when ``path`` does not exist, else one whose
+    ``images`` is empty) with its ``images`` rebuilt from the batch traces in ``path``'s folder
+    (:func:`rebuild_entries`), said in one stderr line; ``data`` unchanged when the folder holds
+    no batch item's trace (a new output folder). Call under the folder's lock; the caller
+    writes the result."""
+    entries = rebuild_entries(path.parent)
+    if not entries:
+        return data
+    why = "has no image records" if data else "is missing"
+    _say(f"the manifest {path} {why}; rebuilt {_done_count(entries)} finished image(s) from "
+         f"the GLBs and traces in {path.parent}")
+    return {**data, "version": data.get("version", MANIFEST_VERSION), "images": entries}
+
+
 def recover(path: Path, why: str) -> dict:
     """Keep the damaged manifest ``path`` beside it (renamed, said on stderr) and return the
     manifest rebuilt from the folder (``{"version": 1, "images": …, "rebuilt_from": …}``); the
@@ -116,11 +146,6 @@ def recover(path: Path, why: str) -> dict:
                           f"cannot be set aside as {kept.name} ({exc.strerror or exc}).",
                           "Move the damaged manifest away yourself, then run again.") from None
     entries = rebuild_entries(path.parent)
-    done = sum(1 for e in entries.values() if e["status"] == "done")
-    try:
-        print(f"runner: the manifest {path} is damaged ({why}); kept as {kept.name}; rebuilt "
-              f"{done} finished image(s) from the GLBs and traces in {path.parent}",
-              file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
+    _say(f"the manifest {path} is damaged ({why}); kept as {kept.name}; rebuilt "
+         f"{_done_count(entries)} finished image(s) from the GLBs and traces in {path.parent}")
     return {"version": MANIFEST_VERSION, "images": entries, "rebuilt_from": str(kept)}

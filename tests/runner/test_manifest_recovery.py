@@ -1,7 +1,7 @@
-"""Issue 22 items 4-5: a damaged batch manifest is kept beside it (renamed, said on stderr) and
-rebuilt from the GLBs and their traces, so the images already done are skipped, not failed
-with ``output_exists``; a manifest from a newer version is refused with ``manifest_newer``,
-touching nothing."""
+"""A damaged batch manifest is kept beside it (renamed, said on stderr) and rebuilt from the GLBs
+and their traces, so the images already done are skipped, not failed with ``output_exists``; so
+is a deleted one, an empty file, and one without records; a manifest from a newer version is
+refused with ``manifest_newer``, touching nothing."""
 from __future__ import annotations
 
 import json
@@ -52,6 +52,49 @@ def test_a_damaged_manifest_is_kept_and_rebuilt_from_glbs_and_traces(rt, shared_
     for key in ("output", "trace", "sha256", "options"):
         assert one[key] == before["one.png"][key], key
     assert after["images"]["two.png"]["status"] == "done"
+
+
+@pytest.fixture(scope="module")
+def finished_batch(shared_images, tmp_path_factory):
+    """A batch of two images run once: ``(src, out, pristine)``; ``pristine`` is a copy of
+    ``out`` as the batch left it, for each test to restore ``out`` from (same path: the folder
+    is not moved)."""
+    base = tmp_path_factory.mktemp("gone")
+    src, out = _folder(shared_images, base)
+    return src, out, base / "pristine"
+
+
+@pytest.mark.parametrize("gone", ["deleted", "empty_file", "no_records", "no_images_key"])
+def test_a_deleted_or_empty_manifest_is_rebuilt_and_the_done_images_skipped(
+        rt, finished_batch, gone):
+    src, out, pristine = finished_batch
+    if not pristine.exists():
+        first = rt.run(["batch", src, "-o", out], timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert "rebuilt" not in first.stderr  # a new folder: nothing to rebuild, nothing said
+        shutil.copytree(out, pristine)
+    shutil.rmtree(out)
+    shutil.copytree(pristine, out)
+    manifest = out / "manifest.json"
+    before = json.loads(manifest.read_text())["images"]
+    if gone == "deleted":
+        manifest.unlink()
+    else:
+        manifest.write_text({"empty_file": "", "no_records": '{"version": 1, "images": {}}',
+                             "no_images_key": '{"version": 1}'}[gone])
+
+    again = rt.run(["batch", src, "-o", out], timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {k: v["status"] for k, v in _items(again).items()} == {"one.png": "skipped",
+                                                                   "two.png": "skipped"}
+    assert "output_exists" not in again.stderr
+    said = [line for line in again.stderr.splitlines() if "rebuilt 2 finished image(s)" in line]
+    assert len(said) == 1 and str(manifest) in said[0], again.stderr[-3000:]
+    after = json.loads(manifest.read_text())["images"]
+    for name in ("one.png", "two.png"):
+        assert after[name]["status"] == "done" and after[name]["rebuilt"] is True
+        for key in ("output", "trace", "sha256", "options"):
+            assert after[name][key] == before[name][key], (name, key)
 
 
 def test_a_manifest_from_a_newer_version_is_refused_touching_nothing(rt, shared_images, tmp_path):
