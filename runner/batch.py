@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.cluster is not None:
             check_cluster_options(ns)
     except RunnerError as err:
-        return usage_failure(err, "batch")
+        return usage_failure(err, "batch", argv)
     emitter, cancel = setup(ns)
     if ns.cluster is not None:
         batch = ClusterBatch(ns, options, config, emitter, cancel, parser=parser, raw=raw)

@@ -72,6 +72,11 @@ def add_job_arguments(parser: argparse.ArgumentParser, command: str = "run") -> 
                         help="cancel the job when stdin (a pipe the caller keeps open) reaches "
                              "end-of-file; the Blender add-on uses this. Without it stdin is "
                              "never read")
+    parser.add_argument("--json", action="store_true",
+                        help="print the NDJSON events (runner/PROTOCOL.md) on stdout even when "
+                             "it is a terminal, which otherwise gets a progress line per stage "
+                             "(a batch: one line per image); a pipe or a file always gets the "
+                             "events")
     add_guard_arguments(parser)
     parser.set_defaults(guard_grace=DEFAULT_GRACE)
 
@@ -108,9 +113,15 @@ def guard_config(ns: argparse.Namespace):
 
 
 def setup(ns: argparse.Namespace | None = None) -> tuple[Emitter, Cancel]:
-    """The stdout emitter and the installed cancel sources for this process."""
+    """The stdout emitter and the installed cancel sources for this process. A command that
+    takes ``--json`` (a single run, ``batch``) prints a person's lines at a terminal unless it
+    was given (``runner.console``); otherwise, and at a pipe, the events."""
+    from .console import make_emitter
+
     cancel = Cancel()
-    emitter = Emitter(on_broken=lambda: cancel.cancel("stdout closed by the reader"))
+    json_events = getattr(ns, "json", None) is not False  # only commands with --json
+    emitter = make_emitter(json_events,
+                           on_broken=lambda: cancel.cancel("stdout closed by the reader"))
     cancel.install(stdin=bool(ns is not None and getattr(ns, "cancel_on_stdin_eof", False)))
     return emitter, cancel
 
@@ -173,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         options = validate_job(ns)
         config = guard_config(ns)
     except RunnerError as err:
-        return usage_failure(err, "single")
+        return usage_failure(err, "single", argv)
     emitter, cancel = setup(ns)
     job = Job(image=Path(ns.image), output=Path(ns.output), backend=ns.backend,
               trace=Path(ns.trace) if ns.trace else None, seed=ns.seed,
@@ -201,11 +212,14 @@ def run_and_report(emitter: Emitter, cancel: Cancel, run) -> int:
         return internal_failure(emitter, exc)
     finally:
         cancel.uninstall()
+    if getattr(emitter, "human", False):  # a terminal: the last stage's end, then the verdict
+        emitter.emit(outcome.final)
     if outcome.ok:
         report_success(outcome)
     else:
         explain(outcome.final)
-    emitter.emit(outcome.final)
+    if not getattr(emitter, "human", False):
+        emitter.emit(outcome.final)
     return outcome.exit_code
 
 
@@ -283,12 +297,16 @@ def require_path(text: str, what: str) -> None:
                           f"Give a path, e.g. {example}.")
 
 
-def usage_failure(err: RunnerError, mode: str) -> int:
+def usage_failure(err: RunnerError, mode: str, argv: list[str] | None = None) -> int:
     """Report a command-line error: ``hello`` then ``error`` on stdout, the message on stderr
     (``protocol.early_failure``). The usual usage hint points to the command's own ``--help``
-    (``python -m runner batch --help`` for ``mode`` ``batch``, …)."""
+    (``python -m runner batch --help`` for ``mode`` ``batch``, …). ``argv`` (a single run's
+    or a batch's command line): at a terminal without ``--json`` in it, stdout gets no events
+    (the stderr line is the person's answer)."""
+    from .console import Console, wanted
     from .errors import KINDS
 
     if err.kind == "usage" and err.hint == KINDS["usage"].hint and mode != "single":
         err.hint = f"Run `python -m runner {mode} --help` for the options."
-    return early_failure(err, mode)
+    human = argv is not None and wanted("--json" in argv)
+    return early_failure(err, mode, Console() if human else None)

@@ -96,13 +96,8 @@ class Emitter:
         with self._lock:
             if self.broken:
                 return obj
-            line = dumps(obj) + "\n"
             try:
-                if isinstance(self.stream, io.TextIOBase):
-                    self.stream.write(line)
-                else:
-                    self.stream.write(encode_line(obj, line))
-                self.stream.flush()
+                self._write(obj)
                 self.count += 1
             except (BrokenPipeError, ValueError, OSError):  # reader gone / stream closed
                 self.broken = True
@@ -113,6 +108,16 @@ class Emitter:
             callback()
         return obj
 
+    def _write(self, obj: dict) -> None:
+        """Write ``obj``'s line and flush (under the lock); ``runner.console.Console`` writes
+        a person's lines here instead."""
+        line = dumps(obj) + "\n"
+        if isinstance(self.stream, io.TextIOBase):
+            self.stream.write(line)
+        else:
+            self.stream.write(encode_line(obj, line))
+        self.stream.flush()
+
     def event(self, name: str, **fields) -> dict:
         """``emit(make(name, **fields))``."""
         return self.emit(make(name, **fields))
@@ -122,17 +127,18 @@ class Emitter:
         self.emit(relay(obj) if "v" not in obj else obj)
 
 
-def early_failure(err, mode: str) -> int:
+def early_failure(err, mode: str, emitter: Emitter | None = None) -> int:
     """Report a failure found before any job exists (a bad command line, a missing dependency):
     a ``hello`` without a job (``backend``, ``image``, ``output``, ``trace`` null, ``stages``
     ``[]``; not for ``check``, whose answer is one line) and then ``error`` on stdout, the
     ``runner: KIND: message — hint`` line on stderr in between. ``err`` is a
     ``runner.errors.RunnerError``; ``mode`` is ``single``, ``batch`` or ``check``. Returns
     ``err.exit_code``. Standard library only, so ``runner.__main__`` can use it before it has
-    checked the third-party dependencies."""
+    checked the third-party dependencies. ``emitter``: where the events go (default: an
+    ``Emitter`` on stdout)."""
     from . import __version__
 
-    emitter = Emitter()
+    emitter = emitter or Emitter()
     if mode != "check":  # check's answer is always one line: check or error (PROTOCOL.md)
         emitter.emit(make("hello", runner=__version__, pid=os.getpid(), mode=mode, backend=None,
                           image=None, output=None, trace=None, stages=[], python=sys.executable))

@@ -18,8 +18,9 @@ from runner import backends, options
 
 REPO = Path(__file__).resolve().parents[2]
 #: Options of the runner's command lines that are not job settings (paths, plumbing).
-PLUMBING = {"run": {"-h", "-o", "--trace", "--overwrite", "--cancel-on-stdin-eof"},
-            "batch": {"-h", "-o", "--overwrite", "--cancel-on-stdin-eof"},
+PLUMBING = {"run": {"-h", "-o", "--trace", "--overwrite", "--cancel-on-stdin-eof",
+                    "--json"},
+            "batch": {"-h", "-o", "--overwrite", "--cancel-on-stdin-eof", "--json"},
             "check": {"-h", "--backend"}}
 
 
