@@ -283,7 +283,7 @@ class Controller:
         location, collection = launch.location, None
         source = bpy.data.objects.get(self.source) if spec.kind == "export" else None
         if source is not None:
-            location, collection = self._beside(source, meta)
+            location, collection = beside(source, meta)
         try:
             with importer.window_context():
                 obj = importer.import_glb(self.state.output, Path(self.state.output).stem,
@@ -316,27 +316,34 @@ class Controller:
         glb = Path(self.state.output)
         return str(glb.with_name(glb.stem + importer.ASSET_SUFFIX))
 
-    def _beside(self, source, meta: dict) -> tuple[tuple, bpy.types.Collection | None]:
-        """Where a re-export of ``source`` goes: ``source``'s collection, beside it along X
-        (after every object re-exported from the same asset), with ``source``'s backend, seed
-        and image in ``meta`` (updated)."""
-        for key, prop in (("backend", importer.PROP_BACKEND), ("seed", importer.PROP_SEED),
-                          ("image", importer.PROP_IMAGE)):
-            value = source.get(prop)
-            if isinstance(value, (str, int)) and not isinstance(value, bool):
-                meta[key] = value
-        family = sum(1 for o in bpy.data.objects if o.get(importer.PROP_ASSET) == meta["asset"])
-        step = max(importer.BATCH_SPACING, float(source.dimensions.x) + 0.5)
-        x, y, z = source.location
-        collection = source.users_collection[0] if source.users_collection else None
-        return (x + step * max(1, family), y, z), collection
-
     def _collection(self) -> bpy.types.Collection:
         scene = bpy.context.scene
         root = importer.ensure_collection(scene)
         name = self.launch.collection
         return root if name == importer.ROOT_COLLECTION else \
             importer.ensure_collection(scene, name, parent=root)
+
+
+def beside(source, meta: dict) -> tuple[tuple, bpy.types.Collection | None]:
+    """Where a re-export of ``source`` goes: ``source``'s collection, one step along X past
+    the right-most of ``source`` and every object re-exported from the same asset
+    (``meta["asset"]``), at ``source``'s Y and Z — so a re-export of a re-export lands next to
+    the last one, never a step further; with ``source``'s backend, seed and image in ``meta``
+    (updated). The step (metres) is ``source``'s width plus 0.5, at least
+    ``importer.BATCH_SPACING``."""
+    for key, prop in (("backend", importer.PROP_BACKEND), ("seed", importer.PROP_SEED),
+                      ("image", importer.PROP_IMAGE)):
+        value = source.get(prop)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            meta[key] = value
+    asset = meta.get("asset")
+    family = [o for o in bpy.data.objects
+              if asset is not None and o.get(importer.PROP_ASSET) == asset]
+    right = max(float(o.location.x) for o in [source, *family])
+    step = max(importer.BATCH_SPACING, float(source.dimensions.x) + 0.5)
+    _x, y, z = source.location
+    collection = source.users_collection[0] if source.users_collection else None
+    return (right + step, y, z), collection
 
 
 def _redraw(wm=None) -> int:

@@ -22,12 +22,17 @@ class Refused(Exception):
 
 
 def _check_writable(folder: Path, exit_code) -> None:
-    """:class:`Refused` (exit 21) unless a file can be created in ``folder`` — checked by
+    """Create ``folder`` (and its parents) when it is missing, as the runner does for its
+    output; :class:`Refused` (exit 21) unless a file can then be created in it — checked by
     creating (and removing) one, since permission bits do not tell about read-only file
     systems, or about root."""
-    if not folder.is_dir():
-        raise Refused(f"Output folder {folder} does not exist. Create it or choose another.",
-                      exit_code("output_unwritable"))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = ("a file, not a folder" if isinstance(exc, FileExistsError)
+                else exc.strerror or str(exc))
+        raise Refused(f"Cannot create the output folder {folder} ({what}). Choose a folder "
+                      "you can write to.", exit_code("output_unwritable")) from None
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
@@ -91,9 +96,10 @@ def check_single(ns, config, exit_code) -> None:
         p.expanduser().resolve() if p else None
         for p in (ns.glb, ns.blend, ns.preview, ns.trace))
     check_output_clashes(ns, exit_code)
-    for p in (ns.glb, ns.blend, ns.preview):
-        if p and p.exists() and not ns.overwrite:
+    outputs = [p for p in (ns.glb, ns.blend, ns.preview) if p]
+    for p in outputs:  # every refusal before a folder is made
+        if p.exists() and not ns.overwrite:
             raise Refused(f"{p} exists; choose another name or pass --overwrite.",
                           exit_code("output_exists"))
-        if p:
-            _check_writable(p.parent, exit_code)
+    for p in outputs:
+        _check_writable(p.parent, exit_code)

@@ -141,6 +141,34 @@ def _verify_and_load(path: Path) -> Image.Image:
     return im
 
 
+def float_to_8_bits(values: np.ndarray) -> tuple[np.ndarray, str]:
+    """A floating-point grey image (Pillow mode ``F``: a 32-bit float TIFF) as 8-bit grey, and
+    the note that says how: ``(uint8 array of values' shape, note)``.
+
+    The scale follows what the values are: all within 0..1 — the usual range of a float image
+    (linear light or a normalised picture) — are multiplied by 255; all within 0..255 (an 8-bit
+    picture saved as float) are kept; any other range (a depth or HDR map) is stretched from its
+    smallest to its largest value onto 0..255 (a constant image becomes 0). NaN and ±inf pixels
+    become 0 and are counted in the note. Rounded to the nearest integer. Raises nothing."""
+    finite = np.isfinite(values)
+    bad = int(values.size - np.count_nonzero(finite))
+    low = float(values[finite].min()) if bad < values.size else 0.0
+    high = float(values[finite].max()) if bad < values.size else 0.0
+    if low >= 0.0 and high <= 1.0:
+        scaled, how = values * 255.0, "values 0..1 scaled by 255"
+    elif low >= 0.0 and high <= 255.0:
+        scaled, how = values, "values within 0..255 kept"
+    else:
+        span = high - low
+        scaled = (values - low) * (255.0 / span) if span > 0 else values * 0.0
+        how = f"values {low:g}..{high:g} stretched to 0..255"
+    scaled = np.where(finite, scaled, 0.0)
+    note = f"32-bit float (F) converted to 8 bits: {how}"
+    if bad:
+        note += f"; {bad} NaN or infinite {'pixel' if bad == 1 else 'pixels'} set to 0"
+    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8), note
+
+
 def _to_rgba(im: Image.Image, path: Path, info: ImageInfo) -> Image.Image:
     """Convert any single-frame mode to RGBA with 8 bits per channel; fills ``info``."""
     mode = im.mode
@@ -173,6 +201,10 @@ def _to_rgba(im: Image.Image, path: Path, info: ImageInfo) -> Image.Image:
     if mode in ("CMYK", "YCbCr", "HSV"):
         info.notes.append(f"converted from {mode}")
         return im.convert("RGB").convert("RGBA")
+    if mode == "F":
+        arr8, note = float_to_8_bits(np.asarray(im, dtype=np.float64))
+        info.notes.append(note)
+        return Image.fromarray(arr8).convert("RGBA")
     raise RunnerError("image_unsupported", f"{_name(path)} uses the image mode {mode!r}, which "
                       "the runner cannot convert to RGBA.")
 

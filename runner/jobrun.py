@@ -421,9 +421,13 @@ class JobRun:
     # -- finish --------------------------------------------------------------------------------
     def finish(self, error: RunnerError | None, info: dict | None = None) -> Outcome:
         """The job's last event (``result`` or ``error``), written to the trace (then closed)
-        but not published: the caller prints it (single run) or summarises it (batch)."""
+        but not published: the caller prints it (single run) or summarises it (batch). A job
+        the guard never admitted (``guard_timeout`` before any process started) leaves no
+        trace: the file is removed and ``trace`` is null, as for a job refused before it."""
         seconds = time.time() - self.started
-        trace_path = str(self.trace.path) if self.trace.path else None
+        # the guard never admitted it: no process ran, so nothing is left to explain later
+        unstarted = error is not None and error.kind == "guard_timeout" and not self.children
+        trace_path = str(self.trace.path) if self.trace.path and not unstarted else None
         peak = self.tracker.peak
         if error is None:
             summary = summarize_trace(self.trace.path) if self.trace.is_open else None
@@ -439,6 +443,8 @@ class JobRun:
         final.update(self.tag)
         self.trace(final)
         self.trace.close()
+        if unstarted and self.trace.path is not None:
+            discard(self.trace.path)
         return Outcome(ok=error is None, final=final,
                        exit_code=0 if error is None else error.exit_code,
                        output=str(self.output) if error is None else None, trace=trace_path,

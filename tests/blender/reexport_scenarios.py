@@ -170,6 +170,36 @@ def sc_reexport(zip_path, work, image, pixal3d_dir, big_asset):
     base.verdict(**facts)
 
 
+def sc_placement(zip_path, work):
+    """Where Re-export puts its object (``controller.beside``) along a chain: the original O,
+    a re-export R1 of O, then a re-export of R1, then of O again; the X of each place (the
+    objects are 2 m cubes: a step of 2.5 m), and an object of another asset far right that
+    must not count."""
+    work = Path(work)
+    facts = install(zip_path, work)
+    imp, ctl = mod("importer"), mod("controller")
+
+    def cube(x: float, asset: str):
+        bpy.ops.mesh.primitive_cube_add(size=2.0, location=(x, 1.0, 0.5))
+        obj = bpy.context.active_object
+        obj[imp.PROP_ASSET] = asset
+        bpy.context.view_layer.update()
+        return obj
+
+    def place(source) -> list:
+        location, collection = ctl.beside(source, {"asset": source[imp.PROP_ASSET]})
+        return [round(v, 6) for v in location]
+
+    original = cube(2.0, "/assets/goblin.asset.npz")
+    cube(40.0, "/assets/other.asset.npz")
+    first = place(original)
+    r1 = cube(first[0], "/assets/goblin.asset.npz")
+    second = place(r1)
+    cube(second[0], "/assets/goblin.asset.npz")
+    facts["places"] = [first, second, place(original), place(r1)]
+    base.verdict(**facts)
+
+
 SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}
 
 if __name__ == "__main__":

@@ -436,3 +436,22 @@ def test_headless_says_when_the_worker_stalls_and_resumes(tmp_path, shared_image
     stalled = [ln for ln in lines if ln.startswith("image-to-mesh: Stalled: the process")]
     assert len(stalled) == 1 and "is stopped" in stalled[0], err[-3000:]
     assert lines.index(stalled[0]) < lines.index("image-to-mesh: resumed: the worker moves again")
+
+
+def test_missing_output_folders_are_created_as_the_runner_does(tmp_path, shared_images):
+    """``--glb missing/deeper/x.glb`` makes the folders (the runner would make the GLB's), and
+    the job writes its GLB and trace there."""
+    glb = tmp_path / "missing" / "deeper" / "x.glb"
+    proc = run(shared_images[0], "--glb", glb, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert glb.stat().st_size > 0 and glb.with_name("x.trace.jsonl").exists()
+
+
+def test_an_output_folder_that_is_a_file_is_refused_before_the_run(tmp_path, shared_images):
+    (tmp_path / "taken").write_bytes(b"a file")
+    proc = run(shared_images[0], "--glb", tmp_path / "taken" / "x.glb", timeout=60)
+    assert proc.returncode == 21, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("image-to-mesh: error: Cannot create the output folder"), error
+    assert "a file, not a folder" in error and "Traceback" not in proc.stderr
+    assert (tmp_path / "taken").read_bytes() == b"a file"

@@ -134,3 +134,11 @@ def test_reexport_of_a_kept_asset(built_zip, tmp_path, shared_images, standin_en
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".glb") == [
         f"{name}.glb", f"{name}_reexport.glb"]
     assert os.path.getsize(out / f"{name}_reexport.glb") > 0
+
+
+def test_a_reexport_of_a_reexport_is_placed_next_to_the_last(built_zip, tmp_path):  # noqa: F811
+    """O at x 2, its re-export one step (2.5 m) right; a re-export of that re-export goes
+    right after it (7.0), not a step further; a re-export of O again after the last (9.5);
+    an object of another asset does not count."""
+    v = scenario("placement", built_zip, tmp_path, script="reexport_scenarios.py")
+    assert v["places"] == [[4.5, 1.0, 0.5], [7.0, 1.0, 0.5], [9.5, 1.0, 0.5], [9.5, 1.0, 0.5]]

@@ -47,6 +47,18 @@ def test_fully_transparent_image_raises_empty_matte(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("dots", [1, 3])
+def test_a_speck_of_a_character_is_counted_in_words(tmp_path, dots):
+    """One opaque pixel is "1 pixel", three are "3 pixels" (both under the matte's minimum)."""
+    image = Image.new("RGBA", (64, 64), (120, 30, 200, 0))
+    for x in range(dots):
+        image.putpixel((30 + x, 30), (120, 30, 200, 255))
+    with pytest.raises(EmptyMatteError) as info:
+        generate(image, tmp_path / "out.glb", had_alpha=True)
+    words = "1 pixel " if dots == 1 else f"{dots} pixels "
+    assert f"has only {words}" in info.value.message, info.value.message
+
+
 def test_plain_image_without_alpha_raises_empty_matte(tmp_path):
     out = tmp_path / "out.glb"
     with pytest.raises(EmptyMatteError, match="one plain colour"):

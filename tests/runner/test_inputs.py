@@ -99,3 +99,56 @@ def test_damaged_header(tmp_path):
     with pytest.raises(RunnerError) as info:
         load_image(bad)
     assert info.value.kind == "image_truncated"
+
+
+def _float_tiff(path, values):
+    from PIL import Image
+
+    Image.fromarray(np.asarray(values, dtype=np.float32), "F").save(path)
+    return path
+
+
+def _figure(low: float, high: float) -> np.ndarray:
+    """A 64 × 48 grey picture: background ``high``, a body of ``low`` in the lower middle."""
+    values = np.full((64, 48), high, np.float64)
+    values[30:60, 14:34] = low
+    return values
+
+
+@pytest.mark.parametrize("low, high, dark, light, note", [
+    (0.25, 1.0, 64, 255, "values 0..1 scaled by 255"),
+    (40.0, 250.0, 40, 250, "values within 0..255 kept"),
+    (-2.0, 1022.0, 0, 255, "values -2..1022 stretched to 0..255"),
+])
+def test_float_tiff_converted_with_its_scale_noted(tmp_path, low, high, dark, light, note):
+    """A 32-bit float TIFF (mode F) becomes 8-bit grey by the documented scale, said in the
+    notes; the dark body stays dark and the background light (values, not only the mode)."""
+    im, info = load_image(_float_tiff(tmp_path / "f.tif", _figure(low, high)))
+    assert (info.mode, im.mode, im.size) == ("F", "RGBA", (48, 64))
+    px = np.asarray(im)
+    assert px[45, 24, 0] == dark and px[45, 24, 0] == px[45, 24, 2]
+    assert px[2, 2, 0] == light
+    assert (px[..., 3] == 255).all()
+    assert info.notes == [f"32-bit float (F) converted to 8 bits: {note}"]
+
+
+def test_float_tiff_with_nan_pixels_counts_them(tmp_path):
+    values = _figure(0.25, 0.75)
+    values[0, :3] = np.nan
+    values[1, 0] = np.inf
+    im, info = load_image(_float_tiff(tmp_path / "f.tif", values))
+    px = np.asarray(im)
+    assert px[0, 0, 0] == 0 and px[1, 0, 0] == 0 and px[2, 2, 0] == 191  # 0.75 × 255, rounded
+    assert info.notes[0].endswith("; 4 NaN or infinite pixels set to 0"), info.notes
+
+
+def test_a_mode_without_a_conversion_stays_unsupported(tmp_path):
+    """CIELAB (a TIFF Pillow reads as mode LAB) has no conversion to RGB in Pillow: refused
+    with its own kind, naming the mode."""
+    from PIL import Image
+
+    path = tmp_path / "lab.tif"
+    Image.new("LAB", (64, 64), (50, 10, 10)).save(path)
+    with pytest.raises(RunnerError) as info:
+        load_image(path)
+    assert info.value.kind == "image_unsupported" and "'LAB'" in info.value.message

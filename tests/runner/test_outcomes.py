@@ -71,6 +71,9 @@ def test_guard_timeout(rt, shared_images, tmp_path):
     states = [e["state"] for e in fin.events if e["event"] == "guard"]
     assert states[0] == "waiting" and states[-1] == "timeout" and "started" not in states
     assert not (tmp_path / "a.glb").exists()
+    # the job never started: no trace is left behind, and the error says there is none
+    assert fin.last()["trace"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.fixture

@@ -103,7 +103,8 @@ def compute_matte(image: Image.Image, *, had_alpha: bool) -> Matte:
                       keyed_colour_mask(key, cleaned, transparent))
     if matte.pixels < MIN_MATTE_PIXELS:
         raise EmptyMatteError(
-            f"The character's silhouette has only {matte.pixels} pixels "
+            f"The character's silhouette has only {matte.pixels} "
+            f"{'pixel' if matte.pixels == 1 else 'pixels'} "
             f"(matte from {matte.source}); there is nothing to inflate.",
             "Use an image where the character is clearly visible against a transparent or "
             "plain background.",
