@@ -60,6 +60,9 @@ def test_build_writes_a_zip_blender_validates(tmp_path):
     assert not any(n == "numpy" for n, _ in pins)  # Blender ships NumPy
     # A sane size: the wheels dominate (SciPy ~38 MB on Linux).
     assert zpath.stat().st_size < 100 * 2**20
+    # The size a person reads (docs/blender.md quotes none) is this zip's, from the build.
+    mib = f"{zpath.stat().st_size / 2**20:.1f} MiB"
+    assert f"built {zpath.name}: {mib}, {len(pins)} wheels" in proc.stderr.splitlines()
     # Blender's own validator accepts the package.
     check = subprocess.run([PY, str(blender_ext_cli()), "validate", str(zpath)],
                            capture_output=True, text=True, timeout=60)
