@@ -72,13 +72,18 @@ def add_job_arguments(parser: argparse.ArgumentParser, command: str = "run") -> 
                         help="cancel the job when stdin (a pipe the caller keeps open) reaches "
                              "end-of-file; the Blender add-on uses this. Without it stdin is "
                              "never read")
+    add_json_argument(parser)
+    add_guard_arguments(parser)
+    parser.set_defaults(guard_grace=DEFAULT_GRACE)
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """``--json``: the events on stdout even at a terminal (``runner.console``)."""
     parser.add_argument("--json", action="store_true",
                         help="print the NDJSON events (runner/PROTOCOL.md) on stdout even when "
                              "it is a terminal, which otherwise gets a progress line per stage "
                              "(a batch: one line per image); a pipe or a file always gets the "
                              "events")
-    add_guard_arguments(parser)
-    parser.set_defaults(guard_grace=DEFAULT_GRACE)
 
 
 def backend_options(ns: argparse.Namespace) -> dict:
@@ -114,8 +119,8 @@ def guard_config(ns: argparse.Namespace):
 
 def setup(ns: argparse.Namespace | None = None) -> tuple[Emitter, Cancel]:
     """The stdout emitter and the installed cancel sources for this process. A command that
-    takes ``--json`` (a single run, ``batch``) prints a person's lines at a terminal unless it
-    was given (``runner.console``); otherwise, and at a pipe, the events."""
+    takes ``--json`` (a single run, ``batch``, ``export``) prints a person's lines at a
+    terminal unless it was given (``runner.console``); otherwise, and at a pipe, the events."""
     from .console import make_emitter
 
     cancel = Cancel()

@@ -1,5 +1,6 @@
 """The runner's stdout for a person: when stdout is a terminal (and ``--json`` was not given),
-``python -m runner`` and ``runner batch`` print short lines instead of NDJSON events.
+``python -m runner``, ``runner batch`` and ``runner export`` print short lines instead of
+NDJSON events.
 
 A single run: one line as each stage starts (``[2/4] shape``), progress lines within it (the
 percent, the sampler's step, the sub-step, the process tree's footprint and peak) at most one
@@ -50,6 +51,10 @@ def wanted(json_events: bool) -> bool:
     """Whether human lines replace the events: stdout is a terminal and ``--json`` was not
     given (``json_events``)."""
     return not json_events and stdout_is_terminal()
+
+
+def _count(value) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
 
 
 def _name(path) -> str:
@@ -134,6 +139,10 @@ class ProgressView:
             self.memory = event
             quiet = self.clock() - self.last_line >= QUIET_AFTER
             return self._progress(force=False) if quiet and self.stage else []
+        if kind == "asset":  # runner export: what it is about to export, and its plan
+            return [f"asset: {_count(event.get('faces'))} faces, "
+                    f"{_count(event.get('vertices'))} vertices, {_count(event.get('voxels'))} "
+                    f"voxels; planned peak {format_size(event.get('predicted_peak'))}"]
         if kind in ("result", "error"):
             return self._end_stage(event.get("t"), "done" if kind == "result" else "stopped")
         return []
@@ -143,6 +152,8 @@ class ProgressView:
         backend = event.get("backend")
         if self.mode == "batch":
             return [f"batch {event.get('input_dir')} → {event.get('output_dir')} ({backend})"]
+        if event.get("mode") == "export" and event.get("asset"):
+            return [f"{_name(event.get('asset'))} → {event.get('output')} (export)"]
         if not event.get("image"):  # a usage error: its stderr line says it all
             return []
         return [f"{_name(event.get('image'))} → {event.get('output')} ({backend})"]

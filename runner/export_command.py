@@ -202,7 +202,7 @@ def build_parser() -> ArgumentParser:
     guard's options)."""
     from stageload.guard import add_guard_arguments
 
-    from .cli import DEFAULT_GRACE
+    from .cli import DEFAULT_GRACE, add_json_argument
     from .option_args import add_arguments
 
     parser = ArgumentParser(
@@ -219,6 +219,7 @@ def build_parser() -> ArgumentParser:
                         help="replace an existing output file and trace (default: refuse)")
     parser.add_argument("--cancel-on-stdin-eof", action="store_true",
                         help="cancel when stdin (a pipe the caller keeps open) reaches EOF")
+    add_json_argument(parser)
     add_guard_arguments(parser)
     parser.set_defaults(guard_grace=DEFAULT_GRACE)
     return parser
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         options = export_options(ns)
         config = guard_config(ns)
     except RunnerError as err:
-        return usage_failure(err, "export")
+        return usage_failure(err, "export", argv)
     emitter, cancel = setup(ns)
     job = Job(image=Path(ns.asset), output=Path(ns.output), backend="pixal3d",
               trace=Path(ns.trace) if ns.trace else None, texture_size=ns.texture_size,

@@ -127,6 +127,20 @@ def test_a_batch_at_a_terminal_prints_one_line_per_image(tmp_path):
     assert "1/2 a.png skipped (done before)" in lines, lines
 
 
+def test_an_export_at_a_terminal_names_the_asset_and_its_steps(tmp_path):
+    from standin.sphere_asset import make_sphere_asset
+
+    asset = make_sphere_asset(tmp_path / "ball.asset.npz", subdivisions=3, resolution=32)
+    code, lines, stderr = run_at_terminal(["export", asset, "-o", tmp_path / "ball.glb",
+                                           "--texture-size", "512"])
+    assert code == 0, stderr
+    assert not any(_is_event(line) for line in lines), lines
+    assert lines[0] == f"ball.asset.npz → {tmp_path / 'ball.glb'} (export)"
+    assert lines[1].startswith("asset: 1,280 faces, 642 vertices, ") and "planned peak" in lines[1]
+    assert "[1/1] export" in lines and lines[-1].startswith("[1/1] export done "), lines
+    assert any(line.startswith("[1/1] export · bake") for line in lines), lines
+
+
 def test_guard_waiting_words():
     event = {"event": "guard", "state": "waiting", "reason": "available 31 % < 40 %",
              "readings": {"available": 31 * 2**30, "total": 100 * 2**30},
