@@ -151,6 +151,8 @@ FIELDS: dict[str, dict] = {
     "input": {"notes": _str_list},
     "stalled": {"seconds": _opt(number), "why": _str, "reason": _opt(_str), "pid": _opt(_int)},
     "resumed": {"seconds": _opt(number), "pid": _opt(_int)},
+    "working_memory": {"stage": _opt(_str), "target": _str, "tool": _str, "chunk": _opt(_int),
+                       "bytes_saved": size, "note": _opt(_str)},
     "batch_done": {"done": _int, "failed": _int, "skipped": _int, "count": _opt(_int),
                    "manifest": _opt(_str)},
 }

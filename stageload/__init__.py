@@ -2,7 +2,8 @@
 
 Public API (``from stageload import ...``)::
 
-    StagedModels, release, ReleasedModuleError, on_call, share,
+    StagedModels, release, ReleasedModuleError, on_call, around_call, share,
+    chunk_rows, slice_attention, query_chunk_for_budget (working memory),
     load_module, load_checkpoint, module_bytes, empty_allocator_cache,
     preserved_rng, save_rng_state, restore_rng_state,
     StageloadError and the other error types, make_event, fan_out
@@ -21,14 +22,15 @@ from ._lazy import lazy_exports
 _EXPORTS = {
     "stageload.staged": ("StagedModels",),
     "stageload.releasing": ("release", "module_bytes", "empty_allocator_cache", "is_released"),
-    "stageload.hooks": ("on_call", "CallHook"),
+    "stageload.hooks": ("on_call", "around_call", "CallHook"),
+    "stageload.working_memory": ("chunk_rows", "slice_attention", "query_chunk_for_budget"),
     "stageload.sharing": ("share", "Shared"),
     "stageload.loading": ("load_module", "load_checkpoint"),
     "stageload.rng": ("preserved_rng", "save_rng_state", "restore_rng_state"),
     "stageload.events": ("make_event", "fan_out"),
     "stageload.errors": ("StageloadError", "ReleasedModuleError", "UnknownModelError",
                          "UnknownStageError", "LoaderError", "NotAModuleError", "PlanError",
-                         "HookError", "ShareError", "CheckpointError"),
+                         "HookError", "ShareError", "CheckpointError", "WorkingMemoryError"),
 }
 
 __all__ = sorted(name for names in _EXPORTS.values() for name in names)

@@ -69,3 +69,9 @@ class CheckpointError(StageloadError, ValueError):
 
 class PlanError(StageloadError, ValueError):
     """The ``loaders`` / ``stages`` given to ``StagedModels`` are malformed (e.g. not callable)."""
+
+
+class WorkingMemoryError(StageloadError, ValueError):
+    """A working-memory tool (:mod:`stageload.working_memory`) was given a chunk size, budget or
+    input it cannot honour (e.g. ``rows=0``, a budget below one query's scores, a module whose
+    output does not keep its input's rows)."""

@@ -14,6 +14,8 @@ event       fields
 ``release`` ``model``, ``stage``, ``bytes``, ``seconds``
 ``prefetch`` ``model``, ``stage``, ``for_stage``, ``bytes``, ``file_bytes``, ``seconds``,
             ``state`` (done/stopped/skipped), ``reason``, ``method`` (``stageload.prefetch``)
+``working_  ``stage`` (or None), ``target``, ``tool``, ``chunk`` (or None), ``bytes_saved``
+memory``    (an estimate), ``note`` (or None) (``stageload.working_memory``)
 =========== ==================================================================================
 
 Sizes are bytes (int), durations seconds (float). A *sink* is any callable taking one event
@@ -37,6 +39,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "warning": ("message",),
     "prefetch": ("model", "stage", "for_stage", "bytes", "file_bytes", "seconds", "state",
                  "reason", "method"),
+    "working_memory": ("stage", "target", "tool", "chunk", "bytes_saved", "note"),
 }
 
 

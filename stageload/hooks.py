@@ -102,10 +102,34 @@ def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
         raise HookError(f"before= must be callable, got {type(before).__name__}")
     if after is not None and not callable(after):
         raise HookError(f"after= must be callable, got {type(after).__name__}")
+    original = _hookable(obj, method)
+    return _install(obj, method, original, _HookedMethod(original, before, after))
+
+
+def around_call(obj: Any, method: str, around: Callable[..., Any]) -> CallHook:
+    """Run ``around(call, *args, **kwargs)`` instead of ``obj.method(*args, **kwargs)``, for
+    this one instance only; ``call`` is the method found before (bound to ``obj``), which
+    ``around`` may call any number of times (e.g. once per chunk of its input), and what
+    ``around`` returns is the call's result.
+
+    Installed, stacked and removed exactly like :func:`on_call` (same :class:`CallHook`
+    handle, same rules for copies); a hook stacked on top of it sees ``around``'s result.
+    Used by :mod:`stageload.working_memory` to run a forward in chunks.
+
+    Raises ``HookError`` for the same reasons as :func:`on_call`, or when ``around`` is not
+    callable.
+    """
+    if not callable(around):
+        raise HookError(f"around= must be callable, got {type(around).__name__}")
+    original = _hookable(obj, method)
+    return _install(obj, method, original, _HookedMethod(original, None, None, around))
+
+
+def _hookable(obj: Any, method: str) -> Callable:
+    """The callable ``obj.method`` that a hook will wrap; ``HookError`` when there is none."""
     if isinstance(obj, type):
         raise HookError(f"on_call hooks one instance; {obj.__name__} is a class. Pass the object "
-                        f"whose "
-                        f"{method!r} should be hooked")
+                        f"whose {method!r} should be hooked")
     original = getattr(obj, method, _MISSING)
     if original is _MISSING:
         raise HookError(f"{type(obj).__name__} object has no attribute {method!r} to hook")
@@ -115,8 +139,11 @@ def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
     if not hasattr(obj, "__dict__"):
         raise HookError(f"cannot hook {type(obj).__name__}.{method}: the object has no instance "
                         f"__dict__ (__slots__), so a per-instance hook cannot be installed")
+    return original
+
+
+def _install(obj: Any, method: str, original: Callable, wrapper: "_HookedMethod") -> CallHook:
     previous = vars(obj).get(method, _MISSING)
-    wrapper = _HookedMethod(original, before, after)
     handle = CallHook(obj, method, previous, wrapper)
     wrapper._stageload_hook = handle
     setattr_plain(obj, method, wrapper)
@@ -125,14 +152,17 @@ def on_call(obj: Any, method: str, before: Optional[Callable[..., Any]] = None,
 
 class _HookedMethod:
     """The instance attribute :func:`on_call` installs: calls ``before``, the method found
-    before (``original``, bound to the hooked object), then ``after``. A class rather than a
-    closure so that copies and pickles can drop it (see the module docstring)."""
+    before (``original``, bound to the hooked object) — or ``around(original, ...)`` for
+    :func:`around_call` — then ``after``. A class rather than a closure so that copies and
+    pickles can drop it (see the module docstring)."""
 
-    def __init__(self, original: Callable, before: Optional[Callable], after: Optional[Callable]):
+    def __init__(self, original: Callable, before: Optional[Callable], after: Optional[Callable],
+                 around: Optional[Callable] = None):
         functools.update_wrapper(self, original)  # name, docstring and signature of the method
         self._original = original
         self._before = before
         self._after = after
+        self._around = around
         self._stageload_hook: CallHook
 
     def __call__(self, *args, **kwargs):
@@ -142,7 +172,10 @@ class _HookedMethod:
         handle.calls += 1
         if self._before is not None:
             self._before(*args, **kwargs)
-        result = self._original(*args, **kwargs)
+        if self._around is not None:
+            result = self._around(self._original, *args, **kwargs)
+        else:
+            result = self._original(*args, **kwargs)
         if self._after is not None:
             self._after(result, *args, **kwargs)
         return result
