@@ -141,20 +141,29 @@ def _verify_and_load(path: Path) -> Image.Image:
     return im
 
 
-def float_to_8_bits(values: np.ndarray) -> tuple[np.ndarray, str]:
-    """A floating-point grey image (Pillow mode ``F``: a 32-bit float TIFF) as 8-bit grey, and
-    the note that says how: ``(uint8 array of values' shape, note)``.
+_GREY_LABELS = {"F": "32-bit float (F)", "I": "32-bit integer (I)"}
 
-    The scale follows what the values are: all within 0..1 — the usual range of a float image
-    (linear light or a normalised picture) — are multiplied by 255; all within 0..255 (an 8-bit
-    picture saved as float) are kept; any other range (a depth or HDR map) is stretched from its
-    smallest to its largest value onto 0..255 (a constant image becomes 0). NaN and ±inf pixels
-    become 0 and are counted in the note. Rounded to the nearest integer. Raises nothing."""
+
+def grey_to_8_bits(values: np.ndarray, mode: str) -> tuple[np.ndarray, str]:
+    """A grey image of more than 8 bits (Pillow mode ``F``: a 32-bit float TIFF; ``I``: 32-bit
+    integer; ``I;16``/``I;16B``/``I;16L``: 16-bit) as 8-bit grey, and the note that says how:
+    ``(uint8 array of values' shape, note)``.
+
+    16-bit values are scaled by 255/65535. Otherwise the scale follows what the values are: a
+    float image all within 0..1 — the usual range of one (linear light or a normalised
+    picture) — is multiplied by 255; values all within 0..255 (an 8-bit picture in a wider
+    mode) are kept; an integer image all within 0..65535 (16-bit data) is scaled by 255/65535;
+    any other range (a depth or HDR map) is stretched from its smallest to its largest value
+    onto 0..255 (a constant image becomes 0). NaN and ±inf pixels become 0 and are counted in
+    the note. Rounded to the nearest integer. Raises nothing."""
     finite = np.isfinite(values)
     bad = int(values.size - np.count_nonzero(finite))
     low = float(values[finite].min()) if bad < values.size else 0.0
     high = float(values[finite].max()) if bad < values.size else 0.0
-    if low >= 0.0 and high <= 1.0:
+    sixteen = mode.startswith("I;16") or (mode == "I" and low >= 0.0 and 255.0 < high <= 65535.0)
+    if sixteen:
+        scaled, how = values * (255.0 / 65535.0), "values 0..65535 scaled by 255/65535"
+    elif mode == "F" and low >= 0.0 and high <= 1.0:
         scaled, how = values * 255.0, "values 0..1 scaled by 255"
     elif low >= 0.0 and high <= 255.0:
         scaled, how = values, "values within 0..255 kept"
@@ -163,7 +172,8 @@ def float_to_8_bits(values: np.ndarray) -> tuple[np.ndarray, str]:
         scaled = (values - low) * (255.0 / span) if span > 0 else values * 0.0
         how = f"values {low:g}..{high:g} stretched to 0..255"
     scaled = np.where(finite, scaled, 0.0)
-    note = f"32-bit float (F) converted to 8 bits: {how}"
+    label = _GREY_LABELS.get(mode, f"16-bit ({mode})")
+    note = f"{label} converted to 8 bits: {how}"
     if bad:
         note += f"; {bad} NaN or infinite {'pixel' if bad == 1 else 'pixels'} set to 0"
     return np.clip(np.rint(scaled), 0, 255).astype(np.uint8), note
@@ -192,19 +202,13 @@ def _to_rgba(im: Image.Image, path: Path, info: ImageInfo) -> Image.Image:
     if mode == "1":
         info.notes.append("1-bit expanded")
         return im.convert("L").convert("RGBA")
-    if mode.startswith("I"):  # I;16, I;16B, I;16L (16-bit grayscale) or I (32-bit)
-        arr = np.asarray(im).astype(np.float64)
-        top = 65535.0 if mode.startswith("I;16") or arr.max(initial=0) > 255 else 255.0
-        arr8 = np.clip(np.rint(arr * (255.0 / top)), 0, 255).astype(np.uint8)
-        info.notes.append(f"{mode} scaled to 8 bits")
+    if mode == "F" or mode.startswith("I"):  # float, 32-bit integer or 16-bit grey
+        arr8, note = grey_to_8_bits(np.asarray(im).astype(np.float64), mode)
+        info.notes.append(note)
         return Image.fromarray(arr8).convert("RGBA")
     if mode in ("CMYK", "YCbCr", "HSV"):
         info.notes.append(f"converted from {mode}")
         return im.convert("RGB").convert("RGBA")
-    if mode == "F":
-        arr8, note = float_to_8_bits(np.asarray(im, dtype=np.float64))
-        info.notes.append(note)
-        return Image.fromarray(arr8).convert("RGBA")
     raise RunnerError("image_unsupported", f"{_name(path)} uses the image mode {mode!r}, which "
                       "the runner cannot convert to RGBA.")
 

@@ -142,6 +142,28 @@ def test_float_tiff_with_nan_pixels_counts_them(tmp_path):
     assert info.notes[0].endswith("; 4 NaN or infinite pixels set to 0"), info.notes
 
 
+@pytest.mark.parametrize("top, body, light, note", [
+    (200, 64, 200, "values within 0..255 kept"),
+    (65535, 16384, 255, "values 0..65535 scaled by 255/65535"),
+    (4_000_000, 1_000_000, 255, "values 0..4e+06 stretched to 0..255"),
+])
+def test_32_bit_integer_grey_is_scaled_not_clipped(tmp_path, top, body, light, note):
+    """Mode I (32-bit integer, a TIFF): 8-bit data kept, 16-bit data scaled as 16-bit, and a
+    wider range stretched — never clipped to white."""
+    from PIL import Image
+
+    values = np.full((64, 48), top, np.int32)
+    values[30:60, 14:34] = body
+    values[0, 0] = 0
+    path = tmp_path / "i.tif"
+    Image.fromarray(values, "I").save(path)
+    im, info = load_image(path)
+    px = np.asarray(im)
+    assert info.mode == "I" and px[2, 2, 0] == light
+    assert px[45, 24, 0] == round(body * light / top)
+    assert info.notes == [f"32-bit integer (I) converted to 8 bits: {note}"]
+
+
 def test_a_mode_without_a_conversion_stays_unsupported(tmp_path):
     """CIELAB (a TIFF Pillow reads as mode LAB) has no conversion to RGB in Pillow: refused
     with its own kind, naming the mode."""
