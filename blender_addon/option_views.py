@@ -113,7 +113,8 @@ def job_argv(values: Mapping[str, Any], backend: str, command: str = "run") -> l
 def property_spec(opt) -> tuple[str, dict]:
     """The Blender property of ``opt`` as ``(bpy.props function name, keyword arguments)``:
     ``EnumProperty`` with items, ``IntProperty``/``FloatProperty`` with min/max,
-    ``BoolProperty``, ``StringProperty`` (``DIR_PATH`` for a folder); name, default and
+    ``BoolProperty``, ``StringProperty`` (``DIR_PATH`` for a path, or the panel's ``subtype``, e.g.
+    ``FILE_PATH``); name, default and
     description from the table. Pure: the add-on calls ``getattr(bpy.props, name)(**kw)``."""
     panel = opt.panel
     kw: dict = {"name": panel.label, "description": _description(opt)}
@@ -139,7 +140,7 @@ def property_spec(opt) -> tuple[str, dict]:
         return ("IntProperty" if opt.kind == "int" else "FloatProperty"), \
             {**kw, "default": cast(default)}
     if opt.kind == "path":
-        kw["subtype"] = "DIR_PATH"
+        kw["subtype"] = panel.subtype or "DIR_PATH"
     return "StringProperty", {**kw, "default": str(default or "")}
 
 

@@ -43,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         require_path(ns.output_dir, "output folder")
         options = validate_job(ns)
         config = guard_config(ns)
-        if ns.cluster is not None:
-            check_cluster_options(ns)
+        check_cluster_options(ns)
     except RunnerError as err:
         return usage_failure(err, "batch", argv)
     emitter, cancel = setup(ns)

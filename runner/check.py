@@ -26,6 +26,7 @@ import sys
 from . import backends
 from .child import child_env
 from .cli import ArgumentParser, backend_options, usage_failure
+from .cluster.auth import require_cluster_for_token
 from .cluster.check import cluster_check
 from .cluster.placement import node_argv, record_raw
 from .errors import KINDS, RunnerError, explain
@@ -46,6 +47,7 @@ exit status (runner/PROTOCOL.md):
   35, 36   a Pixal3D weight file is damaged / missing (the check lists every missing file)
   37       --cluster: Ray missing, the cluster unreachable, or no node can run the
            requested backends (docs/cluster.md)
+  38       --cluster: the cluster's token missing here or refused
   42       the probe subprocess gave no answer
 """
 
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ns = parser.parse_args(argv)
         check_backend_options(ns)
+        require_cluster_for_token(ns)
     except RunnerError as err:
         if err.kind == "usage" and err.hint == KINDS["usage"].hint:
             err.hint = "Run `python -m runner check --help` for the options."
@@ -149,7 +152,7 @@ def _cluster(parser, ns, raw: dict, emitter: Emitter) -> int:
     ``error`` line."""
     try:
         return cluster_check(ns.cluster, node_argv(parser, ns, raw, None),
-                             ns.backend or [backends.DEFAULT], emitter)
+                             ns.backend or [backends.DEFAULT], emitter, ns.cluster_token_file)
     except RunnerError as err:
         explain(err.fields())
         emitter.event("error", **err.fields())

@@ -147,6 +147,7 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
            (`python -m runner check` says what)
   37       batch/check --cluster: Ray missing, the cluster unreachable or without a node
            that could run a job (docs/cluster.md)
+  38       batch/check --cluster: the cluster's token missing here or refused
   40-50    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
            mesh (Pixal3D), out of memory, a system limit (open files, threads), stalled

@@ -94,6 +94,13 @@ KINDS: dict[str, Kind] = {
                                     "runner's Python (pip install 'image-to-mesh[cluster]').",
                                 "--cluster: Ray is not installed, or the cluster cannot be "
                                 "reached or has no node that could run a job"),
+    "cluster_auth": Kind(38, "Give the runner the cluster's token: copy ~/.ray/auth_token from "
+                             "the head (or what `ray get-auth-token` prints there) to this "
+                             "machine's ~/.ray/auth_token, or pass --cluster-token-file FILE "
+                             "(docs/cluster.md).",
+                         "batch/check --cluster: the cluster requires a token (RAY_AUTH_MODE="
+                         "token) and none was found here, or it refused the one found, or the "
+                         "token file cannot be read"),
     "backend_failed": Kind(40, "See the log on stderr and the trace; try another image or "
                                "backend.", "the backend raised an unexpected error"),
     "worker_killed": Kind(41, "The job was killed from outside (often the system running out of "

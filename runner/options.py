@@ -337,6 +337,13 @@ TABLE: tuple[Option, ...] = (
            commands=("batch", "check"), affects_output=False, check=parse_ray_address,
            panel=Panel("Cluster address", where="preferences", section="cluster", default="",
                        unset="")),
+    Option("cluster_token_file", "the file holding the token of a Ray cluster started with "
+           "RAY_AUTH_MODE=token (the token itself is never given on a command line)",
+           default_text="Ray's own: $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token",
+           kind="path", metavar="FILE", group="job", commands=("batch", "check"),
+           affects_output=False,
+           panel=Panel("Cluster token file", where="preferences", section="cluster",
+                       default="", unset="", requires="cluster", subtype="FILE_PATH")),
     Option("pixal3d_dir", "folder of the Pixal3D-mac checkout (default: $PIXAL3D_DIR)",
            kind="path", metavar="DIR", backends=PIXAL3D, commands=JOB_AND_CHECK,
            panel=Panel("Pixal3D-mac folder", where="preferences", default="", unset="")),

@@ -8,7 +8,8 @@ of one after another here. Each record in the manifest and each ``batch_item`` a
 ran) and ``retries`` (``[{"node", "reason"}]``, the attempts given back: node lost, or no room
 in time).
 
-Order: ``hello`` → connect (``cluster_unavailable`` before any image is touched) → the folder
+Order: ``hello`` → connect (``cluster_unavailable``, or ``cluster_auth`` for a token the
+cluster requires and did not get, before any image is touched) → the folder
 → the skips (name order, as planned: the manifest is read once per image when it is planned,
 not when its node starts it) → per image ``placed`` then its job's events (``item``, ``node``)
 and ``batch_item``, in the order the nodes finish → ``batch_done``.
@@ -38,9 +39,14 @@ MAX_THREADS = 64
 
 
 def check_cluster_options(ns) -> None:
-    """Options that cannot apply on a cluster. Raises ``RunnerError('usage')``."""
+    """Options that cannot apply on a cluster, and ``--cluster-token-file`` without
+    ``--cluster`` (a token for no cluster). Raises ``RunnerError('usage')``."""
+    from .auth import require_cluster_for_token
     from .connect import parse_address
 
+    require_cluster_for_token(ns)
+    if ns.cluster is None:
+        return
     parse_address(ns.cluster)
     if getattr(ns, "guard_log", None):
         raise RunnerError("usage", "--log names a file on this machine; the guards of a "
@@ -74,12 +80,14 @@ class ClusterBatch(Batch):
         from .node import node_job
 
         shield_stdout(self.emitter)
-        self.ray = connect(self.address)
+        self.ray, auth = connect(self.address, self.ns.cluster_token_file)
         try:
             self.nodes = alive_nodes(self.ray)
             require_room(self.nodes, self.address, self.need)
             slots = sum(n.slots for n in self.nodes)
-            log(f"cluster {self.address}: {len(self.nodes)} node(s), {slots} slot(s)")
+            token = f"token from {auth.token_from}" if auth.token_from else \
+                "no token required (docs/cluster.md)" if auth.required is False else "no token"
+            log(f"cluster {self.address}: {len(self.nodes)} node(s), {slots} slot(s), {token}")
             self.remote = self.ray.remote(node_job)
             images = self.images()
             self.open_manifest()

@@ -3,10 +3,14 @@ memory Ray may admit there, ``image_to_mesh`` slots, CPUs) and which backends ca
 each node's own ``python -m runner check`` (same backend options), run as a Ray task pinned to
 that node (``NodeAffinitySchedulingStrategy(soft=False)``, no CPU asked for).
 
-One ``check`` line on stdout: ``cluster`` {``address``, ``nodes``: [{``id``, ``host``, ``ip``,
-``memory``, ``slots``, ``cpus``, ``backends`` (the node's verdicts) or ``error``}]},
-``requested`` and ``ok`` (some node with a slot can run every requested backend). Exit 0 when
-ok, else ``cluster_unavailable`` (37); an unreachable cluster is an ``error`` line (37).
+One ``check`` line on stdout: ``cluster`` {``address``, ``auth`` {``required``: whether the
+cluster requires a token (null: not known for an ``auto`` or ``ray://`` address),
+``token_from``: where the token sent comes from, or null}, ``nodes``: [{``id``, ``host``,
+``ip``, ``memory``, ``slots``, ``cpus``, ``backends`` (the node's verdicts) or ``error``}]},
+``requested`` and ``ok`` (some node with a slot can run every requested backend). A cluster
+that requires no token gets ``runner: warning: …`` on stderr (anyone reaching it runs code on
+its nodes). Exit 0 when ok, else ``cluster_unavailable`` (37); an unreachable cluster is an
+``error`` line (37), a token missing or refused one of kind ``cluster_auth`` (38).
 """
 from __future__ import annotations
 
@@ -88,22 +92,41 @@ def summary_lines(address: str, rows: list[dict], wanted: list[str], ok: bool) -
     return lines
 
 
-def cluster_check(address: str, argv: list[str], wanted: list[str], emitter) -> int:
+def auth_lines(address: str, auth) -> tuple[str, str | None]:
+    """What ``check --cluster`` says of the cluster's authentication (``auth.Auth``): the
+    line for a person, and the warning when the cluster requires no token (None otherwise)."""
+    if auth.required:
+        return f"token authentication: required; token from {auth.token_from}", None
+    if auth.required is None:
+        sent = f"token from {auth.token_from}" if auth.token_from else "no token sent"
+        return f"token authentication: not known for this address ({sent})", None
+    return ("token authentication: NOT required", f"the Ray cluster at {address} does not "
+            "require a token: anyone who can reach its port can run code on every node. "
+            "Restart the head and the nodes with RAY_AUTH_MODE=token (docs/cluster.md).")
+
+
+def cluster_check(address: str, argv: list[str], wanted: list[str], emitter,
+                  token_file: str | None = None) -> int:
     """Check the cluster at ``address`` (``argv``: the backend options for each node's own
-    check); prints the ``check`` line and returns the exit status. Raises ``RunnerError``
-    (``usage``, ``cluster_unavailable``) before printing anything."""
+    check; ``token_file``: ``--cluster-token-file``); prints the ``check`` line and returns
+    the exit status. Raises ``RunnerError`` (``usage``, ``cluster_unavailable``,
+    ``cluster_auth``) before printing anything."""
     from .connect import alive_nodes, connect, shield_stdout
 
     shield_stdout(emitter)
-    ray = connect(address)
+    ray, auth = connect(address, token_file)
     try:
         rows = _probe_all(ray, alive_nodes(ray), argv)
     finally:
         ray.shutdown()
     ok = any(r["slots"] >= 1 and all((r.get("backends") or {}).get(b, {}).get("ok")
                                      for b in wanted) for r in rows)
-    emitter.emit(make("check", cluster={"address": address, "nodes": rows}, requested=wanted,
-                      ok=ok))
+    emitter.emit(make("check", cluster={"address": address, "auth": auth.fields(),
+                                        "nodes": rows}, requested=wanted, ok=ok))
+    line, warning = auth_lines(address, auth)
+    log(f"check: {line}")
     for line in summary_lines(address, rows, wanted, ok):  # for a person, as a local check
         log(f"check: {line}")
+    if warning:
+        log(f"warning: {warning}")
     return 0 if ok else RunnerError("cluster_unavailable", "").exit_code

@@ -1,7 +1,8 @@
 """Reach a Ray cluster: import Ray (optional: the ``cluster`` extra), check the address answers,
 ``ray.init`` with a time limit, and read the nodes. Every way this can fail is one
-``RunnerError('cluster_unavailable')`` naming the address and what to do, raised before any
-image is touched.
+``RunnerError('cluster_unavailable')`` naming the address and what to do — or
+``cluster_auth`` for a token the cluster requires and did not get (``runner.cluster.auth``) —
+raised before any image is touched.
 
 Ray prints to the driver's stdout in places (worker logs, C++ messages): :func:`shield_stdout`
 moves the protocol's stream to a private copy of fd 1 and points fd 1 at stderr first, so
@@ -9,6 +10,7 @@ stdout keeps carrying only events.
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import socket
@@ -25,11 +27,12 @@ CONNECT_TIMEOUT = 30.0
 PORT_TIMEOUT = 5.0
 """Seconds to wait for a TCP connection to the head's port before calling it unreachable."""
 
-_SETUP_HINT = ("Start the head with `ray start --head --port=6379 --resources='{\"image_to_mesh\": "
-               "1}'` (0 keeps the head free of jobs, but then another node must offer a slot) "
-               "and each other Mac with `ray start --address=HEAD:6379 --resources="
-               "'{\"image_to_mesh\": 1}'` (docs/cluster.md); check the address and that the "
-               "firewall lets the port through.")
+_SETUP_HINT = ("Start the head with `RAY_AUTH_MODE=token ray start --head --port=6379 "
+               "--resources='{\"image_to_mesh\": 1}'` (0 keeps the head free of jobs, but then "
+               "another node must offer a slot) and each other Mac, holding the head's token "
+               "in ~/.ray/auth_token, with `RAY_AUTH_MODE=token ray start --address=HEAD:6379 "
+               "--resources='{\"image_to_mesh\": 1}'` (docs/cluster.md); check the address and "
+               "that the firewall lets the port through.")
 """Every ``cluster_unavailable`` hint's setup advice: the head offers 1 slot by default, as in
 docs/cluster.md step 2 (a 1-machine user given 0 would get a cluster with no slot)."""
 
@@ -50,16 +53,31 @@ def parse_address(address: str) -> tuple[str, int] | None:
                           ) from None
 
 
+def _no_ray(address: str, why) -> RunnerError:
+    return _unavailable(address, f"Ray is not installed in {sys.executable} ({why}), so the "
+                        f"cluster at {address} cannot be used.",
+                        f"Install it into the runner's Python: {sys.executable} -m pip "
+                        "install 'image-to-mesh[cluster]' (ray[client]==2.60.0), or leave "
+                        "--cluster out to run the batch on this machine.")
+
+
+def require_ray(address: str) -> None:
+    """Raise ``cluster_unavailable`` when this Python has no Ray, without importing it (Ray
+    reads ``RAY_AUTH_MODE`` once, when imported: ``runner.cluster.auth`` decides it first)."""
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["ray"] is None
+        found = False
+    if not found:
+        raise _no_ray(address, "No module named 'ray'")
+
+
 def import_ray(address: str):
     """The ``ray`` module. Raises ``cluster_unavailable`` when this Python cannot import it."""
     try:
         import ray
     except ImportError as exc:
-        raise _unavailable(address, f"Ray is not installed in {sys.executable} ({exc}), so the "
-                           f"cluster at {address} cannot be used.",
-                           f"Install it into the runner's Python: {sys.executable} -m pip "
-                           "install 'image-to-mesh[cluster]' (ray[client]==2.60.0), or leave "
-                           "--cluster out to run the batch on this machine.") from None
+        raise _no_ray(address, exc) from None
     return ray
 
 
@@ -101,13 +119,20 @@ class _NoSigtermNotice(logging.Filter):
 _SIGTERM_FILTER = _NoSigtermNotice()
 
 
-def connect(address: str):
-    """Import Ray and connect to the cluster at ``address``; returns the ``ray`` module.
-    Raises ``RunnerError``: ``usage`` (not an address), ``cluster_unavailable``."""
+def connect(address: str, token_file: str | None = None):
+    """Import Ray and connect to the cluster at ``address``, authenticated with the token
+    from Ray's own sources or ``token_file`` (``runner.cluster.auth``); returns ``(ray, auth)``
+    (``auth.Auth``: whether the cluster requires a token, where the token sent comes from).
+    Raises ``RunnerError``: ``usage`` (not an address), ``cluster_unavailable``,
+    ``cluster_auth``."""
+    from .auth import prepare, refused
+
     where = parse_address(address)
-    ray = import_ray(address)
+    require_ray(address)
     if where is not None:
         check_port(address, *where)
+    auth = prepare(address, where, token_file)  # before Ray is imported: it reads the mode once
+    ray = import_ray(address)
     outcome: dict = {}
 
     def init() -> None:
@@ -122,9 +147,12 @@ def connect(address: str):
     thread.start()
     thread.join(CONNECT_TIMEOUT)
     if "ok" in outcome:
-        return ray
+        return ray, auth
     if "error" in outcome:
         exc = outcome["error"]
+        denied = refused(address, exc)
+        if denied is not None:
+            raise denied from None
         raise _unavailable(address, f"Could not connect to the Ray cluster at {address} "
                            f"({type(exc).__name__}: {str(exc).strip()[:300]}).") from None
     raise _unavailable(address, f"{address} answered but no Ray cluster connected within "

@@ -36,11 +36,13 @@ NODE_ID_LABEL = "ray.io/node-id"
 """The label every Ray node carries with its own id (``ray.util.placement_group``)."""
 
 #: Options of the batch command that belong to the head, never to a node's job: the folders,
-#: the cluster itself, how this process is cancelled, --overwrite (the node writes into a
-#: fresh folder; the head decides what it may replace), and the guard's --need-from (a file on
-#: the head: sent as --need BYTES) and --log (a file path on the head: refused with --cluster).
-HEAD_ONLY = frozenset({"input_dir", "output_dir", "cluster", "overwrite", "cancel_on_stdin_eof",
-                       "ignore_stdin", "guard_need_from", "guard_log", "help"})
+#: the cluster itself and its token file, how this process is cancelled, --overwrite (the node
+#: writes into a fresh folder; the head decides what it may replace), and the guard's
+#: --need-from (a file on the head: sent as --need BYTES) and --log (a file path on the head:
+#: refused with --cluster).
+HEAD_ONLY = frozenset({"input_dir", "output_dir", "cluster", "cluster_token_file", "overwrite",
+                       "cancel_on_stdin_eof", "ignore_stdin", "guard_need_from", "guard_log",
+                       "help"})
 
 
 def record_raw(parser) -> dict[str, list[str]]:

@@ -61,6 +61,28 @@ def test_generate_never_passes_cluster_and_the_batch_does(tmp_path):
         option_views.job_argv({}, "builtin", "run")
 
 
+def test_the_token_file_preference_is_a_file_path_passed_only_with_a_cluster(tmp_path):
+    """The Cluster token file preference: a file path (FILE_PATH) among the preferences, never
+    a scene setting (so never in a .blend); a batch passes its absolute path as
+    --cluster-token-file next to --cluster and nothing without a cluster; Generate never."""
+    opt = options.get("cluster_token_file")
+    assert opt.panel.where == "preferences" and opt.panel.section == "cluster"
+    kind, kw = option_views.property_spec(opt)
+    assert kind == "StringProperty" and kw["subtype"] == "FILE_PATH" and kw["default"] == ""
+    assert opt not in options.addon_options("scene")
+    token = tmp_path / "auth_token"
+    spec = job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
+                       trace=tmp_path / "a.jsonl",
+                       settings=_settings(cluster="10.0.0.5:6379", cluster_token_file=str(token)))
+    batch = spec.batch_argv("/py", tmp_path, tmp_path / "out")
+    assert batch[batch.index("--cluster-token-file") + 1] == str(token)
+    assert "--cluster-token-file" not in spec.argv("/py")
+    alone = job.JobSpec(image=tmp_path, output=tmp_path, trace=tmp_path,
+                        settings=_settings(cluster_token_file=str(token)))
+    assert "--cluster-token-file" not in alone.batch_argv("/py", tmp_path, tmp_path)
+    assert option_views.property_spec(options.get("pixal3d_dir"))[1]["subtype"] == "DIR_PATH"
+
+
 def test_the_cluster_address_is_checked_where_it_enters():
     """The preference's value goes through the table's check (the runner's own, so the two
     never disagree); a bad one stops a batch with what to give, never Generate."""

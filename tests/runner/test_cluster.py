@@ -223,6 +223,11 @@ def test_check_lists_the_nodes(nodes):
     assert lines[-1] == "runner: check: ready for builtin on 3 node(s): " + ", ".join(
         row["host"] for row in ev["cluster"]["nodes"]), proc.stderr
     assert "SIGTERM handler is not set" not in proc.stderr, proc.stderr
+    # this cluster was started without RAY_AUTH_MODE=token: said, and warned about
+    assert ev["cluster"]["auth"] == {"required": False, "token_from": None}
+    assert "runner: check: token authentication: NOT required" in proc.stderr
+    (warning,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("runner: warning: ")]
+    assert "does not require a token" in warning and "RAY_AUTH_MODE=token" in warning
 
 
 def test_cluster_unavailable_wrong_address_and_no_ray(tmp_path):

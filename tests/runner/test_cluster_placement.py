@@ -68,6 +68,19 @@ def test_a_refusing_node_is_avoided_only_while_another_can_take_the_image():
     assert avoidable(nodes, {"a", "b"}, None) == {"a", "b"}
 
 
+def test_a_token_file_needs_a_cluster():
+    """--cluster-token-file without --cluster is refused (a token for no cluster), for a batch
+    and for check; a node's job never gets it."""
+    from runner.cluster.auth import require_cluster_for_token
+
+    ns = build_parser().parse_args(["in", "-o", "out", "--cluster-token-file", "t"])
+    with pytest.raises(RunnerError) as err:
+        require_cluster_for_token(ns)
+    assert err.value.kind == "usage" and "--cluster" in err.value.hint
+    assert _argv(["in", "-o", "out", "--cluster", "h:6379", "--cluster-token-file", "t",
+                  "--seed", "1"]) == ["--seed=1"]
+
+
 def test_addresses_and_room():
     assert parse_address("auto") is None
     assert parse_address("10.0.0.5:6379") == ("10.0.0.5", 6379)
@@ -99,10 +112,12 @@ def test_the_unavailable_hint_starts_the_head_with_a_slot_as_the_docs_do():
     with pytest.raises(RunnerError) as info:
         check_port(f"127.0.0.1:{port}", "127.0.0.1", port)
     hint = info.value.hint
-    head = re.search(r"`ray start --head [^`]*`", hint).group(0)
+    head = re.search(r"`RAY_AUTH_MODE=token ray start --head [^`]*`", hint).group(0)
     assert """'{"image_to_mesh": 1}'""" in head, hint
+    node = re.search(r"`RAY_AUTH_MODE=token ray start --address=[^`]*`", hint).group(0)
     docs = (Path(__file__).parents[2] / "docs" / "cluster.md").read_text()
     assert head.strip("`") in docs  # the same command as docs/cluster.md step 2
+    assert node.strip("`").replace("HEAD:", "HEAD-IP:") in docs  # and step 3
 
 
 class _Batch:
