@@ -5,6 +5,8 @@ Ray is optional: nothing in this package imports it at module level, and only th
 paths import this package, so the extension and a local batch never need it.
 
 - ``connect``: import Ray, reach the cluster (``cluster_unavailable`` otherwise), list its nodes;
+- ``auth``: the cluster's token authentication, settled before Ray is imported (``cluster_auth``
+  for a token it requires and does not get);
 - ``node``: what runs on a node: one guarded ``python -m runner`` job in a node-local folder,
   its events streamed back, its GLB and trace returned as bytes;
 - ``placement``: the task options (the ``image_to_mesh`` slot, ``memory=``) and the decision

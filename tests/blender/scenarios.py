@@ -148,6 +148,7 @@ def sc_register(zip_path, work):
     facts["ops"] = {o: _op_registered(o) for o in ops}
     facts["panel"] = hasattr(bpy.types, "VIEW3D_PT_image_to_mesh")
     facts["prefs_type"] = type(addon_prefs()).__name__
+    facts["token_file_subtype"] = addon_prefs().bl_rna.properties["cluster_token_file"].subtype
     facts["scene_settings"] = hasattr(bpy.context.scene, "image_to_mesh")
     facts["installed_files"] = sorted(os.listdir(work / "repo" / "image_to_mesh"))
     facts["runtime"] = str(mod("config").runtime_dir())

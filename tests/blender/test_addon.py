@@ -103,6 +103,7 @@ def test_zip_installs_registers_and_unregisters(built_zip, tmp_path, bpy_python)
     assert all(v["ops"].values()), v["ops"]
     assert v["panel"] and v["scene_settings"]
     assert v["prefs_type"] == "ImageToMeshPreferences"
+    assert v["token_file_subtype"] == "FILE_PATH"  # a file's path, never the token itself
     assert ({"__init__.py", "blender_manifest.toml", "headless.py", "runtime"}
             <= set(v["installed_files"]))
     assert "build.py" not in v["installed_files"]
