@@ -4,7 +4,8 @@ docs/cluster.md says (``RAY_AUTH_MODE=token ray start --head …`` and ``… ray
 module. The runner is the real ``python -m runner batch/check … --cluster ADDRESS`` subprocess
 with a home folder of its own (so no ``~/.ray/auth_token`` of this machine is found): with the
 token it runs, without it or with a wrong one it is refused with ``cluster_auth`` before any
-image is touched. Afterwards no process of the cluster is left.
+image is touched; the add-on's headless batch passes its token file preference the same way.
+Afterwards no process of the cluster is left.
 
 Every port the two nodes open is chosen free here (``ray start`` would otherwise take fixed
 defaults such as 52365 that another test's cluster may hold)."""
@@ -229,3 +230,28 @@ def test_check_says_the_cluster_requires_a_token_found_in_rays_default_file(clus
     assert len(ev["cluster"]["nodes"]) == 2
     assert "runner: check: token authentication: required" in r.stderr
     assert "runner: warning:" not in r.stderr
+
+
+def test_the_addon_passes_its_token_file_preference(cluster, tmp_path):
+    """headless.py (the add-on's batch, its preference given as ``--cluster-token-file``, as
+    Run Batch passes the Cluster token file preference): with the file the image is done on
+    the cluster and imported; without it the batch is refused with the runner's cluster_auth
+    status (38) and message."""
+    folder = _images(tmp_path / "in", TWO[:1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(cluster.home),
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    headless = [sys.executable, str(REPO / "blender_addon" / "headless.py"), str(folder),
+                "--cluster", cluster.address, "--texture-size", "512"]
+    refused = subprocess.run([*headless, "--glb", str(tmp_path / "refused")], env=env,
+                             capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert refused.returncode == 38, refused.stderr[-3000:]
+    assert "requires a token" in refused.stderr and "Traceback" not in refused.stderr
+    assert not list((tmp_path / "refused").glob("*.glb"))
+    out = tmp_path / "glbs"
+    ok = subprocess.run([*headless, "--glb", str(out), "--cluster-token-file",
+                         str(cluster.token_file)], env=env, capture_output=True, text=True,
+                        timeout=240, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert [p.name for p in out.glob("*.glb")] == [Path(TWO[0]).stem + ".glb"]
+    assert sum(" imported as " in ln for ln in ok.stderr.splitlines()) == 1, ok.stderr[-3000:]
