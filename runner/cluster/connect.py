@@ -199,8 +199,9 @@ def require_room(nodes: list[NodeInfo], address: str, need: int | None) -> None:
     if not slotted:
         raise _unavailable(address, f"No node of the cluster at {address} offers the {SLOT} "
                            f"resource ({len(nodes)} node(s) alive), so no image could run.",
-                           "Start each node that should run jobs with `ray start --address="
-                           "HEAD:6379 --resources='{\"image_to_mesh\": 1}'` (docs/cluster.md).")
+                           "Start each node that should run jobs with `RAY_AUTH_MODE=token ray "
+                           "start --address=HEAD:6379 --resources='{\"image_to_mesh\": 1}'` "
+                           "(docs/cluster.md).")
     if need and not any(n.memory >= need for n in slotted):
         best = max(n.memory for n in slotted)
         raise _unavailable(address, f"No node offering {SLOT} has the {format_size(need)} "
