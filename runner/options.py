@@ -353,6 +353,11 @@ TABLE: tuple[Option, ...] = (
     _shared("load", affects_output=False),
     _shared("keep_resident", affects_output=False),
     _shared("prefetch", affects_output=False),
+    _shared("working_memory", panel=Panel("Working memory", items=_items(
+        ("lean", "Lean", "Compute the stages' largest temporaries in bands and chunks (NAF "
+         "upsampling, projection, attention, decoder rows): much lower peaks, same result "
+         "within a stated bound (docs/pixal3d.md, Working memory)"),
+        ("port", "Port", "The port's own computations, unchanged (for comparison)")))),
     Option("export_process", "own: export in a fresh process once the model process has "
            "exited (its memory back); in-process: in the model process, as the port does",
            kind="choice", default="own", choices=("own", "in-process"), backends=PIXAL3D,

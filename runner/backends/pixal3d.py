@@ -2,9 +2,10 @@
 
 Everything Pixal3D-specific lives in ``stageload.pixal3d``; this module only maps the runner's
 job (a validated image, a partial output path, seed, texture size, the backend options
-``--pixal3d-dir``, ``--pipeline-type``, ``--load``, ``--keep-resident``) onto
-``Pixal3DRun.generate`` and passes every stage/load/release event to the runner's stream, and
-maps the adapter's exception classes to the runner's error kinds (``ERRORS``).
+``--pixal3d-dir``, ``--pipeline-type``, ``--load``, ``--keep-resident``, ``--working-memory``,
+the export levers) onto ``Pixal3DRun.generate`` and passes every stage/load/release event to
+the runner's stream, and maps the adapter's exception classes to the runner's error kinds
+(``ERRORS``).
 """
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
              texture_size: int = DEFAULT_TEXTURE_SIZE,
              emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
              pipeline_type: str = "1024_cascade", load: str = "staged", keep_resident=0,
-             prefetch: str = "on",
+             prefetch: str = "on", working_memory: str = "lean",
              device: Optional[str] = None, height_m: Optional[float] = None,
              handover: Optional[str] = None, export_process: str = "own", **export) -> dict:
     """One image → GLB at ``output`` (the runner's partial path; must not exist yet).
@@ -119,6 +120,8 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
         prefetch: ``on`` reads the next stage's weight files ahead into the OS's file cache
             (``stageload.prefetch``; floor: 10 % of total memory, the guard's default
             ``--kill-free``); ``off`` does not.
+        working_memory: ``lean`` (the stages' largest temporaries in bands and chunks,
+            ``stageload.pixal3d.working``) or ``port`` (the port's own computations).
         device: ``mps``/``cuda``/``cpu`` (default mps when available; ``$PIXAL3D_DEVICE``).
         height_m: not supported (Pixal3D exports in its own unit box): given → usage error.
         handover: with ``export_process="own"``, the ``.npz`` path (must not exist) the decoded
@@ -126,9 +129,9 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
             (:func:`export`) continues from it. ``export``: the levers of ``export_settings``.
 
     Returns ``{"backend", "vertices", "faces", "resolution", "seconds", "resident_bytes",
-    "kept", "load", "pipeline_type"}`` (+ ``"handover"``). Raises ``PortError`` (kinds
-    ``pixal3d_missing`` / ``pixal3d_version`` / ``export_refused``) before loading anything
-    when the folder is unusable, ``RunnerError`` (``usage``) for a bad option.
+    "kept", "load", "pipeline_type", "working_memory"}`` (+ ``"handover"``). Raises
+    ``PortError`` (kinds ``pixal3d_missing`` / ``pixal3d_version`` / ``export_refused``) before
+    loading anything when the folder is unusable, ``RunnerError`` (``usage``) for a bad option.
     """
     from ..errors import RunnerError
     _check_job(height_m, texture_size, load, export, export_process)
@@ -139,7 +142,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
     run = Pixal3DRun(pixal3d_dir or None, device=_device(device), load=load,
                      pipeline_type=pipeline_type or "1024_cascade",
                      keep_resident=_bytes(keep_resident), prefetch=(prefetch or "on") == "on",
-                     events=emit)
+                     working_memory=working_memory or "lean", events=emit)
     if bounded and (handover is None or not getattr(run, "can_hand_over", True)):
         run.close()  # the port's export must not stand in for the bounded engine unannounced
         raise RunnerError("export_refused", "The bounded export engine needs the decoded asset "
@@ -154,7 +157,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
     out = {"backend": NAME, "vertices": result["vertices"], "faces": result["faces"],
            "resolution": result["resolution"], "seconds": result["seconds"],
            "resident_bytes": result["resident_bytes"], "kept": result["kept"], "load": load,
-           "pipeline_type": pipeline_type}
+           "pipeline_type": pipeline_type, "working_memory": working_memory or "lean"}
     if result.get("handover"):
         out["handover"] = result["handover"]
     return out

@@ -2,7 +2,8 @@
 
 - ``run IMAGE -o OUT.glb [--pixal3d-dir DIR] [--model-path P] [--device D] [--load staged|eager]
   [--pipeline-type T] [--seed N] [--texture-size N] [--fov RAD] [--steps N]
-  [--keep-resident BYTES] [--fingerprint FOLDER] [--trace FILE] [--no-rng-restore]
+  [--keep-resident BYTES] [--working-memory lean|port] [--fingerprint FOLDER] [--trace FILE]
+  [--no-rng-restore]
   [--no-direct-load] [--port-arg=OPTION ...]``:
   one image through the port; events as JSON lines on stdout (and in ``--trace``); everything the
   port itself prints goes to stderr. With ``--trace`` this process also samples its own footprint
@@ -251,6 +252,7 @@ def _run(ns) -> int:
                                  load=ns.load,
                                  pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
                                  prefetch=ns.prefetch == "on",
+                                 working_memory=ns.working_memory,
                                  events=fan_out(out.emit, trace, sample_at_stage_edges),
                                  preserve_rng=not ns.no_rng_restore,
                                  fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load,

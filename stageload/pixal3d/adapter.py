@@ -51,6 +51,8 @@ from .plan import STAGES, keep_across_gap, plan_for
 from .port import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
 from .portargs import given_options, port_namespace
 from .staged_build import StagedBuild
+from .working import WorkingMemory, check_mode
+from .working import install as install_working_memory
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,10 @@ class Pixal3DRun:
             next stage's weight files ahead into the OS's file cache (``stageload.prefetch``; the
             files per model from ``prefetch_files.model_files``); default True. Eager loads
             everything in setup.
+        working_memory: ``"lean"`` (default) installs the lean working memory on the pipeline
+            (``working.install``: NAF upsampling in bands, the projection at the active voxels,
+            attention and decoder rows in chunks); ``"port"`` keeps the port's own
+            computations exactly.
 
     Runs the port's own entry points where it has them (0be9e69a: ``load_pipeline`` →
     ``image_to_asset`` → ``asset_to_glb``, with the environment set-up of its ``main()``);
@@ -93,7 +99,8 @@ class Pixal3DRun:
 
     Raises ``PortError`` subclasses before anything is loaded: ``PortMissing``,
     ``PortVersionError`` (the port lacks a name it relies on), ``KnobRefused`` (a port option
-    or environment switch this mode cannot honour, named).
+    or environment switch this mode cannot honour, named); ``ValueError`` for an unknown
+    ``load`` or ``working_memory``.
     Attributes after a run: ``load_notes`` (``pipeline.models`` name → ``direct.LoadNote``: how
     it was last loaded, and why it fell back if it did), ``runtime_note`` (``direct.RuntimeNote``:
     what setup paid for the meta-device runtime, staged with ``direct_to_device`` only; None
@@ -108,9 +115,12 @@ class Pixal3DRun:
                  keep_resident: int = 0, events: Optional[EventSink] = None,
                  preserve_rng: bool = True, fingerprint: Optional[os.PathLike | str] = None,
                  port: Optional[Port] = None, direct_to_device: bool = True,
-                 port_args: Sequence[str] = (), prefetch: bool = True):
+                 port_args: Sequence[str] = (), prefetch: bool = True,
+                 working_memory: str = "lean"):
         if load not in ("staged", "eager"):
             raise ValueError(f"load must be 'staged' or 'eager', got {load!r}")
+        self.working_memory_mode = check_mode(working_memory)
+        self.working_memory = WorkingMemory(self.working_memory_mode)
         if keep_resident < 0:
             raise ValueError(f"keep_resident is bytes >= 0, got {keep_resident}")
         self.plan = plan_for(pipeline_type)
@@ -151,6 +161,8 @@ class Pixal3DRun:
             build_eager(self)
         self.hooks = Hooks(StageHooks(self), SamplerProgress(self), LatentRecorder(self))
         self.hooks.install(self.pipeline)
+        self.working_memory = install_working_memory(self.pipeline, self.relay,
+                                                     self.working_memory_mode, emit=self.emit)
 
     # ------------------------------------------------------------------ events and stages
     @property
@@ -390,4 +402,5 @@ class Pixal3DRun:
         """Release every model and remove the hooks. The object cannot run afterwards."""
         if self.models is not None:
             self.models.close()
+        self.working_memory.remove()
         self.hooks.remove()

@@ -23,6 +23,12 @@ PIPELINE_ADVICE = {
 }
 PIPELINE_ADVICE_SOURCE = "Pixal3D-mac INVESTIGATION_FACTS.md §3 (commit e5fbf2d5)"
 
+#: How a Pixal3D run computes its stages' working memory (``--working-memory``): ``lean``
+#: installs ``stageload.pixal3d.lean`` (conditioning) and ``lean_model`` (flow attention,
+#: decoder rows) on the pipeline; ``port`` runs the port's own computations unchanged.
+WORKING_MEMORY = ("lean", "port")
+DEFAULT_WORKING_MEMORY = "lean"
+
 #: Export profiles (``--export-profile``) beyond the port's own values (``port``, no preset):
 #: ``fit`` is the low-memory export a peer validated on a 36 GB Mac (TencentARC/Pixal3D pull
 #: request #35), see ``export.py``.
@@ -59,6 +65,11 @@ SHARED_OPTIONS = (
     {"name": "prefetch", "kind": "choice", "default": "on", "choices": ("on", "off"),
      "help": "on: once a stage is ready, read the next stage's weight files ahead into the "
              "operating system's file cache (no footprint; skipped when memory is short)"},
+    {"name": "working_memory", "kind": "choice", "default": DEFAULT_WORKING_MEMORY,
+     "choices": WORKING_MEMORY,
+     "help": "lean: the conditioning's NAF upsampling in bands and its projection at the "
+             "active voxels only, the flow model's attention and the decoders' rows in chunks "
+             "(docs/pixal3d.md, Working memory); port: the port's own computations"},
     {"name": "export_profile", "kind": "choice", "default": "port",
      "choices": ("port", *PROFILES),
      "help": "fit: the low-memory export a peer validated on a 36 GB Mac (remesh at "

@@ -27,6 +27,9 @@ In order (names and files: see the package docstring):
    inside ``share(torch.hub, "load")`` around each extractor's ``_load_naf()``. Each extractor
    stays its own object (``get_proj_cond_shape`` changes ``grid_resolution``/``proj_grid`` of
    the extractor it is given).
+5. The camera estimator: the port's ``load_moge_model`` with MoGe-2's ``from_pretrained``
+   building on meta and assigning its checkpoint once (``hub_loads.py``, which also says why
+   the backbone and the background remover need nothing: ``transformers`` loads them so).
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ from .direct import (
     with_bare_fallback,
 )
 from .errors import PortVersionError
+from .hub_loads import load_camera_estimator
 from .port import EXTRACTOR_KEYS
 from .prefetch_files import model_files
 
@@ -127,18 +131,22 @@ class StagedRembg:
     the device and never parks on the CPU).
     """
 
-    def __init__(self, models: StagedModels, cls: type, kwargs: dict, device: torch.device):
+    def __init__(self, models: StagedModels, cls: type, kwargs: dict, device: torch.device,
+                 building: Callable = contextlib.nullcontext):
         self._models = models
         self._cls = cls
         self._kwargs = kwargs
         self._device = device
+        self._building = building
         self._wrapper = None
 
     def build(self) -> nn.Module:
-        """Loader for the ``rembg_model`` entry: a fresh port wrapper, moved to the device with
-        its own ``to()`` (the port's ``to`` does the same when ``low_vram`` is off); returns its
-        ``.model``."""
-        self._wrapper = self._cls(**self._kwargs)
+        """Loader for the ``rembg_model`` entry: a fresh port wrapper, constructed inside
+        ``building()`` (the run's device context, so ``transformers`` reads the weights straight
+        to it), then moved with its own ``to()`` (the port's ``to`` does the same when
+        ``low_vram`` is off; a no-op once there); returns its ``.model``."""
+        with self._building():
+            self._wrapper = self._cls(**self._kwargs)
         self._wrapper.to(self._device)
         return self._wrapper.model
 
@@ -226,7 +234,7 @@ class StagedBuild:
                                   preserve_rng=run.preserve_rng,
                                   files={k: v for k, v in files.items() if k in loaders},
                                   prefetch=run.prefetch)
-        self.rembg = StagedRembg(run.models, rembg.cls, rembg.kwargs, run.device)
+        self.rembg = StagedRembg(run.models, rembg.cls, rembg.kwargs, run.device, self.building)
         pipeline.models = run.models
         pipeline.rembg_model = self.rembg
         pipeline.low_vram = False
@@ -268,7 +276,7 @@ class StagedBuild:
         loaders: dict[str, Callable[[], nn.Module]] = {}
         for name, placeholder in deferred.items():
             loaders[name] = self.model_loader(name, from_pretrained, placeholder.path)
-        loaders["camera_estimator"] = lambda: run.port_load_moge(run.device)
+        loaders["camera_estimator"] = self.build_camera_estimator
         loaders["image_cond_backbone"] = self.build_extractors
         loaders["naf"] = self.build_naf
         loaders["rembg_model"] = lambda: self.rembg.build()
@@ -329,6 +337,21 @@ class StagedBuild:
             model.eval()
             return model.to(run.device)
         return load
+
+    def build_camera_estimator(self) -> nn.Module:
+        """Loader of ``camera_estimator``: the port's ``load_moge_model`` with MoGe-2's weights
+        assigned once on the device (``hub_loads.load_camera_estimator``; ``--no-direct-load``:
+        MoGe's own loading). A fallback to MoGe's own is a ``warning`` event."""
+        run = self.run
+        if not run.direct_to_device:
+            return run.port_load_moge(run.device)
+        model, note = load_camera_estimator(run.port_load_moge, run.device)
+        if note.fallback:
+            log.warning("camera_estimator: loaded with MoGe's own from_pretrained instead: %s",
+                        note.fallback)
+            warn_fallback(run, "camera_estimator", note.fallback)
+        run.load_notes["camera_estimator"] = note
+        return model
 
     def build_extractors(self) -> nn.Module:
         """Loader of ``image_cond_backbone``: four extractors, one backbone; returns it."""

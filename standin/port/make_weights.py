@@ -21,8 +21,10 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
   ``ckpts/<name>.json|.safetensors`` for the eight pipeline models (``{"name": class, "args":
   kwargs}`` + weights).
 - ``hf/hub/models--camenduru--dinov3-vitl16-pretrain-lvd1689m/`` (DINOv3 backbone),
-  ``models--ZhengPeng7--BiRefNet/`` (background remover), ``models--Ruicheng--moge-2-vitl/``
-  (camera estimator): ``config.json`` + ``model.safetensors`` in each snapshot.
+  ``models--ZhengPeng7--BiRefNet/`` (background remover): ``config.json`` +
+  ``model.safetensors`` in each snapshot (the ``transformers`` layout);
+  ``models--Ruicheng--moge-2-vitl/`` (camera estimator): ``model.pt``, MoGe's own format
+  (``torch.save`` of ``{"model_config", "model"}``).
 - ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub).
 
 Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, shape decoder 0.9 GB, DINOv3
@@ -196,7 +198,6 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
                 patch_size=16, hidden_size=HIDDEN, num_register_tokens=4, num_layers=2)),
             "ZhengPeng7/BiRefNet": ("birefnet", standin_hf.AutoModelForImageSegmentation,
                                     dict(hidden_size=4)),
-            "Ruicheng/moge-2-vitl": ("moge", MoGeModel, dict(hidden_size=8)),
         }
         for repo_id, (key, cls, config) in hub_models.items():
             folder = _snapshot(hub, repo_id)
@@ -208,6 +209,14 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
             save_file({k: v.contiguous() for k, v in state.items()},
                       str(folder / "model.safetensors"))
             sizes[key] = _state_bytes(state)
+        # MoGe-2 keeps its own format: one torch.save'd model.pt of {model_config, model}
+        config = dict(hidden_size=8)
+        moge = _sized(lambda n: MoGeModel(**config, ballast_numel=n),
+                      int(REAL_BYTES["moge"] * scale))
+        state = moge.state_dict()
+        torch.save({"model_config": {**config, "ballast_numel": state["ballast"].numel()},
+                    "model": state}, _snapshot(hub, "Ruicheng/moge-2-vitl") / "model.pt")
+        sizes["moge"] = _state_bytes(state)
 
         import importlib.util
         spec = importlib.util.spec_from_file_location("_standin_naf_hubconf",

@@ -54,8 +54,10 @@ def repo_dir(repo_id: str) -> Path:
     return root / "snapshots" / revision
 
 
-def hf_hub_download(repo_id: str, filename: str) -> str:
-    """Path of ``filename`` in the cached repository ``repo_id``; FileNotFoundError if absent."""
+def hf_hub_download(repo_id: str, filename: str, repo_type: str = "model", **kwargs) -> str:
+    """Path of ``filename`` in the cached repository ``repo_id`` (``repo_type`` and other
+    keywords of the real function are accepted; only model repositories are cached here);
+    FileNotFoundError if absent."""
     path = repo_dir(repo_id) / filename
     if not path.is_file():
         raise FileNotFoundError(f"{filename} of {repo_id} is not in the Hugging Face cache "
@@ -98,14 +100,23 @@ def add_ballast(module: nn.Module, numel: int) -> None:
 class _PretrainedMixin:
     @classmethod
     def from_pretrained(cls, model_name: str, **kwargs):
-        """Build from ``config.json`` (random init on the default generator), then read weights."""
+        """Build from ``config.json`` and give it ``model.safetensors``'s tensors, as
+        ``transformers`` 5.x does (the port pins transformers 5.9.0 in requirements-mac.txt):
+        the model is constructed under ``torch.device("meta")`` — no weight is allocated and no
+        initialiser draws from a generator (transformers pull requests #36963, which made this
+        the only way, and #42941, which builds directly on meta) — then each weight is read once
+        onto the device of the surrounding ``torch.device`` context (transformers takes that
+        context as its ``device_map``) and assigned. Raises ``FileNotFoundError`` for a file not
+        in the cache, ``RuntimeError`` for a checkpoint that does not fit the model."""
         folder = repo_dir(model_name)
         config_path = hf_hub_download(model_name, "config.json")
         weights_path = hf_hub_download(model_name, "model.safetensors")
         with open(config_path) as f:
             config = Config(**json.load(f))
-        model = cls(config)
-        model.load_state_dict(load_file(weights_path))
+        device = torch.get_default_device()
+        with torch.device("meta"):
+            model = cls(config)
+        model.load_state_dict(load_file(weights_path, device=str(device)), assign=True)
         model.name_or_path = str(folder)
         return model
 

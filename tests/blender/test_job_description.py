@@ -180,7 +180,8 @@ def _recording_python(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_headless_passes_its_export_and_guard_settings_to_the_runner(tmp_path, shared_images):
-    """A headless run with a non-default decimation target, export profile and guard settings:
+    """A headless run with a non-default decimation target, export profile, working memory and
+    guard settings:
     the runner gets them (recorded by the interpreter), parses them (it fails for the missing
     Pixal3D-mac folder, not for a usage error) and headless exits with the runner's status."""
     from runner.cli import build_parser
@@ -192,7 +193,7 @@ def test_headless_passes_its_export_and_guard_settings_to_the_runner(tmp_path, s
         [sys.executable, str(HEADLESS), str(shared_images[0]), "--glb", str(tmp_path / "a.glb"),
          "--python", str(fake), "--backend", "pixal3d", "--pixal3d-dir", str(tmp_path / "none"),
          "--decimation-target", "250000", "--export-engine", "port", "--export-profile", "fit",
-         "--remesh", "off",
+         "--remesh", "off", "--working-memory", "port",
          "--wait-free-percent", "5", "--kill-free-percent", "0"],
         capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     argv = record.read_text().splitlines()
@@ -201,10 +202,12 @@ def test_headless_passes_its_export_and_guard_settings_to_the_runner(tmp_path, s
     assert argv[argv.index("--export-profile") + 1] == "fit"
     assert argv[argv.index("--export-engine") + 1] == "port"
     assert argv[argv.index("--remesh") + 1] == "off"
+    assert argv[argv.index("--working-memory") + 1] == "port"
     assert argv[argv.index("--wait-free") + 1] == "5%"
     assert argv[argv.index("--kill-free") + 1] == "off"
     ns = build_parser().parse_args(argv[2:])
     assert ns.decimation_target == "250000" and ns.guard_kill_free is None
+    assert ns.working_memory == "port"
     assert done.returncode == KINDS["pixal3d_missing"].exit_code, done.stderr[-2000:]
     assert "image-to-mesh: error:" in done.stderr and not (tmp_path / "a.glb").exists()
     # a value the runner would refuse is refused before anything starts

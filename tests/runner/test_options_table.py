@@ -248,3 +248,36 @@ def test_export_levers_name_the_engines_that_take_them():
     with pytest.raises(ValueError, match="unknown export engines"):
         options.Option("made_up", "x", engines=("magic",))
 
+
+
+def test_working_memory_is_a_pixal3d_choice_from_the_table_to_every_view():
+    """``--working-memory lean|port`` (default lean) is the pixal3d backend's, in the runner's
+    run/batch/check command lines, in ``python -m stageload.pixal3d run``, the panel's main
+    section (the Pixal3D settings) and headless; the add-on passes ``port`` and leaves the
+    runner's default (lean) unsaid, and never sends it with the built-in backend."""
+    from blender_addon import option_views
+    from runner.errors import RunnerError
+    from stageload.pixal3d import __main__ as cli
+
+    opt = options.get("working_memory")
+    assert opt in backends.get("pixal3d").options and opt not in backends.get("builtin").options
+    assert (opt.default, opt.choices, opt.backends) == ("lean", ("lean", "port"), ("pixal3d",))
+    assert set(opt.commands) == {"run", "batch", "check"} and opt.panel.section == "main"
+    assert [v for v, *_ in opt.panel.items] == ["lean", "port"]
+    for command in ("run", "batch"):
+        parser = _parser(command)
+        args = ["x", "-o", "y"]
+        assert parser.parse_args(args).working_memory is None  # the backend's default applies
+        assert parser.parse_args(args + ["--working-memory", "port"]).working_memory == "port"
+        with pytest.raises(RunnerError, match="--working-memory: invalid choice: 'tiny'"):
+            parser.parse_args(args + ["--working-memory", "tiny"])
+    stageload_run = cli._parser().parse_args(["run", "a.png", "-o", "b.glb"])
+    assert stageload_run.working_memory == "lean"
+    argv = option_views.job_argv({"working_memory": "port"}, "pixal3d")
+    assert argv[argv.index("--working-memory") + 1] == "port"
+    assert "--working-memory" not in option_views.job_argv({"working_memory": "lean"}, "pixal3d")
+    assert "--working-memory" not in option_views.job_argv({"working_memory": "port"}, "builtin")
+    headless = argparse.ArgumentParser()
+    option_views.add_addon_arguments(headless)
+    assert headless.parse_args([]).working_memory == "lean"
+    assert headless.parse_args(["--working-memory", "port"]).working_memory == "port"

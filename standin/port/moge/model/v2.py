@@ -1,17 +1,47 @@
-"""Stand-in camera estimator with the MoGe-2 names the port calls:
-``MoGeModel.from_pretrained(name)`` and ``infer(image [3, H, W] in 0..1)`` returning a dict
-with ``"intrinsics"`` [1, 3, 3] in normalised image units (fx = focal / width)."""
+"""Stand-in camera estimator with the MoGe-2 names and checkpoint format the port relies on
+(``microsoft/MoGe`` ``moge/model/v2.py``, read at c5055657; the port pins MoGe at 07444410):
+
+- the checkpoint is one ``model.pt`` (``torch.save`` of ``{"model_config": constructor
+  keywords, "model": state dict}``) in the model's Hugging Face repository;
+- ``MoGeModel.from_pretrained(name_or_path, model_kwargs=None, **hf_kwargs)`` takes a local
+  file as it is, otherwise ``hf_hub_download(repo_id=…, repo_type="model",
+  filename="model.pt")``; reads it whole with ``torch.load(map_location="cpu",
+  weights_only=True)``, constructs ``cls(**model_config)`` (its random initialisation: every
+  weight allocated and drawn from the default generator) and copies the state dict in with
+  ``load_state_dict(strict=False)`` — the checkpoint and the model both whole at once;
+- ``infer(image [3, H, W] in 0..1)`` returns a dict with ``"intrinsics"`` [1, 3, 3] in
+  normalised image units (fx = focal / width).
+"""
+from pathlib import Path
+
 import torch
 import torch.nn as nn
-from standin_hf import _PretrainedMixin, ballast
+from huggingface_hub import hf_hub_download
+from standin_hf import add_ballast
 
 
-class MoGeModel(_PretrainedMixin, nn.Module):
-    def __init__(self, config):
+class MoGeModel(nn.Module):
+    def __init__(self, hidden_size: int = 8, ballast_numel: int = 1, **deprecated_kwargs):
         super().__init__()
-        self.fc = nn.Linear(3, config.hidden_size)
-        self.head = nn.Linear(config.hidden_size, 1)
-        self.ballast = ballast(config.ballast_numel)
+        self.fc = nn.Linear(3, hidden_size)
+        self.head = nn.Linear(hidden_size, 1)
+        add_ballast(self, ballast_numel)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, model_kwargs=None, **hf_kwargs):
+        if Path(pretrained_model_name_or_path).exists():
+            checkpoint_path = pretrained_model_name_or_path
+        else:
+            checkpoint_path = hf_hub_download(repo_id=pretrained_model_name_or_path,
+                                              repo_type="model", filename="model.pt",
+                                              **hf_kwargs)
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        config = checkpoint["model_config"]
+        if model_kwargs is not None:
+            config.update(model_kwargs)
+        model = cls(**config)
+        model.load_state_dict(checkpoint["model"], strict=False)
+        return model
 
     @torch.no_grad()
     def infer(self, image: torch.Tensor) -> dict:
