@@ -1,8 +1,10 @@
 """The cluster batch's decisions that need no cluster (runner/cluster/placement.py,
-connect.parse_address): what a node's job is given of the command line, the task options, and
-which nodes a given-back image avoids. Ray is not imported here."""
+connect.parse_address, auth): what a node's job is given of the command line, the task options,
+which nodes a given-back image avoids, and where the cluster's token is looked for. Ray is not
+imported here."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -213,3 +215,44 @@ def test_next_avoid_keeps_excluded_nodes_off_and_says_when_none_is_left():
     assert next_avoid(nodes, {"b"}, {"a"}, None) == {"a"}  # b refused but is the only one left
     assert next_avoid(nodes, set(), {"a", "b"}, None) is None
     assert next_avoid(nodes, set(), set(), None) == set()
+
+
+def test_the_token_is_found_where_ray_looks_and_the_option_wins(tmp_path, monkeypatch):
+    """Ray's order ($RAY_AUTH_TOKEN, the file $RAY_AUTH_TOKEN_PATH names, ~/.ray/auth_token),
+    each named as the source; an unreadable or empty $RAY_AUTH_TOKEN_PATH is cluster_auth
+    (Ray refuses it too); --cluster-token-file wins over the environment's token and makes
+    Ray read that file; a token found for an address that cannot be asked first (auto) turns
+    token mode on for this process. The environment is this test's (monkeypatch)."""
+    from runner.cluster import auth
+
+    for name in (auth.TOKEN_ENV, auth.TOKEN_PATH_ENV, auth.MODE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert auth.find_token("a") is None
+    (tmp_path / "home" / ".ray").mkdir(parents=True)
+    (tmp_path / "home" / ".ray" / "auth_token").write_text("from-home\n")
+    found = auth.find_token("a")
+    assert found.value == "from-home" and "Ray's default token file" in found.source
+    named = tmp_path / "named"
+    named.write_text("from-path")
+    monkeypatch.setenv(auth.TOKEN_PATH_ENV, str(named))
+    assert auth.find_token("a") == auth.Token("from-path", f"the file {named} named by "
+                                                           "$RAY_AUTH_TOKEN_PATH")
+    monkeypatch.setenv(auth.TOKEN_ENV, "from-env")
+    assert auth.find_token("a") == auth.Token("from-env", "$RAY_AUTH_TOKEN")
+    monkeypatch.delenv(auth.TOKEN_ENV)
+    named.write_text("  \n")
+    with pytest.raises(RunnerError) as err:
+        auth.find_token("h:1")
+    assert err.value.kind == "cluster_auth" and "is empty" in err.value.message
+    named.unlink()
+    with pytest.raises(RunnerError) as err:
+        auth.find_token("h:1")
+    assert err.value.kind == "cluster_auth" and "cannot be read" in err.value.message
+    option = tmp_path / "option.token"
+    option.write_text("from-option\n")
+    monkeypatch.setenv(auth.TOKEN_ENV, "from-env")
+    got = auth.prepare("auto", None, str(option))
+    assert got == auth.Auth(None, f"--cluster-token-file {option}")
+    assert os.environ[auth.TOKEN_PATH_ENV] == str(option) and auth.TOKEN_ENV not in os.environ
+    assert os.environ[auth.MODE_ENV] == "token"
