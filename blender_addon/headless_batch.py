@@ -33,7 +33,8 @@ def _say(text: str) -> None:
 def check_args(ns, exit_code) -> None:
     """Refuse what a batch cannot take (``exit_code(kind)`` gives the status): no ``--glb``
     output folder, ``--glb`` naming a file, ``--preview``, ``--trace`` (each image's trace goes
-    next to its GLB). Raises :class:`BatchFailed`."""
+    next to its GLB), a ``--blend`` that exists (without ``--overwrite``) or whose folder
+    cannot be made; a missing ``--blend`` folder is created. Raises :class:`BatchFailed`."""
     if ns.glb is None:
         raise BatchFailed(f"{ns.image} is a folder: give --glb OUTDIR, the folder for its GLBs "
                           "(and manifest, so the batch can resume).", exit_code("usage"))
@@ -50,6 +51,15 @@ def check_args(ns, exit_code) -> None:
     if ns.blend is not None and ns.blend.exists() and not ns.overwrite:
         raise BatchFailed(f"{ns.blend} exists; choose another name or pass --overwrite.",
                           exit_code("output_exists"))
+    if ns.blend is not None:  # made now, as the runner makes OUTDIR: not found after the work
+        try:
+            ns.blend.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            what = ("a file, not a folder" if isinstance(exc, FileExistsError)
+                    else exc.strerror or str(exc))
+            raise BatchFailed(f"Cannot create the folder of --blend, {ns.blend.parent} "
+                              f"({what}). Choose a folder you can write to.",
+                              exit_code("output_unwritable")) from None
 
 
 def run(ns, mods, interpreter, runtime: Path, exit_code) -> int:

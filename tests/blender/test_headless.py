@@ -455,3 +455,28 @@ def test_an_output_folder_that_is_a_file_is_refused_before_the_run(tmp_path, sha
     assert error.startswith("image-to-mesh: error: Cannot create the output folder"), error
     assert "a file, not a folder" in error and "Traceback" not in proc.stderr
     assert (tmp_path / "taken").read_bytes() == b"a file"
+
+
+def test_a_batch_makes_the_folder_of_its_blend_before_the_work(tmp_path, shared_images):
+    """``FOLDER --glb OUTDIR --blend missing/all.blend``: the folder is made before the first
+    image runs (as the runner makes OUTDIR), so the .blend is saved after the work."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / shared_images[0].name).write_bytes(shared_images[0].read_bytes())
+    blend = tmp_path / "missing" / "deeper" / "all.blend"
+    proc = run(folder, "--glb", tmp_path / "out", "--blend", blend, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert blend.stat().st_size > 0
+
+
+def test_a_batch_blend_under_a_file_is_refused_before_the_work(tmp_path, shared_images):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / shared_images[0].name).write_bytes(shared_images[0].read_bytes())
+    (tmp_path / "taken").write_bytes(b"a file")
+    proc = run(folder, "--glb", tmp_path / "out", "--blend", tmp_path / "taken" / "all.blend",
+               timeout=60)
+    assert proc.returncode == 21, proc.stderr
+    assert "Cannot create the folder of --blend" in proc.stderr and "a file, not a folder" in \
+        proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
