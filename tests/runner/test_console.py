@@ -73,8 +73,9 @@ def test_a_terminal_gets_a_progress_line_per_stage_and_no_json(tmp_path):
         assert f"[{n}/4] {stage}" in lines, lines
         done = [line for line in lines if line.startswith(f"[{n}/4] {stage} done ")]
         assert len(done) == 1, lines
-    # a stage the sampler measured names its peak in binary units
-    assert any(line.startswith("[4/4] export done") and "iB" in line for line in lines), lines
+    # a stage the sampler measured names its peak in binary units (a stage shorter than the
+    # memory events' quarter second may have none)
+    assert any(" done " in line and ", peak " in line and "iB" in line for line in lines), lines
     assert "runner: wrote" in stderr  # the result's line stays on stderr
     assert (tmp_path / "g.glb").stat().st_size > 0
 
