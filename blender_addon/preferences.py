@@ -80,13 +80,22 @@ def interpreter_for(prefs, backend: str) -> config.Interpreter:
 
 
 def cluster_problem(prefs) -> str:
-    """Why the cluster address preference cannot be used ("" when it is empty — a local batch
-    — or a Ray address: ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``), checked as the runner
-    checks ``--cluster`` (the options table's ``parse_ray_address``)."""
+    """Why the cluster preferences cannot be used ("" when the address is empty — a local
+    batch — or a Ray address: ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, and the token file
+    is empty or a file): the address checked as the runner checks ``--cluster`` (the options
+    table's ``parse_ray_address``); a token file that is not a file would be the runner's
+    ``cluster_auth`` refusal, said here before the batch starts."""
     try:
         option_views.addon_value(options.get("cluster"), prefs.cluster)
     except ValueError as exc:
         return f"{exc} Leave it empty to run the batch on this machine."
+    token_file = getattr(prefs, "cluster_token_file", "").strip()
+    if prefs.cluster.strip() and token_file:
+        path = os.path.abspath(os.path.expanduser(token_file))  # as the runner is given it
+        if not os.path.isfile(path):
+            return (f"Cluster token file {path} is not a file. Give the file holding the "
+                    "cluster's token (~/.ray/auth_token on the head), or leave it empty to use "
+                    "Ray's own places (docs/cluster.md).")
     return ""
 
 

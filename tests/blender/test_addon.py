@@ -475,10 +475,12 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
                 "--allow-dense-grid-sample", "--strict-export"} & set(bounded), bounded
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
-        "python", "pixal3d_dir", "output_dir", "cluster", "wait_free_percent",
-        "kill_free_percent", "swap_budget_gb", "start_timeout", "busy", "quiet_for"]
-    # the cluster address (a preference) is offered in the Batch box, where a batch is chosen
-    assert ["prop", "cluster"] in draws["idle"]
+        "python", "pixal3d_dir", "output_dir", "cluster", "cluster_token_file",
+        "wait_free_percent", "kill_free_percent", "swap_budget_gb", "start_timeout", "busy",
+        "quiet_for"]
+    # the cluster address and its token file (preferences) are offered in the Batch box, where
+    # a batch is chosen
+    assert ["prop", "cluster"] in draws["idle"] and ["prop", "cluster_token_file"] in draws["idle"]
     assert "builtin: ready" in labels("preferences")
 
 

@@ -83,6 +83,23 @@ def test_the_token_file_preference_is_a_file_path_passed_only_with_a_cluster(tmp
     assert option_views.property_spec(options.get("pixal3d_dir"))[1]["subtype"] == "DIR_PATH"
 
 
+def test_a_token_file_that_is_not_a_file_is_said_where_it_is_typed(tmp_path):
+    """The preferences and the Batch box say so in red and Run Batch stays off (the panel
+    disables it on any ``cluster_problem``); nothing is said without a cluster address."""
+    from types import SimpleNamespace
+
+    from blender_addon.preferences import cluster_problem
+
+    token = tmp_path / "auth_token"
+    prefs = SimpleNamespace(cluster="10.0.0.5:6379", cluster_token_file=str(token))
+    assert f"Cluster token file {token} is not a file" in cluster_problem(prefs)
+    token.write_text("t")
+    assert cluster_problem(prefs) == ""
+    assert "is not a file" in cluster_problem(SimpleNamespace(
+        cluster="auto", cluster_token_file=str(tmp_path)))  # a folder
+    assert cluster_problem(SimpleNamespace(cluster="", cluster_token_file="/nowhere")) == ""
+
+
 def test_the_cluster_address_is_checked_where_it_enters():
     """The preference's value goes through the table's check (the runner's own, so the two
     never disagree); a bad one stops a batch with what to give, never Generate."""
