@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ..events import EventSink, make_event
+from ..gpu import with_gpu_events
 from ..patching import patched
 from ..releasing import module_bytes
 from ..staged import StagedModels
@@ -133,6 +134,7 @@ class Pixal3DRun:
         self.pipeline_type = pipeline_type
         self.keep_resident = int(keep_resident)
         self._events = events
+        self._send = with_gpu_events(events, self.device)
         self.preserve_rng = preserve_rng
         self.fingerprint_dir = Path(fingerprint) if fingerprint else None
         self.direct_to_device = direct_to_device
@@ -173,24 +175,28 @@ class Pixal3DRun:
     @events.setter
     def events(self, sink: Optional[EventSink]) -> None:
         self._events = sink  # the staged models report through relay, which reads this
+        self._send = with_gpu_events(sink, self.device)
 
     def relay(self, event: dict) -> None:
         """The staged models' sink: adds ``method`` (``"meta_assign"`` or
         ``"port_from_pretrained"``) and, when the direct path fell back, ``fallback`` (the
-        reason) to the load/reload event of a ``pipeline.models`` entry, then passes it on."""
+        reason) to the load/reload event of a ``pipeline.models`` entry, then passes it on; on
+        an accelerator each ``stage`` (sub-steps too) and ``ready`` is followed by a ``gpu``
+        event with the allocator's figures (``stageload.gpu``)."""
         if event.get("event") in ("load", "reload"):
             note = self.load_notes.get(event.get("model"))
             if note is not None:
                 event["method"] = note.method
                 if note.fallback:
                     event["fallback"] = note.fallback
-        if self._events is not None:
-            self._events(event)
+        if self._send is not None:
+            self._send(event)
 
     def emit(self, kind: str, **fields) -> None:
-        """Send a ``kind`` event with ``fields`` (``stageload.events.make_event``) to the sink."""
-        if self.events is not None:
-            self.events(make_event(kind, **fields))
+        """Send a ``kind`` event with ``fields`` (``stageload.events.make_event``) to the sink
+        (through :meth:`relay`'s ``gpu`` figures)."""
+        if self._send is not None:
+            self._send(make_event(kind, **fields))
 
     @property
     def entry_points(self) -> bool:

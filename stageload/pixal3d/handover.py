@@ -43,11 +43,8 @@ def export_here(run, asset, output: Path, args, settings: ResolvedExport) -> Non
     if run.models is not None:
         run.models.close()  # pinned ones too: export needs no weights
     if run.entry_points:
-        def sink(event: dict) -> None:
-            if run.events is not None:
-                run.events(event)
-        try:
-            run_export(run.gm, asset, output, args, settings, sink, run.device)
+        try:  # the run's relay: each sub-step gets the allocator's figures on an accelerator
+            run_export(run.gm, asset, output, args, settings, run.relay, run.device)
         except SystemExit as exc:
             raise RuntimeError(f"the port's asset_to_glb wrote no GLB at {output}: "
                                f"{exc.code}") from None
