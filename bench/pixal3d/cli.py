@@ -160,8 +160,11 @@ def _run(args) -> int:
     _log(t_start, "cold read of the weight files")
     cold = [disk.cold_read(files) for _ in range(2)]
 
-    working = sizes.scaled_working_bytes(args.scale)
-    need = int(sum(weights["model_bytes"].values()) * 2 + max(working.values()))
+    # the staged modes' (and the alone run's) working memory: the product's bounded export;
+    # eager's export holds the port's to_glb's, the largest share, which the guard must admit
+    working = sizes.scaled_working_bytes(args.scale, "bounded")
+    need = int(sum(weights["model_bytes"].values()) * 2
+               + max(sizes.scaled_working_bytes(args.scale, "port").values()))
     common = ["--scale", str(args.scale), "--hold", str(args.hold), "--weights",
               str(weights["root"]), "--image", str(args.image)]
     if args.steps is not None:

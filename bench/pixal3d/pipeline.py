@@ -6,9 +6,11 @@ memory.
   safetensors files on disk.
 - ``run(args, working, emit)`` (worker process): ``stageload.pixal3d.Pixal3DRun`` on the
   stand-in port, on the CPU, ``load="eager"`` (the port's own ``init_pipeline``: every model up
-  front, four backbones, three NAFs, ``low_vram`` as the port sets it) or ``load="staged"``
-  (``keep_resident=0``, or ``--budget`` bytes for the budget mode), one image through the port's
-  own ``run()`` and export.
+  front, four backbones, three NAFs, ``low_vram`` as the port sets it; ``working_memory="port"``)
+  or ``load="staged"`` (``keep_resident=0``, or ``--budget`` bytes for the budget mode;
+  ``working_memory="lean"``, the product's default: ``modes.WORKING_MEMORY``), one image
+  through the port's own ``run()``; eager exports with the port's own export, the staged modes
+  hand the asset over as the product's bounded export does (``modes.EXPORT_ENGINE``).
 
 Working memory: the stand-in's stages use almost none, so ``WorkingMemory`` adds each stage's
 scaled share (SPEC §1, see ``bench.pixal3d.sizes``). It is allocated at the *end* of each
@@ -32,16 +34,20 @@ from standin import (
     PORT_DIR as STANDIN,  # the stand-in port folder (standin/, at the repository root)
 )
 
+#: The stand-in's file layout the written folder follows (2: MoGe-2 as its own ``model.pt``); a
+#: folder written by another layout is written again.
+WEIGHTS_LAYOUT = 2
+
 
 def write_weights(work: Path, scale: float) -> dict:
     """Write (or reuse) the stand-in weights at ``scale`` under ``work/scale_<scale>``.
 
     Returns ``{"root": Path, "env": {HF_HOME, TORCH_HOME}, "model_dir": Path (the
-    Pixal3D repository's snapshot folder), "files": [safetensors paths],
+    Pixal3D repository's snapshot folder), "files": [weight files: safetensors, MoGe's .pt],
     "model_bytes": {plan model name: bytes as written}, "plan": {stage: [models]},
     "written_bytes": {stand-in key: bytes}}``. A folder whose ``weights.json`` records the
-    same scale is reused (the files are deterministic: seed 0). Raises ``ValueError`` for a
-    scale outside (0, 1].
+    same scale and :data:`WEIGHTS_LAYOUT` is reused (the files are deterministic: seed 0).
+    Raises ``ValueError`` for a scale outside (0, 1].
     """
     from . import sizes
 
@@ -50,14 +56,15 @@ def write_weights(work: Path, scale: float) -> dict:
     info = None
     if record.is_file():
         info = json.loads(record.read_text())
-        if info.get("scale") != scale or "model_dir" not in info \
+        if info.get("scale") != scale or info.get("layout") != WEIGHTS_LAYOUT \
+                or "model_dir" not in info \
                 or not all(Path(f).is_file() for f in info["files"]):
             info = None
     if info is None:
         written = sizes.make_weights.make_weights(root, scale=scale)
-        files = sorted(str(p) for p in root.rglob("*.safetensors"))
-        info = {"scale": scale, "env": written.env, "files": files, "written_bytes": written.bytes,
-                "model_dir": str(written.model_dir)}
+        files = sorted(str(p) for p in root.rglob("*") if p.suffix in (".safetensors", ".pt"))
+        info = {"scale": scale, "layout": WEIGHTS_LAYOUT, "env": written.env, "files": files,
+                "written_bytes": written.bytes, "model_dir": str(written.model_dir)}
         record.write_text(json.dumps(info, indent=1))
     model_bytes = {name: int(info["written_bytes"][sizes.STANDIN_KEY.get(name, name)])
                    for name in sizes.REAL_WEIGHT_BYTES}
@@ -104,6 +111,8 @@ def run(args, working, emit) -> dict:
     from stageload import make_event, on_call
     from stageload.pixal3d import Pixal3DRun
 
+    from .modes import EXPORT_ENGINE, WORKING_MEMORY
+
     env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]
     os.environ.update(env)  # HF_HOME / TORCH_HOME: where the stand-in port finds its weights
     # Here export's working memory is WorkingMemory's share (SPEC §1's figure); the stand-in's
@@ -120,7 +129,8 @@ def run(args, working, emit) -> dict:
         emit(event)
 
     pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink,
-                          prefetch=getattr(args, "prefetch", "on") == "on")
+                          prefetch=getattr(args, "prefetch", "on") == "on",
+                          working_memory=WORKING_MEMORY[args.mode])
     if pipeline.runtime_note is not None:
         note = pipeline.runtime_note
         emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules,
@@ -135,20 +145,32 @@ def run(args, working, emit) -> dict:
 
     hook = on_call(pipeline, "enter", before=stage_end)
     with tempfile.TemporaryDirectory(prefix="pixal3d-bench-") as tmp:
+        # The bounded export (the product's default): the model process hands the decoded
+        # asset over and the engine exports it in a process of its own; here the export stage
+        # holds that engine's measured peak (its working share) once the models are released.
+        handover = Path(tmp) / "asset.npz" if EXPORT_ENGINE[args.mode] == "bounded" else None
         result = pipeline.generate(args.image, Path(tmp) / "out.glb", seed=42, texture_size=512,
-                                   steps=args.steps)
+                                   steps=args.steps, handover=handover)
+        if handover is not None:
+            pipeline.enter("export")
         stage_end()  # export's working memory, inside the export window
         out = Path(tmp) / "out.glb"
         glb_sha256 = hashlib.sha256(out.read_bytes()).hexdigest() if out.is_file() else None
+        asset_sha256 = hashlib.sha256(handover.read_bytes()).hexdigest() \
+            if handover is not None and handover.is_file() else None
     hook.remove()
     pipeline.close()
     from stageload.pixal3d.plan import STAGES
     working.check(STAGES)  # a stage whose share was never allocated fails the benchmark
     done = make_event("bench_done", mode=args.mode, load=load, keep_resident=keep,
+                      working_memory=pipeline.working_memory_mode,
+                      working_memory_installed=list(pipeline.working_memory.installed),
+                      working_memory_missing=list(pipeline.working_memory.missing),
                       resident_bytes=result["resident_bytes"], kept=result["kept"],
                       share_stats=pipeline.share_stats, vertices=result["vertices"],
                       faces=result["faces"], seconds=result["seconds"],
-                      latents_sha256=_sha256_of_latents(pipeline), glb_sha256=glb_sha256)
+                      latents_sha256=_sha256_of_latents(pipeline), glb_sha256=glb_sha256,
+                      asset_sha256=asset_sha256)
     emit(done)
     return done
 

@@ -67,6 +67,12 @@ SPEC_TABLE: dict[str, tuple[str, tuple[int, int] | None]] = {
 #: Working memory assumed where SPEC §1 has no row (bytes, real scale).
 ASSUMED_WORKING_BYTES = {"preprocess": int(0.5 * GB)}
 
+#: The bounded export engine's peak at its defaults on the full-size 7.9 M-face asset
+#: (``python -m runner export``, 2.8 GiB: bench/results/2026-12-01/export_engine/
+#: export_engine.json run ``defaults``; docs/pixal3d.md "The bounded export engine"). The
+#: export stage's working memory with the product's default engine (it holds no weights).
+BOUNDED_EXPORT_PEAK = int(2.8 * 2**30)
+
 #: SPEC §1: eight loads read this many bytes in 24 s.
 SPEC_LOADED_BYTES = int(13.2 * GB)
 
@@ -80,13 +86,21 @@ def plan_weight_bytes(stage: str, sizes: dict[str, int] | None = None) -> int:
     return sum(sizes[m] for m in REAL_PLAN[stage])
 
 
-def real_working_bytes() -> dict[str, dict]:
+def real_working_bytes(export: str = "port") -> dict[str, dict]:
     """Per-stage working memory of the real run, derived from SPEC §1 (bytes, real scale).
+
+    ``export``: the engine whose working memory the ``export`` stage holds — ``port`` (the
+    port's ``to_glb``: SPEC §1's 69.6–70.2 GB) or ``bounded`` (the product's default engine:
+    :data:`BOUNDED_EXPORT_PEAK`, measured). The compute stages' figures are SPEC §1's, measured
+    with the port's own computations: a formula here, the same for ``lean`` (its savings are
+    measured by the working-memory benches, docs/pixal3d.md "Working memory").
 
     Returns ``{stage: {"working": int, "staged_peak": int | None, "weights": int,
     "runtime": int, "source": str}}`` for every stage of ``REAL_PLAN``; ``working`` is never
-    negative (``setup`` is 0 by definition).
+    negative (``setup`` is 0 by definition). Raises ``ValueError`` for another ``export``.
     """
+    if export not in ("port", "bounded"):
+        raise ValueError(f"export must be port or bounded, got {export!r}")
     runtime = SPEC_TABLE["setup"][1][0]
     out = {}
     for stage in REAL_PLAN:
@@ -94,6 +108,9 @@ def real_working_bytes() -> dict[str, dict]:
         row = SPEC_TABLE.get(stage)
         if stage == "setup":
             working, source, peak = 0, "runtime baseline, not a stage's working memory", runtime
+        elif stage == "export" and export == "bounded":
+            working, peak = BOUNDED_EXPORT_PEAK, None
+            source = "the bounded export engine's measured peak at its defaults (full size)"
         elif row is None:
             working, peak = ASSUMED_WORKING_BYTES[stage], None
             source = "assumed (no row in SPEC §1)"
@@ -107,14 +124,16 @@ def real_working_bytes() -> dict[str, dict]:
     return out
 
 
-def scaled_working_bytes(scale: float) -> dict[str, int]:
-    """Working memory per stage at ``scale`` (e.g. 1/8), bytes, rounded down to 4 KiB pages.
+def scaled_working_bytes(scale: float, export: str = "port") -> dict[str, int]:
+    """Working memory per stage at ``scale`` (e.g. 1/8), bytes, rounded down to 4 KiB pages;
+    ``export`` as :func:`real_working_bytes`.
 
-    Raises ``ValueError`` when ``scale`` is not in (0, 1].
+    Raises ``ValueError`` when ``scale`` is not in (0, 1] or ``export`` is unknown.
     """
     if not 0 < scale <= 1:
         raise ValueError(f"scale must be in (0, 1], got {scale}; e.g. 0.125 for 1/8")
-    return {s: int(v["working"] * scale) // 4096 * 4096 for s, v in real_working_bytes().items()}
+    return {s: int(v["working"] * scale) // 4096 * 4096
+            for s, v in real_working_bytes(export).items()}
 
 
 def check_totals() -> dict:

@@ -11,7 +11,19 @@ import time
 from stageload.trace import iter_lines
 
 from . import analysis, disk, report, sizes
-from .modes import MODES
+from .modes import EXPORT_ENGINE, MODE_NOTES, MODES, WORKING_MEMORY
+
+
+def _installed(runs: list[list[dict]]) -> list[dict]:
+    """Per run of a mode, what its ``bench_done`` says the working memory was: ``{"mode",
+    "installed", "missing"}`` (the parts of ``--working-memory lean`` in place or lacking)."""
+    out = []
+    for records in runs:
+        done = next((e for e in records if e.get("event") == "bench_done"), {})
+        out.append({"working_memory": done.get("working_memory"),
+                    "installed": done.get("working_memory_installed"),
+                    "missing": done.get("working_memory_missing")})
+    return out
 
 
 def machine() -> dict:
@@ -91,9 +103,13 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
         "machine": machine(),
         "config": {"scale": args.scale, "rounds": args.rounds, "hold": args.hold,
                    "interval": args.interval, "budget": budget, "image": str(args.image),
-                   "modes": list(MODES), "wall_seconds": time.time() - t_start},
+                   "modes": list(MODES), "wall_seconds": time.time() - t_start,
+                   "mode_runs": {m: {"working_memory": WORKING_MEMORY[m],
+                                     "export_engine": EXPORT_ENGINE[m], "note": MODE_NOTES[m],
+                                     "installed": _installed(data[m])} for m in MODES}},
         "sizes": {"real_weight_bytes": sizes.REAL_WEIGHT_BYTES, "model_bytes": model_bytes,
-                  "plan": plan, "working_real": sizes.real_working_bytes(),
+                  "plan": plan, "working_real": sizes.real_working_bytes("bounded"),
+                  "working_real_eager": sizes.real_working_bytes("port"),
                   "working_scaled": working, "totals": sizes.check_totals()},
         "runtime_baseline": runtime,
         "alone": alone,

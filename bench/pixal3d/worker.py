@@ -66,10 +66,12 @@ def main(argv=None) -> int:
     _hello(args.mode)
 
     from . import pipeline, sizes
+    from .modes import EXPORT_ENGINE
     from .working import WorkingMemory
 
     scale = args.working_scale if args.working_scale is not None else args.scale
-    working = WorkingMemory(sizes.scaled_working_bytes(scale), args.hold)
+    working = WorkingMemory(sizes.scaled_working_bytes(scale, EXPORT_ENGINE[args.mode]),
+                            args.hold)
     if args.mode == "alone":
         runtime = pipeline.open_port_only(args)  # same imports and setup as staged
         from stageload.events import make_event
