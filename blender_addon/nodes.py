@@ -67,7 +67,11 @@ class NodeBoard:
         ``JobState``. Never raises."""
         if not isinstance(ev, dict):
             return False
-        ev, _notes = _events.clean(ev)
+        checked, _notes = _events.clean(ev)
+        if checked is None:  # a kind the schema does not declare: nothing to show, but a
+            # cluster job's all the same, never taken for a new image of the batch
+            return _events.is_node(ev.get("node")) and ev.get("item") is not None
+        ev = checked
         kind, node, item = ev.get("event"), ev.get("node"), ev.get("item")
         if kind == "batch_item":
             self._ended(ev)

@@ -7,7 +7,8 @@ packages into Blender (their ``__init__`` and the rest stay out of Blender's pro
 
 - ``stageload/units.py``: the one byte formatter (binary multiples labelled KiB/MiB/GiB), so the
   panel and the memory chart print one figure for one peak;
-- ``runner/protocol.py``: the event protocol version;
+- ``runner/event_schema.py``: the event protocol version and every event kind with its fields and
+  their types, which the add-on checks each event it reads against (``events.clean``);
 - ``runner/errors.py``: the error kinds and their exit statuses (the headless script exits with
   them);
 - ``runner/options.py``: the options table — every job option with its type, default, choices
@@ -49,12 +50,13 @@ def _load(relative: str):
 
 
 units = _load("stageload/units.py")
-_protocol = _load("runner/protocol.py")
+#: The runner's event schema (``runner/event_schema.py``): ``KINDS``, ``clean`` …
+schema = _load("runner/event_schema.py")
 _errors = _load("runner/errors.py")
 #: The options table (``runner/options.py``): ``options.addon_options()``, ``property_spec`` …
 options = _load("runner/options.py")
 
-PROTOCOL_VERSION: int = _protocol.PROTOCOL_VERSION
+PROTOCOL_VERSION: int = schema.PROTOCOL_VERSION
 #: error kind → exit status (runner/errors.py ``KINDS``).
 EXIT_CODES: dict[str, int] = {kind: k.exit_code for kind, k in _errors.KINDS.items()}
 

@@ -186,6 +186,9 @@ class JobState:
         ev, notes = _events.clean(ev)
         for note in notes:
             self._warn(note)
+        if ev is None:  # a kind the runner's event schema does not declare
+            self.unknown_events += 1
+            return
         self._check_version(ev.get("v"))
         kind = ev.get("event")
         t = ev.get("t")

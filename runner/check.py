@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         explain(err.fields())
         emitter.event("error", **err.fields())
         return err.exit_code
-    result.pop("event", None)
-    result.pop("t", None)
+    for key in ("v", "event", "t"):  # the probe's own envelope; check gets its own
+        result.pop(key, None)
     wanted = ns.backend or [backends.DEFAULT]
     result["requested"] = wanted
     result["ok"] = all(result["backends"].get(b, {}).get("ok") for b in wanted)

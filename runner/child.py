@@ -247,6 +247,5 @@ class Child:
             log(f"the memory sampler stopped early: {self._sampler.error!r}")
         self._reader.join(timeout=3.0)
         # trace only: when this process was gone (the export process starts after the worker's)
-        self.sup.trace({"event": f"{self.name}_exit", "t": time.time(), "pid": proc.pid,
-                        "code": self.code})
+        self.sup.trace(make(f"{self.name}_exit", pid=proc.pid, code=self.code))
         return self.code

@@ -249,9 +249,11 @@ class Batch:
         so that the other images still run. The item's ``hello`` (the trace's first line)
         carries the input's ``sha256`` and the ``options`` fingerprint, so a damaged manifest
         can be rebuilt from the traces (``manifest_recovery``)."""
-        item_hello = {**self.hello, "mode": "batch_item", "image": str(job.image),
-                      "output": str(job.output), "trace": str(job.trace), "item": index,
-                      "sha256": digest, "options": self.fingerprint}
+        batch_hello = {k: v for k, v in self.hello.items() if k != "event"}
+        item_hello = make("hello", **{**batch_hello, "mode": "batch_item",
+                                      "image": str(job.image), "output": str(job.output),
+                                      "trace": str(job.trace), "item": index,
+                                      "sha256": digest, "options": self.fingerprint})
         began = time.time()
         try:
             return JobRun(job, self.emitter.emit, self.cancel, self.config,

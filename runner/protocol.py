@@ -16,24 +16,20 @@ import threading
 import time
 from typing import Callable, TextIO
 
-PROTOCOL_VERSION = 1
-
-
-def make(event: str, **fields) -> dict:
-    """One protocol object: ``{"v": 1, "event": event, "t": time.time(), **fields}``. A ``t``
-    in ``fields`` (seconds since the epoch) wins over the current time."""
-    obj = {"v": PROTOCOL_VERSION, "event": event, "t": time.time()}
-    obj.update(fields)
-    return obj
+# Every event is made by the schema's one constructor (``make``), which checks it against its
+# declaration when the schema is strict (the tests); ``PROTOCOL_VERSION`` lives there too.
+from .event_schema import PROTOCOL_VERSION, check, make, strict  # noqa: F401
 
 
 def relay(stageload_event: dict) -> dict:
     """A stageload event (dict with ``event`` and ``t``) as a protocol object: the same dict
-    with ``"v"`` added in front; the input is not modified."""
+    with ``"v"`` added in front; the input is not modified. stageload cannot import the
+    runner's schema (it sits below the runner), so its events are checked here, when the
+    schema is strict (``event_schema.check``: raises ``event_schema.SchemaError``)."""
     out = {"v": PROTOCOL_VERSION}
     out.update(stageload_event)
     out.setdefault("t", time.time())
-    return out
+    return check(out) if strict() else out
 
 
 def dumps(obj: dict) -> str:
@@ -92,7 +88,11 @@ class Emitter:
         self._lock = threading.Lock()
 
     def emit(self, obj: dict) -> dict:
-        """Write ``obj`` (a dict made by ``make``/``relay``) and return it."""
+        """Write ``obj`` (a dict made by ``make``/``relay``) and return it. When the schema is
+        strict, ``obj`` is checked again first (fields added after ``make``, such as a batch
+        image's ``item``), raising ``event_schema.SchemaError``."""
+        if strict():
+            check(obj)
         with self._lock:
             if self.broken:
                 return obj

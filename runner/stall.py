@@ -20,6 +20,8 @@ from typing import Callable
 
 import psutil
 
+from .event_schema import make
+
 STOPPED_AFTER = 10.0
 """Seconds in state ``T`` before a child is reported stalled."""
 IDLE_AFTER = 60.0
@@ -70,8 +72,8 @@ class StallWatch:
 
     def _resume(self, now: float) -> dict:
         """The ``resumed`` event for the stall that ends at ``now`` (the lock held)."""
-        event = {"event": "resumed", "t": time.time(), "pid": self.pid,
-                 "seconds": round(now - self._since, 1), "why": self.stalled["why"]}
+        event = make("resumed", pid=self.pid, seconds=round(now - self._since, 1),
+                     why=self.stalled["why"])
         self.stalled = self._since = None
         return event
 
@@ -138,6 +140,6 @@ class StallWatch:
         else:
             return None
         self._since = since
-        self.stalled = {"event": "stalled", "t": time.time(), "pid": self.pid,
-                        "seconds": round(now - since, 1), "why": why, "reason": reason}
+        self.stalled = make("stalled", pid=self.pid, seconds=round(now - since, 1), why=why,
+                            reason=reason)
         return dict(self.stalled)

@@ -31,6 +31,7 @@ import time
 import traceback
 
 from .errors import KINDS, RunnerError
+from .event_schema import make
 from .job import WorkerJob
 from .limits import cause_chain, memory_error, resource_error
 from .oom import volunteer_for_oom_killer
@@ -248,8 +249,8 @@ def run_job(job: WorkerJob, emit) -> int:
         needs_torch = backend.export_needs_torch(job.options) if exporting \
             else backend.needs_torch
         torch = _import_torch() if needs_torch else None
-        emit({"event": "worker", "state": "started", "pid": os.getpid(),
-              "python": sys.executable, "torch": getattr(torch, "__version__", None)})
+        emit(make("worker", state="started", pid=os.getpid(), python=sys.executable,
+                  torch=getattr(torch, "__version__", None)))
         if not backend.installed():
             raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                               "installed.", backend.install_hint or None)
@@ -263,7 +264,7 @@ def run_job(job: WorkerJob, emit) -> int:
                 kwargs["handover"] = job.handover
             result = module.generate(image, job.output, had_alpha=info.had_alpha, emit=emit,
                                      **kwargs)
-        emit({"event": "worker_done", "output": job.output, "info": result or {}})
+        emit(make("worker_done", output=job.output, info=result or {}))
         return 0
     except BaseException as exc:  # everything becomes one error event, never a traceback on stdout
         if isinstance(exc, KeyboardInterrupt):
@@ -279,7 +280,7 @@ def run_job(job: WorkerJob, emit) -> int:
             traceback.print_exc(file=sys.stderr)
         if err.kind == "disk_full":
             _quiet_full_disk_finalizers()
-        emit({"event": "error", **err.fields()})
+        emit(make("error", **err.fields()))
         return err.exit_code
 
 
@@ -306,9 +307,8 @@ def probe(options: dict, emit) -> int:
     """Emit one ``probe`` event: python, torch, devices, backends (each backend's check)."""
     from . import backends
 
-    out = {"event": "probe", "python": {"version": platform.python_version(),
-                                       "executable": sys.executable,
-                                       "implementation": platform.python_implementation()},
+    out = {"python": {"version": platform.python_version(), "executable": sys.executable,
+                      "implementation": platform.python_implementation()},
            "platform": {"system": platform.system(), "machine": platform.machine(),
                         "release": platform.release()}}
     try:
@@ -330,7 +330,7 @@ def probe(options: dict, emit) -> int:
             checks[name] = backend.check(**mine)
         checks[name]["title"] = backend.title
     out["backends"] = checks
-    emit(out)
+    emit(make("probe", **out))
     return 0
 
 
@@ -355,7 +355,7 @@ def main(argv=None) -> int:
         job = WorkerJob.from_json(args.job or "")
     except (TypeError, ValueError) as exc:  # a supervisor of another version, or a bug
         err = RunnerError("internal", f"The worker was given a job it cannot read: {exc}.")
-        emit({"event": "error", **err.fields()})
+        emit(make("error", **err.fields()))
         return err.exit_code
     return run_job(job, emit)
 

@@ -1,8 +1,18 @@
 """Shared test settings: the repository root and the test images (tests/data/images, in the
-repository), and the libSystem stand-in's fixtures (tests/macos_standin/macos_fixtures.py)."""
+repository), the libSystem stand-in's fixtures (tests/macos_standin/macos_fixtures.py), and
+strict events (runner/event_schema.py)."""
+import os
 from pathlib import Path
 
 import pytest
+
+from runner import event_schema
+
+# Every event the runner makes during the tests — in this process and in every runner, worker
+# and Blender process they start, which inherit the environment — is checked against its
+# declaration where it is made (runner/event_schema.py: an undeclared kind or field, a missing
+# field or one of the wrong type raises there).
+os.environ[event_schema.STRICT_ENV] = "1"
 
 # The stand-in Mac's fixtures (standin_libs, mac, old_mac) for every test that asks for them by
 # name; tests/macos_standin is on the path through pyproject.toml's pytest `pythonpath`.

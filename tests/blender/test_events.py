@@ -6,10 +6,12 @@ The reader tests run a real subprocess printing the crafted lines (a stand-in fo
 what is tested is the add-on's reading, not the runner)."""
 from __future__ import annotations
 
+import json
 import math
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from blender_addon.process import BAD_LINE, EOF, EVENT, RunnerProcess, runner_en
 from blender_addon.state import FAILED, IMPORTING, RUNNING, JobState
 
 PY = sys.executable
+REPO = Path(__file__).resolve().parents[2]
 HELLO = {"v": 1, "event": "hello", "t": 1.0, "backend": "builtin", "output": "/o/a.glb",
          "trace": "/o/a.trace.jsonl", "stages": ["matte", "shape"]}
 
@@ -192,3 +195,70 @@ def test_the_runners_warning_is_shown_with_the_job():
     st.apply({"v": 1, "event": "warning", "t": 2.0, "message": msg, "source": "notes §3"})
     st.apply({"v": 1, "event": "warning", "t": 2.1, "message": msg, "source": "notes §3"})
     assert st.runner_warnings == [msg] and st.view().note_text == msg
+
+
+def _declared_events() -> list[dict]:
+    """One event of every kind the runner's event schema declares (its own example)."""
+    from blender_addon import runtime_facts
+
+    schema = runtime_facts.schema
+    return [{"v": schema.PROTOCOL_VERSION, "event": kind.name, "t": 2.0, **kind.example}
+            for kind in schema.KINDS.values()]
+
+
+@pytest.mark.parametrize("ev", _declared_events(), ids=lambda e: e["event"])
+def test_every_kind_the_runner_can_emit_passes_the_addons_reader(ev):
+    """Each kind the schema declares (every event the product can emit) is read whole by the
+    add-on — no field dropped — and applying it, in a single job or a cluster batch, never
+    raises."""
+    from blender_addon.nodes import NodeBoard
+
+    kept, notes = events.clean(ev)
+    assert (kept, notes) == (ev, [])
+    assert events.parse_line(json.dumps(ev)) == ev
+    st = _fresh()
+    st.apply(dict(ev))
+    st.view(now=3.0)
+    assert not [w for w in st.warnings if w.startswith(ev["event"])]
+    NodeBoard().apply({**ev, "item": 1, "node": {"id": "n1", "host": "mac-2"}})
+
+
+_READ = textwrap.dedent("""
+    import json, sys
+    from blender_addon import events
+    for line in sys.stdin:
+        kept, notes = events.clean(json.loads(line))
+        print(json.dumps([kept is not None, notes]))
+""")
+
+
+def test_a_kind_added_to_the_schema_alone_is_read_and_an_undeclared_one_refused(tmp_path):
+    """A copy of the add-on and its runtime files (the checkout layout) whose
+    runner/event_schema.py — and nothing else — declares one more kind: the add-on's reader
+    accepts that kind, checks its fields' types, and still refuses a kind nobody declared."""
+    import shutil
+    import subprocess
+
+    for part in ("blender_addon", "runner", "stageload"):
+        shutil.copytree(REPO / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    schema_file = tmp_path / "runner" / "event_schema.py"
+    schema_file.write_text(schema_file.read_text(encoding="utf-8") + textwrap.dedent("""
+        declare("made_up", STDOUT, {"rows": INT}, {"label": TEXT}, {"rows": 3})
+    """), encoding="utf-8")
+    lines = [{"v": 1, "event": "made_up", "t": 1.0, "rows": 3, "label": "x"},
+             {"v": 1, "event": "made_up", "t": 1.0, "rows": "three"},
+             {"v": 1, "event": "never_declared", "t": 1.0, "rows": 3}]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines)
+    out = []
+    for root in (tmp_path, REPO):  # the edited copy, then the checkout as it is
+        proc = subprocess.run([PY, "-c", _READ], input=stdin, capture_output=True, text=True,
+                              cwd=root, env=runner_env(root),
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        out.append([json.loads(line) for line in proc.stdout.splitlines()])
+    edited, unedited = out
+    assert edited[0] == [True, []]
+    assert edited[1] == [True, ["made_up.rows = 'three' is not valid; ignored"]]
+    assert edited[2][0] is False and "never_declared" in edited[2][1][0]
+    assert [accepted for accepted, _ in unedited] == [False, False, False]

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from ...event_schema import make
 from .errors import BackgroundNotPlainError, BuiltinBackendError, EmptyMatteError
 from .export import build_mesh, write_glb
 from .grid import DEFAULT_MAX_CELLS, make_grid
@@ -166,14 +167,11 @@ class _StageClock:
     def stage(self, index: int) -> None:
         self._end()
         name = self._current = STAGES[index]
-        self._sink({"event": "stage", "t": time.time(), "stage": name, "index": index,
-                    "count": len(STAGES)})
-        self._sink({"event": "ready", "t": time.time(), "stage": name, "seconds": 0.0,
-                    "released_bytes": 0})
+        self._sink(make("stage", stage=name, index=index, count=len(STAGES)))
+        self._sink(make("ready", stage=name, seconds=0.0, released_bytes=0))
 
     def progress(self, index: int, fraction: float) -> None:
-        self._sink({"event": "progress", "t": time.time(), "stage": STAGES[index],
-                    "fraction": float(fraction)})
+        self._sink(make("progress", stage=STAGES[index], fraction=float(fraction)))
 
     def finish(self) -> dict[str, float]:
         self._end()
