@@ -285,7 +285,9 @@ declare("guard", STDOUT,
 # export process's ``handover``, which precedes the numbered ones.
 declare("stage", STDOUT,
         {"stage": TEXT},
-        {"index": INT, "count": _OPT_INT, "parent": NAME, "pid": INT},
+        {"index": INT, "count": _OPT_INT, "parent": NAME, "pid": INT,
+         # the bounded export's decimate step: how it decimates (runner/export_engine)
+         "method": TEXT, "pieces": INT},
         {"stage": "shape", "index": 1, "count": 4, "pid": 42})
 declare("ready", STDOUT, {"stage": TEXT, "seconds": NUMBER, "released_bytes": SIZE}, None,
         {"stage": "shape", "seconds": 0.1, "released_bytes": 0})
@@ -293,8 +295,10 @@ _LOAD = {"model": TEXT, "stage": _OPT_TEXT, "bytes": _OPT_SIZE, "seconds": NUMBE
          "outside_stage": BOOL}
 _LOAD_EXAMPLE = {"model": "shape_slat_decoder", "stage": "shape_512", "bytes": 900000000,
                  "seconds": 1.4, "outside_stage": False, "prefetched": False}
-declare("load", STDOUT, _LOAD, {"prefetched": BOOL}, _LOAD_EXAMPLE)
-declare("reload", STDOUT, _LOAD, {"prefetched": BOOL}, _LOAD_EXAMPLE)
+# a Pixal3D pipeline model's load also says how it was loaded (stageload.pixal3d.direct)
+_LOAD_MORE = {"prefetched": BOOL, "method": TEXT, "fallback": TEXT}
+declare("load", STDOUT, _LOAD, _LOAD_MORE, _LOAD_EXAMPLE)
+declare("reload", STDOUT, _LOAD, _LOAD_MORE, _LOAD_EXAMPLE)
 declare("release", STDOUT,
         {"model": TEXT, "stage": _OPT_TEXT, "bytes": _OPT_SIZE, "seconds": NUMBER}, None,
         {"model": "tex_slat_flow_model_1024", "stage": "decode", "bytes": 2600000000,
