@@ -161,10 +161,14 @@ class Pixal3DRun:
             StagedBuild(self).build()
         else:
             build_eager(self)
+        # The working-memory parts first, the run's hooks around them: a lean part replaces a
+        # method (get_proj_cond_shape) without calling the port's, so the stage hooks must be
+        # outside it to see every pass (and load its models) before it runs.
+        self.working_memory = install_working_memory(self.pipeline, self.relay,
+                                                     self.working_memory_mode, emit=self.emit,
+                                                     stage=lambda: self.stage)
         self.hooks = Hooks(StageHooks(self), SamplerProgress(self), LatentRecorder(self))
         self.hooks.install(self.pipeline)
-        self.working_memory = install_working_memory(self.pipeline, self.relay,
-                                                     self.working_memory_mode, emit=self.emit)
 
     # ------------------------------------------------------------------ events and stages
     @property
@@ -408,5 +412,5 @@ class Pixal3DRun:
         """Release every model and remove the hooks. The object cannot run afterwards."""
         if self.models is not None:
             self.models.close()
-        self.working_memory.remove()
         self.hooks.remove()
+        self.working_memory.remove()

@@ -70,15 +70,29 @@ def _part(name: str):
         raise
 
 
+def _options(install_part: Callable, offered: dict) -> dict:
+    """The entries of ``offered`` that ``install_part`` declares as parameters (a part takes
+    the options it knows: ``budget_bytes``, ``stage``)."""
+    import inspect
+    try:
+        params = inspect.signature(install_part).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in offered.items() if k in params}
+
+
 def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = None, *,
             budget_bytes: Optional[int] = None, emit: Optional[Callable[..., None]] = None,
+            stage: Optional[Callable[[], Optional[str]]] = None,
             parts: tuple = PARTS) -> WorkingMemory:
     """Make ``pipeline`` (the port's ``Pixal3DImageTo3DPipeline``, staged or eager) compute
-    with ``mode``'s working memory (:func:`check_mode`; ``port`` installs nothing).
+    with ``mode``'s working memory (:func:`check_mode`; ``port`` installs nothing). Install it
+    before hooks that must see the port's calls (a part may replace a method outright).
 
     ``sink``: the run's event sink, handed to each part. ``budget_bytes``: the memory the
     flow attention's chunks and the MPS high-watermark are sized from (bytes; None: the part's
-    own default), passed to the parts that take it (``lean_model``). ``emit(kind, **fields)``:
+    own default); ``stage``: a callable giving the current stage's name (for the parts'
+    events); each passed to the parts whose ``install`` takes it. ``emit(kind, **fields)``:
     where a missing part's ``warning`` goes (None: the log only). Returns a
     :class:`WorkingMemory`; a part that raises while installing has the parts before it
     removed again, then the error propagates. Raises ``ValueError`` for an unknown mode.
@@ -99,7 +113,7 @@ def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = N
                          cause=cause, differs=f"how {what} are computed: the port's own way, "
                          "with its full working memory (its own result)")
                 continue
-            options = {"budget_bytes": budget_bytes} if name == "lean_model" else {}
+            options = _options(module.install, {"budget_bytes": budget_bytes, "stage": stage})
             done.handles.append(module.install(pipeline, sink, **options))
             done.installed.append(name)
     except BaseException:
