@@ -51,7 +51,7 @@ from .pipeline_hooks import Hooks, LatentRecorder, SamplerProgress, StageHooks
 from .plan import STAGES, keep_across_gap, plan_for
 from .port import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
 from .portargs import given_options, port_namespace
-from .staged_build import StagedBuild
+from .staged_build import PendingExtractor, StagedBuild
 from .working import WorkingMemory, check_mode
 from .working import install as install_working_memory
 
@@ -164,9 +164,11 @@ class Pixal3DRun:
         # The working-memory parts first, the run's hooks around them: a lean part replaces a
         # method (get_proj_cond_shape) without calling the port's, so the stage hooks must be
         # outside it to see every pass (and load its models) before it runs.
+        unbuilt = tuple(a for a in EXTRACTOR_KEYS.values()
+                        if isinstance(getattr(self.pipeline, a, None), PendingExtractor))
         self.working_memory = install_working_memory(self.pipeline, self.relay,
                                                      self.working_memory_mode, emit=self.emit,
-                                                     stage=lambda: self.stage)
+                                                     stage=lambda: self.stage, unbuilt=unbuilt)
         self.hooks = Hooks(StageHooks(self), SamplerProgress(self), LatentRecorder(self))
         self.hooks.install(self.pipeline)
 

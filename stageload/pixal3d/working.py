@@ -16,11 +16,13 @@ computation runs there), so a lean run never differs from what it says it did.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..patching import patched
 from .choices import DEFAULT_WORKING_MEMORY, WORKING_MEMORY
 
 log = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ def _options(install_part: Callable, offered: dict) -> dict:
 
 def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = None, *,
             budget_bytes: Optional[int] = None, emit: Optional[Callable[..., None]] = None,
-            stage: Optional[Callable[[], Optional[str]]] = None,
+            stage: Optional[Callable[[], Optional[str]]] = None, unbuilt: tuple = (),
             parts: tuple = PARTS) -> WorkingMemory:
     """Make ``pipeline`` (the port's ``Pixal3DImageTo3DPipeline``, staged or eager) compute
     with ``mode``'s working memory (:func:`check_mode`; ``port`` installs nothing). Install it
@@ -92,7 +94,10 @@ def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = N
     ``sink``: the run's event sink, handed to each part. ``budget_bytes``: the memory the
     flow attention's chunks and the MPS high-watermark are sized from (bytes; None: the part's
     own default); ``stage``: a callable giving the current stage's name (for the parts'
-    events); each passed to the parts whose ``install`` takes it. ``emit(kind, **fields)``:
+    events); each passed to the parts whose ``install`` takes it. ``unbuilt``: attributes of
+    ``pipeline`` that hold a placeholder until a stage builds them (a staged run's extractors):
+    while a part installs they read None, so it checks them when their pass runs, not a
+    placeholder now. ``emit(kind, **fields)``:
     where a missing part's ``warning`` goes (None: the log only). Returns a
     :class:`WorkingMemory`; a part that raises while installing has the parts before it
     removed again, then the error propagates. Raises ``ValueError`` for an unknown mode.
@@ -114,7 +119,10 @@ def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = N
                          "with its full working memory (its own result)")
                 continue
             options = _options(module.install, {"budget_bytes": budget_bytes, "stage": stage})
-            done.handles.append(module.install(pipeline, sink, **options))
+            with contextlib.ExitStack() as hidden:
+                for attr in unbuilt:
+                    hidden.enter_context(patched(pipeline, attr, None))
+                done.handles.append(module.install(pipeline, sink, **options))
             done.installed.append(name)
     except BaseException:
         done.remove()
