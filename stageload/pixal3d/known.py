@@ -161,3 +161,52 @@ KNOWN_COMMITS = {
         "generate_mps.py at 0578f857 (names as the first adapter relied on them); pipeline at "
         "12b42371"),
 }
+
+
+#: What the lean conditioning (``lean.py``) relies on in NAF's sources, read in ``valeoai/NAF``
+#: at f63aadff (``hubconf.py``, ``src/model/naf.py``, ``src/layers/attentions.py``) and in the
+#: port's ``image_conditioned_proj.py`` at 809cf5f5. Per file: ``functions`` (name ->
+#: signature, as above), ``classes`` (name -> {"methods": name -> signature, "attributes":
+#: names set on ``self`` or registered as buffers}), ``strings`` ("Class.method" -> string
+#: constants that must appear in it), ``calls`` ("Class.method" -> call names in this order).
+#: A drifted item does not stop a run: the lean path checks the live objects too and falls back
+#: to the port's computation with a warning.
+LEAN_NAF = {
+    "hubconf.py": {"functions": {"naf": ("pretrained=", "device=")}},
+    "src/model/naf.py": {"classes": {
+        "NAF": {"methods": {"forward": ("self", "image", "features", "output_size",
+                                        "return_weights=", "*args", "**kwargs")},
+                "attributes": ("image_encoder", "query_encoder", "key_encoder", "upsampler")},
+        "ImageEncoder": {"methods": {"forward": ("self", "x", "output_size")},
+                         "attributes": ("out_channels",)},
+        "KeyEncoder": {"methods": {"forward": ("self", "x", "features")}},
+    }, "calls": {"NAF.forward": ("image_encoder", "query_encoder", "key_encoder")}},
+    "src/layers/attentions.py": {"classes": {
+        "CrossAttention": {"methods": {"forward": ("self", "q", "k", "v", "image=",
+                                                   "return_weights=", "**kwargs"),
+                                       "_resize": ("self", "x", "size", "dtype")},
+                           "attributes": ("num_heads", "kernel_size", "dilation")},
+    }, "strings": {"CrossAttention._resize": ("nearest-exact",)},
+        "calls": {"CrossAttention.forward": ("_resize", "_resize")}},
+}
+#: The port's projection module, as the lean pass uses it (same format as ``LEAN_NAF``).
+LEAN_PROJECTION = {
+    "pixal3d/trainers/flow_matching/mixins/image_conditioned_proj.py": {
+        "functions": {"sample_features": ("fmap", "queries_ndc")},
+        "classes": {
+            "ProjGrid": {"methods": {"__init__": ("self", "grid_resolution=",
+                                                  "image_resolution="),
+                                     "forward": ("self", "features_map", "camera_angle_x",
+                                                 "distance", "mesh_scale", "transform_matrix=",
+                                                 "BHWC=")},
+                         "attributes": ("grid_points", "image_resolution")},
+            "DinoV3ProjFeatureExtractor": {
+                "methods": {"_load_naf": ("self",)},
+                "attributes": ("naf_model", "proj_grid", "naf_target_size", "patch_number",
+                               "grid_resolution", "use_naf_upsample", "embed_dim")},
+        },
+        "calls": {"ProjGrid.forward": ("sample_features",)}},
+}
+#: torch.hub's cache folder names for ``valeoai/NAF`` (``OWNER_NAME_REF`` under
+#: ``$TORCH_HOME/hub``), newest reference first.
+NAF_HUB_FOLDERS = ("valeoai_NAF_main", "valeoai_NAF_master")

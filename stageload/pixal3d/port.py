@@ -287,12 +287,17 @@ def open_port(port_dir: Optional[os.PathLike | str] = None) -> Port:
 
 def static_report(port_dir: Optional[os.PathLike | str] = None) -> dict:
     """``check --static``: locate the folder and compare its sources with the known commits
-    (``static.check_static``: ``ast`` only, no imports, no torch). Returns that report plus
+    (``static.check_static``: ``ast`` only, no imports, no torch), and the names the lean
+    conditioning relies on in them and in NAF's cached hub source (``"working_memory"``:
+    ``lean_static.lean_report``). Returns that report plus
     ``"error"`` (None, or the ``PortError`` subclass name when the folder is missing or its
     sources drifted), ``"reason"`` and ``"hint"``. Never raises for a bad port."""
+    from .lean_static import lean_report
+
     try:
         root = locate_port(port_dir)
         report = check_static(root, _git_commit(root))
+        report["working_memory"] = lean_report(root)
     except PortError as err:
         return {"ok": False, "error": type(err).__name__, "reason": err.message, "hint": err.hint,
                 "missing": list(err.missing), "drift": [], "root": None, "commit": None}

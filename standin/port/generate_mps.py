@@ -17,9 +17,15 @@ the real one does when its helper scripts cannot be imported).
 Not mirrored: the fixture-capture and CUDA-substitution harness (``PIXAL3D_DUMP_FIXTURES``,
 ``PIXAL3D_CUDA_SUBSTITUTE``, ``PIXAL3D_HR_SLAT_INJECT``: flags are parsed, nothing is dumped),
 ``--flash-sdpa``'s Metal kernel, ``--load-fixture-07`` (``--save-mesh``/``--load-mesh`` are
-mirrored: ``save_mesh_checkpoint``/``load_mesh_checkpoint``, the runner's hand-over), the natten/NAF
-kernel selection in ``load_runtime_deps``, and the real export chain (see ``pixal3d/utils``: the
-export helper owns its mirror). Export here is a small trimesh front-projection bake.
+mirrored: ``save_mesh_checkpoint``/``load_mesh_checkpoint``, the runner's hand-over), and the real
+export chain (see ``pixal3d/utils``: the export helper owns its mirror). Export here is a small
+trimesh front-projection bake.
+
+Mirrored at real shapes (the only place they run here): ``load_runtime_deps`` binds
+``natten.na2d`` (the stand-in ``natten`` package has only CUDA kernels) to natten-mps's compat
+kernel for MPS tensors of equal widths and otherwise to the port's pure-PyTorch
+``_torch_na2d`` with its flat copies and 2,048-query gathers — the path NAF always takes on a
+Mac, its values being wider than its queries.
 """
 from __future__ import annotations
 
@@ -48,11 +54,11 @@ IMAGE_COND_CONFIGS = {
     "ss": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 512,
            "grid_resolution": 16},
     "shape_512": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 512,
-                  "grid_resolution": 32, "use_naf_upsample": True, "naf_target_size": 128},
+                  "grid_resolution": 32, "use_naf_upsample": True, "naf_target_size": 64},
     "shape_1024": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 1024,
                    "grid_resolution": 64, "use_naf_upsample": True, "naf_target_size": 128},
     "tex_1024": {"model_name": "camenduru/dinov3-vitl16-pretrain-lvd1689m", "image_size": 1024,
-                 "grid_resolution": 64, "use_naf_upsample": True, "naf_target_size": 256},
+                 "grid_resolution": 64, "use_naf_upsample": True, "naf_target_size": 128},
 }
 
 EXPORT_ROTATION_ROWS = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, -1, 0], [0, 0, 0, 1]]
@@ -67,6 +73,68 @@ def load_runtime_deps():
     from pixal3d.pipelines import Pixal3DImageTo3DPipeline as _P
     np, torch, Image, Pixal3DImageTo3DPipeline = _np, _torch, _Image, _P
     EXPORT_ROTATION = np.array(EXPORT_ROTATION_ROWS, dtype=np.float64)
+    _bind_na2d()
+
+
+#: queries whose neighbourhoods ``_torch_na2d`` gathers at a time (the port's value)
+_NA2D_QUERY_CHUNK = 2048
+
+
+def _torch_na2d(query, key, value, kernel_size, dilation=1, scale=None, stride=1, backend=None,
+                **kw):
+    """The port's pure-PyTorch neighbourhood attention (NATTEN's clamped windows): flat
+    ``[B*heads, H*W, D]`` copies of q, k and v, an output of the same layout, then a contiguous
+    copy of it back in ``[B, H, W, heads, Dv]``; neighbourhoods gathered for
+    ``_NA2D_QUERY_CHUNK`` queries at a time. Value width may differ from the query width."""
+    if stride != 1:
+        raise NotImplementedError(f"_torch_na2d: stride={stride} not supported")
+    kh, kw_ = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+    dh, dw = (dilation, dilation) if isinstance(dilation, int) else dilation
+    B, H, W, N, Dq = query.shape
+    Dv = value.shape[-1]
+    scale = Dq ** -0.5 if scale is None else scale
+    dev = query.device
+    HW, K = H * W, kh * kw_
+    rows = torch.arange(H, device=dev).clamp(min=(kh // 2) * dh, max=H - 1 - (kh // 2) * dh)
+    cols = torch.arange(W, device=dev).clamp(min=(kw_ // 2) * dw, max=W - 1 - (kw_ // 2) * dw)
+    rows = rows[:, None] + dh * (torch.arange(kh, device=dev) - kh // 2)[None, :]
+    cols = cols[:, None] + dw * (torch.arange(kw_, device=dev) - kw_ // 2)[None, :]
+    neighbours = (rows[:, None, :, None] * W + cols[None, :, None, :]).reshape(HW, K)
+    k_flat = key.permute(0, 3, 1, 2, 4).reshape(B * N, HW, Dq)
+    v_flat = value.permute(0, 3, 1, 2, 4).reshape(B * N, HW, Dv)
+    q_flat = query.permute(0, 3, 1, 2, 4).reshape(B * N, HW, Dq)
+    out = torch.empty(B * N, HW, Dv, device=dev, dtype=query.dtype)
+    for start in range(0, HW, _NA2D_QUERY_CHUNK):
+        end = min(start + _NA2D_QUERY_CHUNK, HW)
+        index = neighbours[start:end].reshape(-1)
+        k_n = k_flat.index_select(1, index).reshape(B * N, end - start, K, Dq)
+        v_n = v_flat.index_select(1, index).reshape(B * N, end - start, K, Dv)
+        scores = torch.einsum("bsd,bskd->bsk", q_flat[:, start:end, :], k_n) * scale
+        out[:, start:end, :] = torch.einsum("bsk,bskd->bsd", scores.softmax(dim=-1), v_n)
+        del k_n, v_n, scores
+    return out.reshape(B, N, H, W, Dv).permute(0, 2, 3, 1, 4).contiguous()
+
+
+def _bind_na2d():
+    """Bind ``natten.na2d`` (whose CUDA kernels the Mac lacks) before NAF is loaded: MPS
+    tensors of equal q/k/v shapes go to natten-mps's compat kernel when it is installed; every
+    other call (NAF's values are wider than its queries, and any CPU call) to
+    :func:`_torch_na2d`."""
+    import natten
+    try:
+        from natten_mps.compat.v020 import na2d as compat_na2d
+    except ImportError:
+        compat_na2d = None
+
+    def na2d(query, key, value, kernel_size, dilation=1, scale=None, stride=1, backend=None,
+             **kw):
+        if (compat_na2d is not None and query.device.type == "mps"
+                and query.shape == key.shape == value.shape):
+            return compat_na2d(query, key, value, kernel_size, stride=stride, dilation=dilation,
+                               scale=scale)
+        return _torch_na2d(query, key, value, kernel_size, dilation=dilation, scale=scale,
+                           stride=stride, backend=backend, **kw)
+    natten.na2d = na2d
 
 
 def resolve_device(requested: str):

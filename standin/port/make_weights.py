@@ -25,7 +25,8 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
   ``model.safetensors`` in each snapshot (the ``transformers`` layout);
   ``models--Ruicheng--moge-2-vitl/`` (camera estimator): ``model.pt``, MoGe's own format
   (``torch.save`` of ``{"model_config", "model"}``).
-- ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub).
+- ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub):
+  ``NAF_CONFIG`` and the weights of ``NAF(**NAF_CONFIG)``, not scaled.
 
 Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, shape decoder 0.9 GB, DINOv3
 ViT-L fp32 1.2 GB, and 13.2 GB over the eight loads of a staged 1024_cascade run (seven models,
@@ -68,6 +69,11 @@ REAL_BYTES = {
 
 HIDDEN = 16  # DINOv3 stand-in embedding width: proj features are 16 (no NAF) or 32 (with NAF)
 LATENT = 8
+#: The stand-in NAF's constructor arguments (the real release: dim 256, 4 attention heads, 4
+#: RoPE heads, 9x9 kernel, 2 encoder layers). Tests keep the real heads and kernel, a tiny width
+#: and one encoder layer (the encoders run at up to 4x the output size: the dearest part here);
+#: its size is what these weights hold (no ballast: the real NAF is small too).
+NAF_CONFIG = {"dim": 16, "heads_attn": 4, "heads_rope": 4, "kernel_size": 9, "img_layers": 1}
 
 MODELS = {
     "sparse_structure_flow_model": ("SparseStructureFlowModel", dict(
@@ -135,6 +141,31 @@ def _sized(build, target: int):
     small = build(1)
     fixed = _state_bytes(small.state_dict()) - 4
     return build(max(1, (target - fixed) // 4))
+
+
+def build_naf(config: dict):
+    """A randomly initialised stand-in NAF built from ``config`` (``NAF(**config)``), on the CPU
+    and the default generator; the bench builds it at real sizes (``dim=256``).
+
+    Its modules are imported as torch.hub does (the hub folder first on ``sys.path``, so
+    ``from src.model.naf import NAF`` resolves there) and then dropped from ``sys.modules``:
+    NAF's attention binds ``natten.na2d`` when first imported, and the port's
+    ``load_runtime_deps`` must be able to rebind it before the hub load that follows."""
+    import importlib.util
+    folder = str(HERE / "naf_hub")
+    before = set(sys.modules)
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location("_standin_naf_hubconf",
+                                                      HERE / "naf_hub" / "hubconf.py")
+        hubconf = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hubconf)
+        return hubconf.NAF(**config).eval().requires_grad_(False)
+    finally:
+        sys.path.remove(folder)
+        for name in set(sys.modules) - before:
+            if name == "src" or name.startswith("src."):
+                del sys.modules[name]
 
 
 def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
@@ -218,18 +249,12 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
                     "model": state}, _snapshot(hub, "Ruicheng/moge-2-vitl") / "model.pt")
         sizes["moge"] = _state_bytes(state)
 
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("_standin_naf_hubconf",
-                                                      HERE / "naf_hub" / "hubconf.py")
-        hubconf = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(hubconf)
         checkpoints = root / "torch" / "hub" / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
-        naf = _sized(lambda n: hubconf.NAF(channels=HIDDEN, ballast_numel=n),
-                     int(REAL_BYTES["naf"] * scale))
+        naf = build_naf(NAF_CONFIG)
         state = naf.state_dict()
         with open(checkpoints / "naf_standin.json", "w") as f:
-            json.dump({"channels": HIDDEN, "ballast_numel": state["ballast"].numel()}, f)
+            json.dump(NAF_CONFIG, f)
         save_file({k: v.contiguous() for k, v in state.items()},
                   str(checkpoints / "naf_standin.safetensors"))
         sizes["naf"] = _state_bytes(state)

@@ -1,5 +1,10 @@
 """Stand-in view-aligned DINOv3 feature extractor (``DinoV3ProjFeatureExtractor``) and ``ProjGrid``.
 
+``ProjGrid``, ``project_points_to_image_batch`` and ``sample_features`` mirror the real module's
+(port 809cf5f5) at real shapes: every one of the ``grid_resolution``^3 points is projected and
+sampled (64^3 = 262,144 points of 2 x 1024 channels for the texture pass) before
+``get_proj_cond_shape`` keeps the active voxels.
+
 As in the real module: the constructor loads the backbone with
 ``DINOv3ViTModel.from_pretrained(model_name)`` into ``.model``; ``_load_naf()`` loads the NAF
 upsampler with ``torch.hub.load(...)`` into ``.naf_model`` (here from the local hub folder
@@ -24,10 +29,45 @@ _MEAN = torch.tensor([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1)
 _STD = torch.tensor([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1)
 
 
+def project_points_to_image_batch(points_3d, transform_matrix, camera_angle_x,
+                                  resolution: int = 518):
+    """Pinhole projection as Blender renders it: ``points_3d`` [N, 3] or [B, N, 3] through the
+    camera-to-world ``transform_matrix`` [B, 4, 4] (inverted here), horizontal field of view
+    ``camera_angle_x`` [B] (radians) on a 32 mm sensor, to pixel coordinates of a
+    ``resolution``-pixel image. Returns (points_2d [B, N, 2] as (x, y) pixels, depth [B, N],
+    valid_mask [B, N])."""
+    device = points_3d.device
+    batch = transform_matrix.shape[0]
+    points = points_3d.unsqueeze(0).expand(batch, -1, -1) if points_3d.dim() == 2 else points_3d
+    ones = torch.ones(batch, points.shape[1], 1, device=device, dtype=points.dtype)
+    homogeneous = torch.cat([points, ones], dim=-1)
+    world_to_camera = torch.linalg.inv(transform_matrix.float()).to(transform_matrix.dtype)
+    camera = torch.bmm(homogeneous, world_to_camera.transpose(-2, -1))[..., :3]
+    x_cam, y_cam, z_cam = camera[..., 0], camera[..., 1], camera[..., 2]
+    depth = -z_cam
+    focal_pixels = (16.0 / torch.tan(camera_angle_x / 2.0) * resolution / 32.0).unsqueeze(1)
+    x_pixel = focal_pixels * x_cam / (-z_cam + 1e-8) + resolution / 2.0
+    y_pixel = -(focal_pixels * y_cam / (-z_cam + 1e-8)) + resolution / 2.0
+    valid = ((x_pixel >= 0) & (x_pixel < resolution) & (y_pixel >= 0) & (y_pixel < resolution)
+             & (depth > 0))
+    return torch.stack([x_pixel, y_pixel], dim=-1), depth, valid
+
+
+def sample_features(fmap, queries_ndc):
+    """Bilinear ``grid_sample`` (``align_corners=False``, border padding) of ``fmap`` [B, C, H, W]
+    at ``queries_ndc`` [B, K, 2] in [-1, 1]; returns [B, C, K]."""
+    b, k = queries_ndc.shape[:2]
+    assert fmap.shape[0] == b, "Batch size mismatch"
+    grid = queries_ndc.view(b, k, 1, 2)
+    return F.grid_sample(fmap, grid, mode='bilinear', align_corners=False,
+                         padding_mode='border').squeeze(-1)
+
+
 class ProjGrid(nn.Module):
-    """A grid_resolution^3 lattice in [-1, 1]^3, projected by a pinhole camera looking down -y
-    from ``distance`` with horizontal field of view ``camera_angle_x`` (radians), sampled from a
-    feature map with bilinear ``grid_sample``. Output [B, R^3, C]."""
+    """A grid_resolution^3 lattice in [-1, 1]^3 (``grid_points`` [R^3, 3], rotated into
+    Blender's axes), projected by the front-view camera at ``distance`` and sampled from a
+    feature map with :func:`sample_features`. Output [B, R^3, C] — every grid point, however few
+    of them the caller keeps."""
 
     def __init__(self, grid_resolution: int = 16, image_resolution: int = 518):
         super().__init__()
@@ -35,22 +75,27 @@ class ProjGrid(nn.Module):
         self.image_resolution = image_resolution
         axis = torch.linspace(-1, 1, grid_resolution)
         x, y, z = torch.meshgrid(axis, axis, axis, indexing='ij')
-        self.register_buffer('grid_points', torch.stack((x, y, z), dim=-1).reshape(-1, 3))
+        rotation = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+        points = torch.matmul(torch.stack((x, y, z), dim=-1), rotation.T).reshape(-1, 3)
+        self.register_buffer('grid_points', points)
+        self.register_buffer('front_view_transform_matrix', torch.tensor(
+            [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, -1.0, -2.0], [0.0, 1.0, 0.0, 0.0],
+             [0.0, 0.0, 0.0, 1.0]]))
 
     def forward(self, features_map, camera_angle_x, distance, mesh_scale, transform_matrix=None,
                 BHWC=True):
+        b = features_map.shape[0]
+        points = self.grid_points.expand(b, -1, -1)
+        points = points / mesh_scale.unsqueeze(-1).unsqueeze(-1) / 2
+        assert transform_matrix is None, "transform_matrix is not None"
+        transform_matrix = self.front_view_transform_matrix.expand(b, -1, -1).clone()
+        transform_matrix[:, 1, 3] = -distance
+        image_points, depth, valid = project_points_to_image_batch(
+            points, transform_matrix, camera_angle_x, self.image_resolution)
+        image_points_norm = (image_points + 0.5) / self.image_resolution * 2 - 1
         if BHWC:
             features_map = features_map.permute(0, 3, 1, 2)
-        b = features_map.shape[0]
-        pts = self.grid_points[None].expand(b, -1, -1) / mesh_scale.reshape(-1, 1, 1) / 2
-        depth = distance.reshape(-1, 1) + pts[..., 1]
-        focal = 1.0 / torch.tan(camera_angle_x.reshape(-1, 1) / 2)
-        u = focal * pts[..., 0] / depth
-        v = -focal * pts[..., 2] / depth
-        grid = torch.stack([u, v], dim=-1)[:, :, None]  # [B, K, 1, 2] in [-1, 1]
-        out = F.grid_sample(features_map, grid.to(features_map.dtype), mode='bilinear',
-                            align_corners=False, padding_mode='border')
-        return out[..., 0].permute(0, 2, 1)
+        return sample_features(features_map, image_points_norm).permute(0, 2, 1)
 
 
 class DinoV3ProjFeatureExtractor(nn.Module):

@@ -1,0 +1,265 @@
+"""Lean conditioning: NAF's upsampling from the low-resolution keys and values, and the view
+projection only where the active voxels sample it — the same numbers as the port's path, to
+fp32 rounding, without its working memory.
+
+What the port does (read in ``valeoai/NAF`` ``src/layers/attentions.py``/``src/model/naf.py``
+and Pixal3D-mac's ``image_conditioned_proj.py`` and ``generate_mps.py``): NAF resizes its keys
+and the 1024-channel DINOv3 values to the output size (1024x1024 for the texture pass) and runs
+9x9 neighbourhood attention with dilation output / input; on a Mac the port's ``_torch_na2d``
+runs it with flat copies of q, k, v and the output (about 20 GiB at 1024x1024). ``ProjGrid``
+then samples every one of the 64^3 grid points from both maps (``[1, 262144, 2048]``) before
+``get_proj_cond_shape`` keeps the active voxels.
+
+Two tools, each announced by a ``working_memory`` event (fields: ``stage``, ``target``,
+``tool``, ``chunk``, ``bytes_saved`` as estimated, ``note``):
+
+- :func:`banded_upsampler` (``tool="banded_upsampler"``): any NAF-like ``CrossAttention``
+  (``forward(q, k, v)``, ``num_heads``, ``kernel_size``, ``_resize``) computes its whole output
+  in bands of low-resolution rows (``lean_attention.upsample_banded``).
+- :func:`install` (``tool="sampled_projection"``): the pipeline's ``get_proj_cond_shape`` runs
+  the extractor's own ``forward`` with its ``proj_grid`` restricted to the active voxels' grid
+  points and NAF's output computed only at the pixels those points' bilinear samples read
+  (``lean_attention.upsample_at``).
+
+Preconditions (:mod:`.lean_checks`) are checked at install and again when a pass runs (NAF is
+loaded lazily in staged mode). Where one fails the port's own path runs and a ``warning`` event
+says why; nothing changes silently. What stays as in the port: DINOv3, NAF's image encoder (its
+queries are a full ``[1, 256, H, W]`` map) and the low-resolution projection.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ..events import emit
+from . import lean_attention as la
+from . import lean_checks as checks
+
+EXTRACTORS = ("image_cond_model_shape_512", "image_cond_model_shape_1024",
+              "image_cond_model_tex_1024")
+
+
+class Handle:
+    """Undoes one installation: :meth:`remove` (idempotent). ``active``: whether the lean path
+    was installed (False when a precondition failed and the port's path stays)."""
+
+    def __init__(self, undo: Optional[Callable[[], None]], active: bool):
+        self._undo = undo
+        self.active = active
+
+    def remove(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+
+
+#: ``differs`` of a lean fallback's warning: the output is the port's own.
+DIFFERS = "nothing in the output: the port's own computation runs, with its working memory"
+
+
+def _fallback(sink, message: str, cause: str) -> None:
+    """A ``warning`` that the port's computation runs instead of the lean one (``fallback``:
+    ``port_conditioning``, ``cause``: the precondition that failed)."""
+    emit(sink, "warning", message=message, fallback="port_conditioning", cause=cause,
+         differs=DIFFERS)
+
+
+def _event(sink, stage, target, tool, chunk, saved, note) -> None:
+    emit(sink, "working_memory", stage=stage, target=target, tool=tool, chunk=chunk,
+         bytes_saved=int(saved), note=note)
+
+
+def banded_upsampler(upsampler: nn.Module, sink=None, stage: Optional[str] = None,
+                     band_bytes: int = la.BAND_BYTES) -> Handle:
+    """Make ``upsampler`` (NAF's ``CrossAttention``) compute its output in bands.
+
+    Its ``forward(q, k, v, image=None, return_weights=False)`` is replaced on the instance:
+    q ``[B, heads * dq, H, W]``, k ``[B, heads * dq, h, w]``, v ``[B, heads * dv, h, w]`` ->
+    ``[B, heads * dv, H, W]``, equal to the original's to fp32 rounding, without the resized
+    k and v or the flat copies. A call it cannot take (``return_weights``, a ratio that is not
+    an integer, a kernel that does not fit) runs the original ``forward`` and emits a
+    ``warning`` (once per shape). ``sink`` gets a ``working_memory`` event at the first call of
+    each output size (``bytes_saved``: the port's resized maps, flat copies and output copy,
+    less one band). Preconditions checked now (:func:`.lean_checks.upsampler_problem`): when one
+    fails, nothing is changed, a ``warning`` names it and the returned handle is inactive.
+    Returns a :class:`Handle`; ``remove()`` restores the original ``forward``."""
+    problem = checks.upsampler_problem(upsampler)
+    if problem:
+        _fallback(sink, f"NAF upsampling stays as the port computes it: {problem}", problem)
+        return Handle(None, False)
+    had_own = "forward" in vars(upsampler)
+    original = upsampler.forward
+    seen: set = set()
+
+    def forward(q, k, v, image=None, return_weights=False, **kwargs):
+        shape = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
+        problem = "return_weights" if return_weights else checks.shape_problem(
+            q, k, v, upsampler.kernel_size)
+        if problem:
+            if shape not in seen:
+                seen.add(shape)
+                _fallback(sink, f"NAF upsampling of {shape[0]} ran as the port computes it: "
+                                f"{problem}", problem)
+            return original(q, k, v, image, return_weights=return_weights, **kwargs)
+        hq, wq = q.shape[-2:]
+        hk, wk = k.shape[-2:]
+        upsampler.dilation = (hq // hk, wq // wk)
+        if shape not in seen:
+            seen.add(shape)
+            _event(sink, stage, "naf.upsampler", "banded_upsampler", None,
+                   checks.port_upsample_bytes(q, k, v) - band_bytes,
+                   f"{hq}x{wq} from {hk}x{wk}, bands of at most {band_bytes} bytes")
+        return la.upsample_banded(q, k, v, upsampler.num_heads, _kernel(upsampler),
+                                  band_bytes=band_bytes)
+
+    upsampler.forward = forward
+
+    def undo():
+        if had_own:
+            upsampler.forward = original
+        else:
+            del upsampler.forward
+    return Handle(undo, True)
+
+
+def _kernel(upsampler) -> tuple:
+    ks = upsampler.kernel_size
+    return (ks, ks) if isinstance(ks, int) else tuple(ks)
+
+
+class _LazyMap:
+    """NAF's output not computed: what :meth:`at` needs to compute it at chosen pixels."""
+
+    def __init__(self, upsampler, queries, keys, values):
+        self.upsampler, self.queries, self.keys, self.values = upsampler, queries, keys, values
+        self.shape = (values.shape[0], values.shape[1]) + tuple(queries.shape[-2:])
+
+    def at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """NAF's output at pixels (rows, cols) ``[P]`` each: ``[B, P, C]``."""
+        h, w = self.queries.shape[-2:]
+        hl, wl = self.keys.shape[-2:]
+        q_pixels = self.queries[:, :, rows, cols].transpose(1, 2)
+        cells = (rows // (h // hl)) * wl + cols // (w // wl)
+        return la.upsample_at(q_pixels, cells, self.keys, self.values,
+                              self.upsampler.num_heads, _kernel(self.upsampler))
+
+
+class _LazyNAF(nn.Module):
+    """Stands in for the extractor's ``naf_model`` during a lean pass: NAF's own image encoder,
+    query and key encoders run as in ``NAF.forward``; the upsampler's attention is left to the
+    sampled projection (a :class:`_LazyMap`)."""
+
+    def __init__(self, naf: nn.Module):
+        super().__init__()
+        self.naf = naf
+
+    def forward(self, image, features, output_size, *args, **kwargs):
+        x = self.naf.image_encoder(image, output_size=output_size)
+        return _LazyMap(self.naf.upsampler, self.naf.query_encoder(x),
+                        self.naf.key_encoder(x, features), features)
+
+
+class _SampledProjGrid(nn.Module):
+    """Stands in for the extractor's ``proj_grid`` during a lean pass: the port's own
+    ``ProjGrid`` built at the pass's resolution with ``grid_points`` cut to the active voxels
+    (``flat`` = x * R^2 + y * R + z, the order ``get_proj_cond_shape`` reshapes by). A tensor
+    map is sampled by the port's ``forward``; NAF's :class:`_LazyMap` is computed only at the
+    corners the same bilinear samples read (their coordinates taken from the port's own
+    projection, see :func:`.lean_checks.sample_points`)."""
+
+    def __init__(self, grid: nn.Module, flat: torch.Tensor):
+        super().__init__()
+        self.grid = grid
+        self.grid.grid_points = grid.grid_points[flat.to(grid.grid_points.device)]
+
+    def forward(self, features_map, camera_angle_x, distance, mesh_scale, transform_matrix=None,
+                BHWC=True):
+        if not isinstance(features_map, _LazyMap):
+            return self.grid(features_map, camera_angle_x, distance, mesh_scale,
+                             transform_matrix, BHWC=BHWC)
+        points = checks.sample_points(self.grid, features_map.shape, camera_angle_x, distance,
+                                      mesh_scale, transform_matrix)
+        b, c, h, w = features_map.shape
+        out = []
+        for i in range(b):
+            rows, cols, weights = la.bilinear_corners(points[i], h, w)
+            pixels, inverse = torch.unique(rows * w + cols, return_inverse=True)
+            values = features_map.at(pixels // w, pixels % w)[i]
+            out.append((values[inverse] * weights.unsqueeze(-1).to(values.dtype)).sum(1))
+        return torch.stack(out)
+
+
+def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = None) -> Handle:
+    """Lean shape and texture conditioning on ``pipeline`` (the port's
+    ``Pixal3DImageTo3DPipeline``): its ``get_proj_cond_shape`` (instance attribute, wrapping
+    whatever is there now) computes the projected features only at the active voxels and NAF's
+    output only at the pixels their bilinear samples read. The result dict has the port's
+    structure (``cond``/``neg_cond``, ``global`` and a ``SparseTensor`` ``proj`` of the port's
+    class) with features equal to the port's to fp32 rounding.
+
+    ``sink``: ``working_memory`` events (one per extractor the first time its pass runs lean)
+    and ``warning`` events (a pass that runs the port's path, and why). ``stage``: a callable
+    giving the current stage name for the events (or None). Preconditions
+    (:mod:`.lean_checks`) are checked now — the pipeline's (when one fails nothing is installed
+    and the handle is inactive) and each extractor's (a ``warning`` per failing one) — and again
+    when each pass runs, NAF included (staged runs load it late). Returns a :class:`Handle`
+    whose ``remove()`` restores ``get_proj_cond_shape``."""
+    import inspect
+
+    from .lean_pass import lean_cond_shape  # the pass body, kept apart to keep modules small
+
+    problem = checks.pipeline_problem(pipeline)
+    if problem:
+        _fallback(sink, f"conditioning runs as the port computes it: {problem}", problem)
+        return Handle(None, False)
+    _check_extractors(pipeline, sink)
+    had_own = "get_proj_cond_shape" in vars(pipeline)
+    original = pipeline.get_proj_cond_shape
+    defaults = {name: p.default for name, p in inspect.signature(original).parameters.items()
+                if name in checks.PASS_ARGS and p.default is not inspect.Parameter.empty}
+    announced: set = set()
+
+    def get_proj_cond_shape(image_cond_model, image, coords, *args, **kwargs):
+        given = {**defaults, **dict(zip(checks.PASS_ARGS, args, strict=False)), **kwargs}
+        if (getattr(image_cond_model, "use_naf_upsample", False)
+                and getattr(image_cond_model, "naf_model", None) is None):
+            image_cond_model._load_naf()  # what the port's forward would do first
+        problem = (f"{len(args)} positional arguments after coords" if len(args) > 4
+                   else checks.pass_problem(image_cond_model, image, coords, given))
+        name = _name(pipeline, image_cond_model)
+        if problem:
+            _fallback(sink, f"{name} runs as the port computes it: {problem}", problem)
+            return original(image_cond_model, image, coords, *args, **kwargs)
+        if id(image_cond_model) not in announced:
+            announced.add(id(image_cond_model))
+            resolution = given.get("grid_resolution_override") or image_cond_model.grid_resolution
+            _event(sink, stage() if stage is not None else None, f"{name}.conditioning",
+                   "sampled_projection", int(coords.shape[0]),
+                   checks.port_pass_bytes(image_cond_model, int(resolution), coords),
+                   "projection at the active voxels; NAF at the pixels their samples read")
+        return lean_cond_shape(pipeline, image_cond_model, image, coords, **given)
+
+    pipeline.get_proj_cond_shape = get_proj_cond_shape
+
+    def undo():
+        if had_own:
+            pipeline.get_proj_cond_shape = original
+        else:
+            del pipeline.get_proj_cond_shape
+    return Handle(undo, True)
+
+
+def _check_extractors(pipeline, sink) -> None:
+    """A ``warning`` for each of the pipeline's NAF extractors that cannot run lean as it is."""
+    for attr in EXTRACTORS:
+        extractor = getattr(pipeline, attr, None)
+        problem = checks.extractor_problem(extractor) if extractor is not None else None
+        if problem:
+            _fallback(sink, f"{attr} will run as the port computes it: {problem}", problem)
+
+
+def _name(pipeline, extractor) -> str:
+    return next((attr for attr in EXTRACTORS if getattr(pipeline, attr, None) is extractor),
+                "image_cond_model")
