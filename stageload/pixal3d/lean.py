@@ -23,8 +23,9 @@ Two tools, each announced by a ``working_memory`` event (fields: ``stage``, ``ta
 
 Preconditions (:mod:`.lean_checks`) are checked at install and again when a pass runs (NAF is
 loaded lazily in staged mode). Where one fails the port's own path runs and a ``warning`` event
-says why; nothing changes silently. What stays as in the port: DINOv3, NAF's image encoder (its
-queries are a full ``[1, 256, H, W]`` map) and the low-resolution projection.
+says why; nothing changes silently. NAF's image encoder runs layer by layer in row bands
+(:mod:`.lean_encoder`: two 128-channel maps per stack instead of several; its pooled, rotated
+map is never made whole). What stays as in the port: DINOv3 and the low-resolution projection.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from torch import nn
 from ..events import emit
 from . import lean_attention as la
 from . import lean_checks as checks
+from . import lean_encoder
 
 EXTRACTORS = ("image_cond_model_shape_512", "image_cond_model_shape_1024",
               "image_cond_model_tex_1024")
@@ -130,35 +132,65 @@ def _kernel(upsampler) -> tuple:
 
 
 class _LazyMap:
-    """NAF's output not computed: what :meth:`at` needs to compute it at chosen pixels."""
+    """NAF's output not computed: what :meth:`at` needs to compute it at chosen pixels.
+    ``queries``: the query map [B, C, H, W], or a :class:`.lean_encoder.Encoded` that gives
+    the queries at pixels."""
 
-    def __init__(self, upsampler, queries, keys, values):
+    def __init__(self, upsampler, queries, keys, values, size):
         self.upsampler, self.queries, self.keys, self.values = upsampler, queries, keys, values
-        self.shape = (values.shape[0], values.shape[1]) + tuple(queries.shape[-2:])
+        self.shape = (values.shape[0], values.shape[1]) + tuple(size)
 
     def at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """NAF's output at pixels (rows, cols) ``[P]`` each: ``[B, P, C]``."""
-        h, w = self.queries.shape[-2:]
+        h, w = self.shape[-2:]
         hl, wl = self.keys.shape[-2:]
-        q_pixels = self.queries[:, :, rows, cols].transpose(1, 2)
+        if isinstance(self.queries, torch.Tensor):
+            q_pixels = self.queries[:, :, rows, cols].transpose(1, 2)
+        else:
+            q_pixels = self.queries.queries_at(rows, cols).transpose(1, 2)
         cells = (rows // (h // hl)) * wl + cols // (w // wl)
         return la.upsample_at(q_pixels, cells, self.keys, self.values,
                               self.upsampler.num_heads, _kernel(self.upsampler))
 
 
 class _LazyNAF(nn.Module):
-    """Stands in for the extractor's ``naf_model`` during a lean pass: NAF's own image encoder,
-    query and key encoders run as in ``NAF.forward``; the upsampler's attention is left to the
-    sampled projection (a :class:`_LazyMap`)."""
+    """Stands in for the extractor's ``naf_model`` during a lean pass: NAF's image encoder
+    runs in bands (:mod:`.lean_encoder`; as written, with a ``warning``, when it is not the
+    encoder read), its keys are pooled band by band, and the upsampler's attention is left to
+    the sampled projection (a :class:`_LazyMap`)."""
 
-    def __init__(self, naf: nn.Module):
+    def __init__(self, naf: nn.Module, sink=None):
         super().__init__()
         self.naf = naf
+        self.sink = sink
 
     def forward(self, image, features, output_size, *args, **kwargs):
-        x = self.naf.image_encoder(image, output_size=output_size)
-        return _LazyMap(self.naf.upsampler, self.naf.query_encoder(x),
-                        self.naf.key_encoder(x, features), features)
+        naf = self.naf
+        problem = lean_encoder.problem(naf.image_encoder)
+        if problem is None and (type(naf.query_encoder).__name__, type(naf.key_encoder).__name__
+                                ) != ("QueryEncoder", "KeyEncoder"):
+            problem = "NAF's query or key encoder is not the identity / average pool read"
+        size = _encoder_size(image.shape[-2:], output_size)
+        if problem is None and not lean_encoder.encodable(size, output_size):
+            problem = f"the encoder's {size} map does not pool to {tuple(output_size)} by blocks"
+        if problem is None:
+            encoded = lean_encoder.encode(naf.image_encoder, image, output_size)
+            keys = encoded.keys(features.shape[-2:])
+            return _LazyMap(naf.upsampler, encoded, keys, features, output_size)
+        _fallback(self.sink, f"NAF's image encoder runs as written (more memory): {problem}",
+                  problem)
+        x = naf.image_encoder(image, output_size=output_size)
+        return _LazyMap(naf.upsampler, naf.query_encoder(x), naf.key_encoder(x, features),
+                        features, output_size)
+
+
+def _encoder_size(size, output_size) -> tuple:
+    """The map size ``ImageEncoder.forward`` encodes at (it shrinks images over 4x the
+    output)."""
+    (h, w), (oh, ow) = size, output_size
+    if h > 4 * oh or w > 4 * ow:
+        return (min(h, 4 * oh, 4 * ow), min(w, 4 * ow, 4 * oh))
+    return (h, w)
 
 
 class _SampledProjGrid(nn.Module):
@@ -239,7 +271,7 @@ def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = 
                    "sampled_projection", int(coords.shape[0]),
                    checks.port_pass_bytes(image_cond_model, int(resolution), coords),
                    "projection at the active voxels; NAF at the pixels their samples read")
-        return lean_cond_shape(pipeline, image_cond_model, image, coords, **given)
+        return lean_cond_shape(pipeline, image_cond_model, image, coords, **given, sink=sink)
 
     pipeline.get_proj_cond_shape = get_proj_cond_shape
 

@@ -12,7 +12,7 @@ import torch
 
 
 def lean_cond_shape(pipeline, extractor, image, coords, camera_angle_x, distance, mesh_scale,
-                    grid_resolution_override=None) -> dict:
+                    grid_resolution_override=None, sink=None) -> dict:
     """``{"cond": {"global", "proj"}, "neg_cond": {...}}`` as the port's
     ``get_proj_cond_shape`` returns it, ``proj`` holding ``[N, proj_channels]`` features at
     ``coords`` ``[N, 4]`` (batch 0)."""
@@ -33,7 +33,7 @@ def lean_cond_shape(pipeline, extractor, image, coords, camera_angle_x, distance
         extractor.grid_resolution = resolution
         extractor.proj_grid = _SampledProjGrid(grid, flat)
         if getattr(extractor, "use_naf_upsample", False):
-            extractor.naf_model = _LazyNAF(kept[2])
+            extractor.naf_model = _LazyNAF(kept[2], sink)
         z_global, z_proj = extractor(
             image, camera_angle_x=torch.tensor([camera_angle_x], device=device),
             distance=torch.tensor([distance], device=device),

@@ -7,6 +7,7 @@ stand-in port (its NAF, ``_torch_na2d`` and ``ProjGrid`` mirror the real ones; t
   weights depend on q and k only: the output is the slices' outputs side by side);
 - it equals the port's own path (NAF's ``CrossAttention`` through ``_torch_na2d``), and
   ``remove()`` restores that path;
+- NAF's image encoder run layer by layer in bands gives NAF's keys and queries;
 - the lean pass's ``[N, 2 x C]`` features equal the port's ``get_proj_cond_shape``'s;
 - a failed precondition gives a ``warning`` and exactly the port's result;
 - ``check --static`` names a drifted NAF name (cached hub source) and a drifted projection name.
@@ -111,6 +112,25 @@ def test_a_failed_precondition_warns_and_keeps_the_ports_result(port):
     handle.remove()
     assert [e["event"] for e in events] == ["warning"]
     assert "not an integer multiple" in events[0]["message"]
+
+
+@pytest.mark.parametrize("image, out, low, layers", [(64, 32, 8, 2), (48, 48, 12, 1),
+                                                     (200, 25, 5, 2)])
+def test_banded_image_encoder_gives_nafs_keys_and_queries(port, image, out, low, layers):
+    from stageload.pixal3d import lean_encoder
+    naf = weights_module().build_naf({"dim": 32, "heads_attn": 4, "heads_rope": 4,
+                                      "kernel_size": 5, "img_layers": layers})
+    x = torch.rand(1, 3, image, image, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        queries = naf.image_encoder(x, output_size=(out, out))
+        keys = naf.key_encoder(queries, torch.zeros(1, 1, low, low))
+        assert lean_encoder.problem(naf.image_encoder) is None
+        encoded = lean_encoder.encode(naf.image_encoder, x, (out, out), band_bytes=5000)
+        rows, cols = torch.randint(0, out, (40,)), torch.randint(0, out, (40,))
+        assert _rel(encoded.keys((low, low), band_bytes=3000), keys) <= REL
+        assert _rel(encoded.queries_at(rows, cols), queries[:, :, rows, cols]) <= REL
+    naf.image_encoder.sem_encoder[1].residual = True
+    assert "residual" in lean_encoder.problem(naf.image_encoder)
 
 
 @pytest.fixture(scope="module")
