@@ -129,18 +129,21 @@ def main(argv=None) -> int:
              if ns.cases else list(DEFAULT_CASES) + (list(SHAPE_PORT_CASES)
                                                      if ns.shape_port else []))
     voxels = {"tex_1024": ns.voxels, "shape_1024": ns.voxels, "shape_512": ns.voxels_32}
+    command = ("python -m bench.pixal3d.conditioning_memory "
+               + " ".join(argv if argv is not None else sys.argv[1:]))
     with tempfile.TemporaryDirectory(prefix="conditioning-memory-") as tmp:
         work = Path(tmp)
         weights = _weights(work)
-        results = [run_case(case, voxels, weights, work, ns.timeout) for case in cases]
-        report = {"cases": results, "agreement": agreement(results),
-                  "port_1024_from_tensors": port_tensors_1024(ns.voxels),
-                  "machine": {"cpus": os.cpu_count(), "torch_threads": None},
-                  "command": "python -m bench.pixal3d.conditioning_memory "
-                             + " ".join(argv if argv is not None else sys.argv[1:])}
-        for r in results:
-            r.pop("features_file", None)
-    write_report(report, Path(ns.out_dir))
+        results = []
+        for case in cases:  # the report is rewritten after each case: a long run keeps its part
+            results.append(run_case(case, voxels, weights, work, ns.timeout))
+            report = {"cases": [{k: v for k, v in r.items() if k != "features_file"}
+                                for r in results],
+                      "agreement": agreement(results),
+                      "port_1024_from_tensors": port_tensors_1024(ns.voxels),
+                      "machine": {"cpus": os.cpu_count()}, "command": command,
+                      "complete": len(results) == len(cases)}
+            write_report(report, Path(ns.out_dir))
     return 0
 
 
