@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..events import emit
+from ..hooks import around_call
 from . import lean_attention as la
 from . import lean_checks as checks
 from . import lean_encoder
@@ -57,6 +58,8 @@ class Handle:
             undo()
 
 
+#: ``source`` of a lean fallback's warning.
+SOURCE = "stageload.pixal3d.lean (--working-memory lean; docs/pixal3d.md, Working memory)"
 #: ``differs`` of a lean fallback's warning: the output is the port's own.
 DIFFERS = "nothing in the output: the port's own computation runs, with its working memory"
 
@@ -64,8 +67,8 @@ DIFFERS = "nothing in the output: the port's own computation runs, with its work
 def _fallback(sink, message: str, cause: str) -> None:
     """A ``warning`` that the port's computation runs instead of the lean one (``fallback``:
     ``port_conditioning``, ``cause``: the precondition that failed)."""
-    emit(sink, "warning", message=message, fallback="port_conditioning", cause=cause,
-         differs=DIFFERS)
+    emit(sink, "warning", message=message, source=SOURCE, fallback="port_conditioning",
+         cause=cause, differs=DIFFERS)
 
 
 def _event(sink, stage, target, tool, chunk, saved, note) -> None:
@@ -77,7 +80,8 @@ def banded_upsampler(upsampler: nn.Module, sink=None, stage: Optional[str] = Non
                      band_bytes: int = la.BAND_BYTES) -> Handle:
     """Make ``upsampler`` (NAF's ``CrossAttention``) compute its output in bands.
 
-    Its ``forward(q, k, v, image=None, return_weights=False)`` is replaced on the instance:
+    Its ``forward(q, k, v, image=None, return_weights=False)`` is replaced on the instance
+    (``stageload.hooks.around_call``: stacks and comes off like the other hooks):
     q ``[B, heads * dq, H, W]``, k ``[B, heads * dq, h, w]``, v ``[B, heads * dv, h, w]`` ->
     ``[B, heads * dv, H, W]``, equal to the original's to fp32 rounding, without the resized
     k and v or the flat copies. A call it cannot take (``return_weights``, a ratio that is not
@@ -91,11 +95,9 @@ def banded_upsampler(upsampler: nn.Module, sink=None, stage: Optional[str] = Non
     if problem:
         _fallback(sink, f"NAF upsampling stays as the port computes it: {problem}", problem)
         return Handle(None, False)
-    had_own = "forward" in vars(upsampler)
-    original = upsampler.forward
     seen: set = set()
 
-    def forward(q, k, v, image=None, return_weights=False, **kwargs):
+    def forward(call, q, k, v, image=None, return_weights=False, **kwargs):
         shape = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
         problem = "return_weights" if return_weights else checks.shape_problem(
             q, k, v, upsampler.kernel_size)
@@ -104,7 +106,7 @@ def banded_upsampler(upsampler: nn.Module, sink=None, stage: Optional[str] = Non
                 seen.add(shape)
                 _fallback(sink, f"NAF upsampling of {shape[0]} ran as the port computes it: "
                                 f"{problem}", problem)
-            return original(q, k, v, image, return_weights=return_weights, **kwargs)
+            return call(q, k, v, image, return_weights=return_weights, **kwargs)
         hq, wq = q.shape[-2:]
         hk, wk = k.shape[-2:]
         upsampler.dilation = (hq // hk, wq // wk)
@@ -116,14 +118,8 @@ def banded_upsampler(upsampler: nn.Module, sink=None, stage: Optional[str] = Non
         return la.upsample_banded(q, k, v, upsampler.num_heads, _kernel(upsampler),
                                   band_bytes=band_bytes)
 
-    upsampler.forward = forward
-
-    def undo():
-        if had_own:
-            upsampler.forward = original
-        else:
-            del upsampler.forward
-    return Handle(undo, True)
+    hook = around_call(upsampler, "forward", forward)
+    return Handle(hook.remove, True)
 
 
 def _kernel(upsampler) -> tuple:
@@ -225,9 +221,10 @@ class _SampledProjGrid(nn.Module):
 
 def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = None) -> Handle:
     """Lean shape and texture conditioning on ``pipeline`` (the port's
-    ``Pixal3DImageTo3DPipeline``): its ``get_proj_cond_shape`` (instance attribute, wrapping
-    whatever is there now) computes the projected features only at the active voxels and NAF's
-    output only at the pixels their bilinear samples read. The result dict has the port's
+    ``Pixal3DImageTo3DPipeline``): its ``get_proj_cond_shape`` (``stageload.hooks.around_call``
+    on the instance; install it before the stage hooks, which must run around it) computes the
+    projected features only at the active voxels and NAF's output only at the pixels their
+    bilinear samples read. The result dict has the port's
     structure (``cond``/``neg_cond``, ``global`` and a ``SparseTensor`` ``proj`` of the port's
     class) with features equal to the port's to fp32 rounding.
 
@@ -247,13 +244,12 @@ def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = 
         _fallback(sink, f"conditioning runs as the port computes it: {problem}", problem)
         return Handle(None, False)
     _check_extractors(pipeline, sink)
-    had_own = "get_proj_cond_shape" in vars(pipeline)
-    original = pipeline.get_proj_cond_shape
-    defaults = {name: p.default for name, p in inspect.signature(original).parameters.items()
+    defaults = {name: p.default for name, p in
+                inspect.signature(pipeline.get_proj_cond_shape).parameters.items()
                 if name in checks.PASS_ARGS and p.default is not inspect.Parameter.empty}
     announced: set = set()
 
-    def get_proj_cond_shape(image_cond_model, image, coords, *args, **kwargs):
+    def get_proj_cond_shape(call, image_cond_model, image, coords, *args, **kwargs):
         given = {**defaults, **dict(zip(checks.PASS_ARGS, args, strict=False)), **kwargs}
         if (getattr(image_cond_model, "use_naf_upsample", False)
                 and getattr(image_cond_model, "naf_model", None) is None):
@@ -263,7 +259,7 @@ def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = 
         name = _name(pipeline, image_cond_model)
         if problem:
             _fallback(sink, f"{name} runs as the port computes it: {problem}", problem)
-            return original(image_cond_model, image, coords, *args, **kwargs)
+            return call(image_cond_model, image, coords, *args, **kwargs)
         if id(image_cond_model) not in announced:
             announced.add(id(image_cond_model))
             resolution = given.get("grid_resolution_override") or image_cond_model.grid_resolution
@@ -273,21 +269,18 @@ def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = 
                    "projection at the active voxels; NAF at the pixels their samples read")
         return lean_cond_shape(pipeline, image_cond_model, image, coords, **given, sink=sink)
 
-    pipeline.get_proj_cond_shape = get_proj_cond_shape
-
-    def undo():
-        if had_own:
-            pipeline.get_proj_cond_shape = original
-        else:
-            del pipeline.get_proj_cond_shape
-    return Handle(undo, True)
+    hook = around_call(pipeline, "get_proj_cond_shape", get_proj_cond_shape)
+    return Handle(hook.remove, True)
 
 
 def _check_extractors(pipeline, sink) -> None:
-    """A ``warning`` for each of the pipeline's NAF extractors that cannot run lean as it is."""
+    """A ``warning`` for each of the pipeline's NAF extractors that cannot run lean as it is
+    (one not built yet — a staged run builds them when the structure stage begins — is checked
+    when its pass runs)."""
     for attr in EXTRACTORS:
-        extractor = getattr(pipeline, attr, None)
-        problem = checks.extractor_problem(extractor) if extractor is not None else None
+        extractor = vars(pipeline).get(attr)
+        problem = checks.extractor_problem(extractor) if isinstance(extractor, nn.Module) \
+            else None
         if problem:
             _fallback(sink, f"{attr} will run as the port computes it: {problem}", problem)
 
