@@ -73,7 +73,7 @@ def _fallback(sink, message: str, cause: str) -> None:
 
 def _event(sink, stage, target, tool, chunk, saved, note) -> None:
     emit(sink, "working_memory", stage=stage, target=target, tool=tool, chunk=chunk,
-         bytes_saved=int(saved), note=note)
+         bytes_saved=max(0, int(saved)), note=note)
 
 
 def banded_upsampler(upsampler: nn.Module, sink=None, stage: Optional[str] = None,
