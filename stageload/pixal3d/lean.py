@@ -40,6 +40,9 @@ from . import lean_attention as la
 from . import lean_checks as checks
 from . import lean_encoder
 
+#: active voxels whose NAF pixels are computed together (4 corners each: at most 16,384 pixels,
+#: 64 MiB of 1024-channel values)
+VOXEL_CHUNK = 4096
 EXTRACTORS = ("image_cond_model_shape_512", "image_cond_model_shape_1024",
               "image_cond_model_tex_1024")
 
@@ -210,13 +213,19 @@ class _SampledProjGrid(nn.Module):
         points = checks.sample_points(self.grid, features_map.shape, camera_angle_x, distance,
                                       mesh_scale, transform_matrix)
         b, c, h, w = features_map.shape
-        out = []
+        k = points.shape[1]
+        out = features_map.values.new_empty(b, k, c)
         for i in range(b):
-            rows, cols, weights = la.bilinear_corners(points[i], h, w)
-            pixels, inverse = torch.unique(rows * w + cols, return_inverse=True)
-            values = features_map.at(pixels // w, pixels % w)[i]
-            out.append((values[inverse] * weights.unsqueeze(-1).to(values.dtype)).sum(1))
-        return torch.stack(out)
+            for k0 in range(0, k, VOXEL_CHUNK):  # a chunk's pixels only, never all at once
+                rows, cols, weights = la.bilinear_corners(points[i, k0:k0 + VOXEL_CHUNK], h, w)
+                pixels, inverse = torch.unique(rows * w + cols, return_inverse=True)
+                values = features_map.at(pixels // w, pixels % w)[i]
+                weights = weights.to(values.dtype)
+                acc = values[inverse[:, 0]] * weights[:, :1]
+                for corner in range(1, 4):
+                    acc += values[inverse[:, corner]] * weights[:, corner:corner + 1]
+                out[i, k0:k0 + VOXEL_CHUNK] = acc
+        return out
 
 
 def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = None) -> Handle:

@@ -149,9 +149,10 @@ def _pass(pipeline, extractor, resolution, n=1500, seed=3):
                                         grid_resolution_override=resolution)
 
 
-def test_lean_pass_features_equal_the_ports(pipeline):
+def test_lean_pass_features_equal_the_ports(pipeline, monkeypatch):
     extractor = pipeline.image_cond_model_tex_1024
     ported = _pass(pipeline, extractor, 64)
+    monkeypatch.setattr(lean, "VOXEL_CHUNK", 300)  # several chunks of voxels
     events = []
     handle = lean.install(pipeline, events.append, stage=lambda: "texture")
     try:
