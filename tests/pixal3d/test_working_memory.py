@@ -1,7 +1,8 @@
 """``--working-memory lean|port`` on the stand-in port, on the CPU: with ``port`` nothing is
 installed and a staged run equals an eager one bit for bit (every sampler output, the mesh and
 the GLB); with ``lean`` (the default) each part is installed (its ``working_memory`` events) or,
-where this build lacks it, named in a ``warning`` event, and the run stays within the bound
+where this build lacks it, named in a ``warning`` event, the stages still come in the plan's
+order with every load in its stage, and the run stays within the bound
 docs/pixal3d.md states against ``port``; an unknown mode is refused before anything loads."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 import trimesh
 
-from stageload.pixal3d import Pixal3DRun, compare
+from stageload.pixal3d import Pixal3DRun, compare, plan_for
 from stageload.pixal3d.working import PARTS, check_mode
 
 SEED, TEXTURE, STEPS = 3, 512, 1
@@ -69,6 +70,14 @@ def test_lean_installs_each_part_or_says_which_it_lacks(runs):
     assert warned == {f"this build has no stageload.pixal3d.{name}" for name in wm.missing}
     if wm.installed:  # an installed part reports what it changed
         assert [e for e in lean["events"] if e["event"] == "working_memory"]
+    # the run's stage hooks wrap the parts (one replaces get_proj_cond_shape outright): every
+    # stage is entered in the plan's order and each model loads in a stage that lists it
+    plan = plan_for("1024_cascade")
+    assert [e["stage"] for e in lean["events"]
+            if e["event"] == "stage" and e.get("parent") is None] == list(plan)
+    loads = [e for e in lean["events"] if e["event"] in ("load", "reload")]
+    assert loads and all(not e["outside_stage"] and e["model"] in plan[e["stage"]]
+                         for e in loads)
 
 
 def test_lean_stays_within_the_stated_bound_of_port(runs):
