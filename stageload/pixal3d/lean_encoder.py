@@ -8,10 +8,12 @@ applies RoPE. Run as written at 1024x1024 it holds several 128-channel maps at o
 512 MiB: the block's input kept for its shortcut test, the norm's and the activation's outputs,
 reflect-padded copies, the concatenation, RoPE's products): about 4 GiB measured here.
 
-:func:`encode` keeps two maps per stack: a layer's input and its output, the output computed
-in bands of rows (GroupNorm with the statistics of the whole input, SiLU, reflect-padded
-conv; a band reads ``k // 2`` rows around it). The stacks' outputs are kept (2 x 128 channels);
-pooling and RoPE are per pixel and are applied only where needed (:class:`Encoded`: the keys,
+:func:`encode` keeps two maps of the 3x3 stack at a time: a layer's input and its output, the
+output computed in bands of rows (GroupNorm with the statistics of the whole input, SiLU,
+reflect-padded conv; a band reads ``k // 2`` rows around it), and keeps its output (128
+channels). The 1x1 stack is never stored: per pixel once its GroupNorms' statistics are known
+(a sweep over the image per norm), it is recomputed where needed (:class:`_Pointwise`).
+Pooling and RoPE are per pixel and are applied only where needed (:class:`Encoded`: the keys,
 band by band; the queries at chosen pixels). Arithmetic is the modules' own (their weights,
 ``F.conv2d``, the GroupNorm formula with PyTorch's biased variance), so results agree with the
 module's forward to fp32 rounding. :func:`problem` says when the encoder is not the one read.
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-BAND_BYTES = 64 * 2 ** 20
+BAND_BYTES = 32 * 2 ** 20
 
 
 def _conv_problem(conv) -> Optional[str]:
@@ -121,6 +123,67 @@ def _stack(x: torch.Tensor, stack, band_bytes: int) -> torch.Tensor:
     return x
 
 
+class _Pointwise:
+    """A stack of 1x1 convs (NAF's ``encoder``) never stored: each pixel's output depends on
+    that pixel alone once its GroupNorms' statistics are known, so those are gathered first —
+    one sweep over the image in row bands per norm (sums in float64) — and the stack is then
+    recomputed for the rows (:meth:`rows`) or pixels (:meth:`at`) asked for."""
+
+    def __init__(self, x: torch.Tensor, steps: list, band_bytes: int):
+        self.x, self.steps, self.affine = x, steps, []
+        b, _, h, w = x.shape
+        widest = max(conv.out_channels for _, conv in steps)
+        self.band = max(1, min(h, band_bytes // max(1, 16 * b * w * widest)))
+        for k, (norm, _) in enumerate(steps):
+            self.affine.append(None if norm is None else self._statistics(k, norm))
+
+    def _run(self, x: torch.Tensor, upto: int) -> torch.Tensor:
+        for (_, conv), affine in zip(self.steps[:upto], self.affine[:upto], strict=False):
+            if affine is not None:
+                x = F.silu(x * affine[0] + affine[1])
+            x = F.conv2d(x, conv.weight, conv.bias)
+        return x
+
+    def _statistics(self, k: int, norm) -> tuple:
+        b, _, h, w = self.x.shape
+        c, g = self.steps[k - 1][1].out_channels, norm.num_groups
+        total = torch.zeros(b, g, dtype=torch.float64)
+        squares = torch.zeros(b, g, dtype=torch.float64)
+        for r0 in range(0, h, self.band):
+            y = self._run(self.x[:, :, r0:r0 + self.band], k).reshape(b, g, -1).double()
+            total += y.sum(-1)
+            squares += (y * y).sum(-1)
+        n = (c // g) * h * w
+        mean = total / n
+        rstd = ((squares / n - mean * mean).clamp_min(0) + norm.eps).rsqrt()
+        scale = (rstd.repeat_interleave(c // g, dim=1).float() * norm.weight).reshape(b, c, 1, 1)
+        shift = norm.bias.reshape(1, c, 1, 1) - (mean.repeat_interleave(c // g, dim=1).float()
+                                                 .reshape(b, c, 1, 1) * scale)
+        return scale, shift
+
+    @property
+    def shape(self) -> tuple:
+        return (self.x.shape[0], self.steps[-1][1].out_channels) + tuple(self.x.shape[-2:])
+
+    def rows(self, r0: int, r1: int) -> torch.Tensor:
+        """The stack's output rows ``r0 .. r1``: [B, C, r1 - r0, W]."""
+        return self._run(self.x[:, :, r0:r1], len(self.steps))
+
+    def at(self, ry: torch.Tensor, rx: torch.Tensor) -> torch.Tensor:
+        """The stack's output at pixels ``(ry, rx)`` (same shape S): [B, C, *S]."""
+        picked = self.x[:, :, ry.reshape(-1), rx.reshape(-1)]
+        out = self._run(picked[..., None], len(self.steps))[..., 0]
+        return out.reshape(out.shape[:2] + tuple(ry.shape))
+
+
+def _rows_of(stack, r0: int, r1: int) -> torch.Tensor:
+    return stack.rows(r0, r1) if isinstance(stack, _Pointwise) else stack[:, :, r0:r1]
+
+
+def _at(stack, ry: torch.Tensor, rx: torch.Tensor) -> torch.Tensor:
+    return stack.at(ry, rx) if isinstance(stack, _Pointwise) else stack[:, :, ry, rx]
+
+
 class Encoded:
     """NAF's encoded image as the lean pass needs it, without the pooled and rotated map:
     the two stacks' outputs (``stacks``, [B, C/2, He, We] each), the pooling factor ``s`` to the
@@ -130,7 +193,7 @@ class Encoded:
     def __init__(self, stacks, output_size, rope):
         self.stacks, self.rope = stacks, rope
         self.out_h, self.out_w = output_size
-        self.s = stacks[0].shape[-2] // self.out_h
+        self.s = stacks[1].shape[-2] // self.out_h
         self.coords = rope.create_coordinate(H=self.out_h, W=self.out_w)
 
     def _rotate(self, x: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
@@ -142,15 +205,15 @@ class Encoded:
 
     def _pooled(self, r0: int, r1: int) -> torch.Tensor:
         """Output rows ``r0 .. r1`` of the pooled concatenation, [B, C, r1 - r0, W]."""
-        band = torch.cat([t[:, :, r0 * self.s:r1 * self.s] for t in self.stacks], dim=1)
+        band = torch.cat([_rows_of(t, r0 * self.s, r1 * self.s) for t in self.stacks], dim=1)
         return F.adaptive_avg_pool2d(band, (r1 - r0, self.out_w)) if self.s > 1 else band
 
     def keys(self, size, band_bytes: int = BAND_BYTES) -> torch.Tensor:
         """``[B, C, hl, wl]``: the rotated map average-pooled to ``size`` (rows in bands)."""
         hl, wl = size
         r = self.out_h // hl
-        b, c = self.stacks[0].shape[0], 2 * self.stacks[0].shape[1]
-        out = self.stacks[0].new_empty(b, c, hl, wl)
+        b, c = self.stacks[0].shape[0], sum(t.shape[1] for t in self.stacks)
+        out = self.stacks[1].new_empty(b, c, hl, wl)
         rows = max(1, band_bytes // max(1, 8 * c * self.out_w * r * self.s ** 2))
         for k0 in range(0, hl, rows):
             k1 = min(hl, k0 + rows)
@@ -163,15 +226,11 @@ class Encoded:
     def queries_at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """The rotated map (NAF's queries) at output pixels (rows, cols) ``[P]``: [B, C, P]."""
         s = self.s
-        parts = []
-        for t in self.stacks:
-            if s == 1:
-                parts.append(t[:, :, rows, cols])
-                continue
-            dy = torch.arange(s, device=rows.device)
-            ry = (rows[:, None, None] * s + dy[None, :, None]).expand(-1, s, s)
-            rx = (cols[:, None, None] * s + dy[None, None, :]).expand(-1, s, s)
-            parts.append(t[:, :, ry, rx].mean(dim=(-1, -2)))
+        d = torch.arange(s, device=rows.device)
+        ry = (rows[:, None, None] * s + d[None, :, None]).expand(-1, s, s)
+        rx = (cols[:, None, None] * s + d[None, None, :]).expand(-1, s, s)
+        parts = [_at(t, ry, rx) for t in self.stacks]
+        parts = [p[..., 0, 0] if s == 1 else p.mean(dim=(-1, -2)) for p in parts]
         return self._rotate(torch.cat(parts, dim=1), rows * self.out_w + cols)
 
 
@@ -187,8 +246,11 @@ def encode(image_encoder, x: torch.Tensor, output_size,
     if not encodable(x.shape[-2:], output_size):
         raise ValueError(f"encoder size {tuple(x.shape[-2:])} is not a multiple of "
                          f"{tuple(output_size)}")
-    first = _stack(x, image_encoder.encoder, band_bytes)
-    second = _stack(x, image_encoder.sem_encoder, band_bytes)
+    second = _stack(x, image_encoder.sem_encoder, band_bytes)  # 3x3: stored, 2 maps at a time
+    steps = _steps(image_encoder.encoder)
+    first = _Pointwise(x, steps, band_bytes) if all(
+        conv.kernel_size == (1, 1) for _, conv in steps) else _stack(x, image_encoder.encoder,
+                                                                      band_bytes)
     return Encoded((first, second), output_size, image_encoder.rope)
 
 
