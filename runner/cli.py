@@ -14,6 +14,7 @@ from . import backends
 from .cancel import Cancel
 from .errors import RunnerError, explain
 from .job import Job
+from .jobinput import ImageInput
 from .jobrun import RUNNER_VERSION, JobRun
 from .jobtrace import log
 from .option_args import add_arguments as add_table_arguments
@@ -148,6 +149,7 @@ to do, in runner/PROTOCOL.md and docs/runner.md):
   37       batch/check --cluster: Ray missing, the cluster unreachable or without a node
            that could run a job (docs/cluster.md)
   38       batch/check --cluster: the cluster's token missing here or refused
+  39       the worker's interpreter could not be started at all (the message names it)
   40-50    the job failed: backend error, worker killed (e.g. out of memory) or crashed,
            empty matte, background not plain, export refused (would not fit), empty
            mesh (Pixal3D), out of memory, a system limit (open files, threads), stalled
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as err:
         return usage_failure(err, "single", argv)
     emitter, cancel = setup(ns)
-    job = Job(image=Path(ns.image), output=Path(ns.output), backend=ns.backend,
+    job = Job(input=ImageInput(ns.image), output=Path(ns.output), backend=ns.backend,
               trace=Path(ns.trace) if ns.trace else None, seed=ns.seed,
               texture_size=ns.texture_size, height_m=ns.height_m, overwrite=ns.overwrite,
               options=options, stall_timeout=ns.stall_timeout)

@@ -101,6 +101,11 @@ KINDS: dict[str, Kind] = {
                          "batch/check --cluster: the cluster requires a token (RAY_AUTH_MODE="
                          "token) and none was found here, or it refused the one found, or the "
                          "token file cannot be read"),
+    "worker_unstartable": Kind(39, "Check the interpreter the runner starts its worker with: "
+                               "it must exist and be an executable Python (the message names "
+                               "it; `python -m runner check` tries it).",
+                               "the worker's interpreter could not be started at all (a "
+                               "missing or non-executable file), whatever the job needs"),
     "backend_failed": Kind(40, "See the log on stderr and the trace; try another image or "
                                "backend.", "the backend raised an unexpected error"),
     "worker_killed": Kind(41, "The job was killed from outside (often the system running out of "

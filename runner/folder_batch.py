@@ -41,6 +41,7 @@ from . import backends
 from .errors import RunnerError, explain
 from .inputs import IMAGE_SUFFIXES
 from .job import Job, Outcome
+from .jobinput import ImageInput
 from .jobrun import RUNNER_VERSION, JobRun
 from .jobtrace import log
 from .manifest import (
@@ -237,8 +238,8 @@ class Batch:
             return None
         # A changed image or changed options: this batch may replace what it wrote itself
         # (a GLB recorded as done, a trace recorded for this image), nothing else.
-        job = Job(image=image, output=output, backend=ns.backend, trace=trace, seed=ns.seed,
-                  texture_size=ns.texture_size, height_m=ns.height_m,
+        job = Job(input=ImageInput(image), output=output, backend=ns.backend, trace=trace,
+                  seed=ns.seed, texture_size=ns.texture_size, height_m=ns.height_m,
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
                   options=self.options, stall_timeout=ns.stall_timeout,
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
@@ -251,7 +252,7 @@ class Batch:
         can be rebuilt from the traces (``manifest_recovery``)."""
         batch_hello = {k: v for k, v in self.hello.items() if k != "event"}
         item_hello = make("hello", **{**batch_hello, "mode": "batch_item",
-                                      "image": str(job.image), "output": str(job.output),
+                                      "image": str(job.input.path), "output": str(job.output),
                                       "trace": str(job.trace), "item": index,
                                       "sha256": digest, "options": self.fingerprint})
         began = time.time()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import backends
 from .errors import RunnerError
@@ -14,12 +15,13 @@ from .outputs import default_trace_path
 
 @dataclass
 class Job:
-    """One image → GLB job. Paths as given (made absolute during validation); ``trace`` None
-    means ``OUT.trace.jsonl`` next to the output; ``options`` are the backend's own options
-    (``dest`` → value); ``seed`` (int), ``texture_size`` (px), ``height_m`` (metres) — each
-    None for the backend's own default."""
+    """One job → GLB. ``input``: what it starts from (``runner.jobinput.ImageInput`` or
+    ``AssetInput``: each checks itself and makes its worker job). Paths as given (made
+    absolute during validation); ``trace`` None means ``OUT.trace.jsonl`` next to the output;
+    ``options`` are the backend's own options (``dest`` → value); ``seed`` (int),
+    ``texture_size`` (px), ``height_m`` (metres) — each None for the backend's own default."""
 
-    image: Path
+    input: Any
     output: Path
     backend: str = backends.DEFAULT
     trace: Path | None = None
@@ -50,17 +52,19 @@ export process: from the hand-over file to the GLB)."""
 class WorkerJob:
     """The job one worker process (``python -m runner.worker --job JSON``) runs.
 
-    ``backend`` (registry name), ``image`` (absolute path of the input), ``output`` (the
-    partial GLB path the process writes), ``seed`` / ``texture_size`` (px, int) / ``height_m``
-    (metres, float) — each None for the backend's default — ``options`` (the backend's own
-    options, ``dest`` → JSON value), ``mode`` (one of ``WORKER_MODES``) and ``handover`` (the
-    hand-over file's path: required for ``model`` and ``export``, absent for ``whole``).
+    ``backend`` (registry name; None for an export process of the bounded engine, which needs none),
+    ``image`` (absolute path of the input image; None for an export process, whose input is the
+    hand-over), ``output`` (the partial GLB path the process writes), ``seed`` / ``texture_size``
+    (px, int) / ``height_m`` (metres, float) — each None for the backend's default — ``options``
+    (the backend's own options, ``dest`` → JSON value), ``mode`` (one of ``WORKER_MODES``) and
+    ``handover`` (the hand-over file's path: required for ``model`` and ``export``, absent for
+    ``whole``).
     Raises ``ValueError`` naming the field for anything else: the record crosses a process
     boundary and is checked where it is made and where it enters the worker.
     """
 
-    backend: str
-    image: str
+    backend: str | None
+    image: str | None
     output: str
     seed: int | None = None
     texture_size: int | None = None
@@ -71,7 +75,10 @@ class WorkerJob:
 
     def __post_init__(self):
         for name in ("backend", "image", "output"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+            value = getattr(self, name)
+            if value is None and name != "output" and self.mode == "export":
+                continue  # the export process starts from its hand-over, with the engine
+            if not isinstance(value, str) or not value:
                 raise ValueError(f"worker job: {name} must be a non-empty string")
         for name in ("seed", "texture_size"):
             value = getattr(self, name)
@@ -94,6 +101,8 @@ class WorkerJob:
         if self.handover is not None and (not isinstance(self.handover, str)
                                           or not self.handover):
             raise ValueError("worker job: handover must be a non-empty string")
+        if self.backend is None and self.options.get("export_engine") not in (None, "bounded"):
+            raise ValueError("worker job: an export without a backend is the bounded engine's")
 
     def backend_kwargs(self) -> dict:
         """The keyword arguments for the backend's ``generate`` / ``export``: ``options`` plus

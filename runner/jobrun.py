@@ -1,11 +1,13 @@
-"""``JobRun``: one image → GLB job from validation to its last event, in named steps.
+"""``JobRun``: one job → GLB from validation to its last event, in named steps, for every
+kind of input (``runner.jobinput``: an image for a backend, a saved asset for the export
+engine — ``job.input`` checks itself and makes its worker's job).
 
-``validate`` (backend, input, output, trace — nothing of an earlier run is touched before the
-trace opens) → ``admit`` (the guard's admission) → ``spawn`` (the worker, a ``runner.child.Child``
-in its own process group) → relay and sample (the child's threads) → ``outcome`` (commit the
-partial GLB, or the ``RunnerError`` that explains the end, judged by
-``runner.workerproc.judge_end``) → ``finish`` (the ``result`` or
-``error`` event, written to the trace and returned in an ``Outcome``).
+``validate`` (the input's backend, the input, output, trace — nothing of an earlier run is touched
+before the trace opens) → ``admit`` (the guard's admission) → ``spawn`` (the worker, a
+``runner.child.Child`` in its own process group) → relay and sample (the child's threads) →
+``outcome`` (commit the partial GLB, or the ``RunnerError`` that explains the end, judged by
+``runner.workerproc.judge_end``) → ``finish`` (the ``result`` or ``error`` event, written to the
+trace and returned in an ``Outcome``).
 
 A step that fails raises ``RunnerError``; :meth:`JobRun.run` turns it into the job's
 ``error`` event.
@@ -22,15 +24,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Callable
 
-from . import __version__, backends
+from . import __version__
 from .cancel import Cancel, cancel_error
 from .child import Child, Supervision
 from .claims import claim_all, release_all
 from .errors import RunnerError
-from .inputs import probe_image
 from .job import Job, Outcome, WorkerJob, explain_warning, warning_record
 from .jobtrace import JobTrace, log, summarize_trace
 from .limits import resource_error
@@ -45,7 +47,9 @@ from .outputs import (
     failed_runs_trace,
     job_dir,
     leftover_asset,
+    missing_folders,
     new_file_mode,
+    remove_empty,
     sweep_stale_job_dirs,
     sweep_stale_partials,
     temp_path,
@@ -131,7 +135,10 @@ class JobRun:
                 explain_warning(obj)
 
     def run(self) -> Outcome:
-        """Run every step; never raises for a job failure (the ``Outcome`` says it)."""
+        """Run every step; never raises for a job failure (the ``Outcome`` says it). A job
+        refused for its input (``input.refused_kinds``) removes the folders it made."""
+        made = missing_folders(self.job.output, self.job.resolved_trace()) \
+            if self.job.input.refused_kinds else []
         try:
             try:
                 self.validate()
@@ -147,44 +154,41 @@ class JobRun:
             return self.finish(None, info)
         finally:
             self.close()
+            if self.refused:
+                remove_empty(made)
+
+    refused = False
+    """True once the job ended refused for its input (``input.refused_kinds``)."""
 
     # -- validate ------------------------------------------------------------------------------
     def validate(self) -> None:
-        """The backend, then the input, output and trace (no trace before they pass: nothing
-        of an earlier run is touched); opens the trace and publishes ``input``."""
-        job = self.job
+        """The input's backend (``input.backend``), then the input, output and trace (no trace
+        before they pass: nothing of an earlier run is touched); opens the trace and publishes
+        the input's facts (``input`` for an image, ``asset`` for an asset)."""
+        source = self.job.input
+        self.backend = source.backend(self.job)
         try:
-            self.backend = backends.get(job.backend)
-        except KeyError as exc:
-            raise RunnerError("usage", str(exc.args[0])) from None
-        if not self.backend.installed():
-            raise RunnerError("backend_unavailable", f"The {self.backend.name} backend is not "
-                              "installed here.", self.backend.install_hint or None)
-        self.backend.run_precheck(job.options)  # cheap: files and folders only
-        try:
-            info = self._check_files()
+            event, self.notes = self._check_files()
         except RunnerError:
             raise
         except Exception as exc:  # a bug in validation: this job fails, the process goes on
-            import traceback
-
             traceback.print_exc(file=sys.stderr)
             raise RunnerError("internal", f"Unexpected {type(exc).__name__} while checking "
                               f"the input: {exc}") from None
         self.check_kept_asset()
-        self.publish(make("input", **info.as_dict()))
-        self.notes = list(info.notes)
+        self.publish(event)
         for note in self.notes:  # people read stderr: what was done to their picture
-            log(f"note: {Path(job.image).name}: {note}")
+            log(f"note: {source.path.name}: {note}")
         if self.cancel:
-            raise cancel_error(self.cancel, "before the worker started")
+            raise cancel_error(self.cancel, f"before {source.process[1]} started")
 
-    def _check_files(self):
-        """Input, output and trace checks; opens the trace. Returns the input's ``ImageInfo``."""
+    def _check_files(self) -> tuple[dict, list[str]]:
+        """Input, output and trace checks; opens the trace. Returns the input's event and
+        notes (``input.check``)."""
         job = self.job
         replace = job.overwrite if job.replace_trace is None else job.replace_trace
-        trace_conflict(job.resolved_trace(), job.image, job.output)
-        info = probe_image(Path(job.image).absolute())  # absolute, as in hello
+        trace_conflict(job.resolved_trace(), job.input.path, job.output, job.input.noun)
+        checked = job.input.check(job)
         self.output = check_output(job.output, job.overwrite)
         trace_path = job.resolved_trace()
         check_path_limits(trace_path, "trace")  # before its claim file is made beside it
@@ -192,7 +196,7 @@ class JobRun:
         self.claims = claim_all([self.output, trace_path])
         check_output(self.output, job.overwrite)  # again: it may have appeared before the claim
         self.open_trace(trace_path, replace)
-        return info
+        return checked
 
     def open_trace(self, trace_path: Path, replace: bool) -> None:
         """Check (``check_trace``) and open the job's trace at ``trace_path``, after the output
@@ -312,36 +316,29 @@ class JobRun:
 
     # -- spawn, relay, sample ------------------------------------------------------------------
     def spawn(self) -> Child:
-        """Start the worker on a fresh partial file, relay its events and sample it until it
-        ends. Returns the finished ``Child``. When the backend exports in a process of its own
-        (``Backend.splits_export``), the partial GLB lies in a private job folder next to the
-        output and the worker runs in ``model`` mode: it writes the decoded asset to the
-        hand-over file in that folder."""
-        for stale in sweep_stale_partials(self.output) + sweep_stale_job_dirs(self.output.parent):
-            log(f"removed {stale.name}, left by a runner that was killed")
-        self.partial = temp_path(self.output)
-        mode, handover = "whole", None
-        if self.backend.splits_export(self.job.options):
+        """Start the input's worker (``input.worker_mode``, ``input.worker_job``) on a fresh
+        partial file, relay its events and sample it until it ends. Returns the finished
+        ``Child``. A worker in ``model`` mode (the backend exports in a process of its own,
+        ``Backend.splits_export``) or ``export`` mode (an asset's export process) writes its
+        partial GLB in a private job folder next to the output; in ``model`` mode it writes
+        the decoded asset to the hand-over file in that folder."""
+        source = self.job.input
+        mode = source.worker_mode(self.backend, self.job)
+        stale = sweep_stale_partials(self.output) if mode != "export" else []
+        for path in stale + sweep_stale_job_dirs(self.output.parent):
+            log(f"removed {path.name}, left by a runner that was killed")
+        self.partial, handover = temp_path(self.output), None
+        if mode != "whole":
             try:
                 self.job_dir = job_dir(self.output)
             except OSError as exc:
                 raise RunnerError("output_unwritable", f"Cannot create a temporary folder next "
                                   f"to {self.output} ({exc.strerror or exc}).") from None
             self.partial = self.job_dir / f"{self.output.stem}.glb"
-            mode, handover = "model", str(self.job_dir / "asset.npz")
-        return self.launch("worker", self.worker_job(mode, handover), "the worker",
-                           hint="Check the interpreter path.")
-
-    def worker_job(self, mode: str = "whole", handover: str | None = None) -> WorkerJob:
-        """The worker's job (``runner.job.WorkerJob``) in ``mode``, writing to
-        ``self.partial``."""
-        job, backend = self.job, self.backend
-        return WorkerJob(
-            backend=backend.name, image=str(Path(job.image).absolute()),
-            output=str(self.partial), seed=job.seed, texture_size=job.texture_size,
-            height_m=job.height_m, mode=mode, handover=handover,
-            options={o.dest: job.options[o.dest] for o in backend.options
-                     if job.options.get(o.dest) is not None})
+            handover = str(self.job_dir / "asset.npz") if mode == "model" else None
+        name, what = source.process
+        work = source.worker_job(self.backend, self.job, mode, self.partial, handover)
+        return self.launch(name, work, what)
 
     def spawn_export(self, handover: str) -> Child:
         """The export process, after the model process has exited: the guard re-checks
@@ -354,7 +351,8 @@ class JobRun:
 
         self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
         self._wait_for_admission(" the export")
-        job = self.worker_job("export", handover)
+        job = self.job.input.worker_job(self.backend, self.job, "export", self.partial,
+                                        handover)
         # the supervisor enters the stage (announce_export): the process must not enter it again
         job = replace(job, options={**job.options, "stage_announced": True})
         return self.launch("export", job, "the export process", announce=self.announce_export)
@@ -383,13 +381,14 @@ class JobRun:
                            publish=self.publish, tracker=self.tracker,
                            stall_timeout=self.job.stall_timeout)
 
-    def launch(self, name: str, job: WorkerJob, what: str, hint: str | None = None,
+    def launch(self, name: str, job: WorkerJob, what: str,
                announce: Callable[[Child], None] | None = None) -> Child:
         """Start ``runner.worker`` with ``job`` as the child ``name`` under the guard, then
         relay and sample it until it ends (:meth:`run_child`); returns the finished
-        ``Child``. ``what`` (e.g. "the worker") and ``hint`` word the ``no_torch`` error
-        raised when the interpreter cannot be started. ``announce(child)`` runs once it is
-        started, before its events are relayed and it is sampled."""
+        ``Child``. ``what`` (e.g. "the worker") words the ``worker_unstartable`` error raised
+        when the interpreter cannot be started at all (a missing or non-executable file:
+        whatever the job needs, torch or not). ``announce(child)`` runs once it is started,
+        before its events are relayed and it is sampled."""
         child = Child(self.supervision(), name)
         try:
             child.spawn(lambda fd: worker_argv(self.python, fd, job))
@@ -397,8 +396,9 @@ class JobRun:
             limited = resource_error([exc], f"The runner, starting {what},")
             if limited is not None:  # not the interpreter's fault: a system limit
                 raise limited from None
-            raise RunnerError("no_torch", f"Could not start {what} with {self.python} "
-                              f"({exc.strerror or exc}).", hint) from None
+            raise RunnerError("worker_unstartable", f"Could not start {what} with "
+                              f"{self.python} ({exc.strerror or exc}).",
+                              python=self.python) from None
         if announce is not None:
             announce(child)
         self.run_child(child)
@@ -445,11 +445,26 @@ class JobRun:
         self.trace.close()
         if unstarted and self.trace.path is not None:
             discard(self.trace.path)
+        if error is not None and error.kind in self.job.input.refused_kinds:
+            trace_path = final["trace"] = self.leave_nothing()
         return Outcome(ok=error is None, final=final,
                        exit_code=0 if error is None else error.exit_code,
                        output=str(self.output) if error is None else None, trace=trace_path,
                        seconds=seconds, peak=peak, error=error, notes=list(self.notes),
                        warnings=list(self.warnings))
+
+    def leave_nothing(self) -> str | None:
+        """A job refused for its input (``input.refused_kinds``) leaves nothing: the default
+        trace (no ``--trace`` given) is removed, and :meth:`run` removes the folders the job
+        made. A trace the user asked for is kept, complete, ending with the error. Returns the
+        trace's path when it is kept, else None."""
+        self.refused = True
+        if self.trace.path is None:
+            return None
+        if self.job.trace is None:
+            discard(self.trace.path)
+            return None
+        return str(self.trace.path)
 
     def close(self) -> None:
         """Remove an uncommitted partial GLB and release the guard (idempotent)."""

@@ -385,6 +385,27 @@ def sweep_stale_job_dirs(folder: Path) -> list[Path]:
     return removed
 
 
+def missing_folders(*paths: Path) -> list[Path]:
+    """The folders above ``paths`` that do not exist yet, deepest first (those a job that
+    writes ``paths`` would make, for :func:`remove_empty` when it leaves nothing)."""
+    missing: list[Path] = []
+    for path in paths:
+        folder = Path(path).expanduser().absolute().parent
+        while not folder.exists() and folder not in missing:
+            missing.append(folder)
+            folder = folder.parent
+    return sorted(missing, key=lambda f: len(f.parts), reverse=True)
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is empty now; never raises."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def discard_dir(path: Path | None) -> bool:
     """Remove a job folder and everything in it; True if it is gone. Never raises."""
     import shutil

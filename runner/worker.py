@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import functools
 import json
 import os
 import platform
@@ -30,8 +31,11 @@ import threading
 import time
 import traceback
 
+from . import backends
+from .backends import bounded_export
 from .errors import KINDS, RunnerError
 from .event_schema import make
+from .inputs import load_image
 from .job import WorkerJob
 from .limits import cause_chain, memory_error, resource_error
 from .oom import volunteer_for_oom_killer
@@ -230,40 +234,23 @@ def _load_backend(backend):
             "or choose an interpreter that has it.", python=sys.executable) from None
 
 
-def run_job(job: WorkerJob, emit) -> int:
+def run_worker(job: WorkerJob, emit) -> int:
     """Run one ``runner.job.WorkerJob`` sending events to ``emit``; returns the exit status.
     ``whole``: the backend's ``generate`` writes the GLB to ``job.output``; ``model``: it is
     given ``handover`` and writes the decoded asset there instead of exporting; ``export``:
-    this is the export process, which calls the backend's ``export(handover, output)``."""
-    from . import backends
-    from .inputs import load_image
-
+    this is the export process — the bounded export engine on ``handover`` (no backend, no
+    torch: ``bounded_export.export``), or with ``--export-engine port`` the backend's
+    ``export(handover, output)``."""
     module = None
     try:
-        backend = backends.get(job.backend)
-        # torch only for a backend that uses it: the built-in backend runs in an interpreter
-        # without torch (Blender's own Python with the extension's wheels, docs/blender.md).
-        # The export process of the bounded export engine needs no torch either (it runs with
-        # the runner's own interpreter, e.g. Blender's Python with the bundled wheels).
-        exporting = job.mode == "export"
-        needs_torch = backend.export_needs_torch(job.options) if exporting \
-            else backend.needs_torch
-        torch = _import_torch() if needs_torch else None
-        emit(make("worker", state="started", pid=os.getpid(), python=sys.executable,
-                  torch=getattr(torch, "__version__", None)))
-        if not backend.installed():
-            raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
-                              "installed.", backend.install_hint or None)
-        image, info = (None, None) if exporting else load_image(job.image)
-        module = _load_backend(backend)
-        kwargs = job.backend_kwargs()
-        if exporting:  # the export process: from the hand-over file
-            result = module.export(job.handover, job.output, emit=emit, **kwargs)
+        if job.mode == "export" and (job.backend is None
+                                     or bounded_export.engine(job.options) == "bounded"):
+            emit(_started(None))
+            result = bounded_export.export(job.handover, job.output, emit=emit,
+                                           **job.backend_kwargs())
         else:
-            if job.mode == "model":
-                kwargs["handover"] = job.handover
-            result = module.generate(image, job.output, had_alpha=info.had_alpha, emit=emit,
-                                     **kwargs)
+            module, call = _backend_call(job, emit)
+            result = call()
         emit(make("worker_done", output=job.output, info=result or {}))
         return 0
     except BaseException as exc:  # everything becomes one error event, never a traceback on stdout
@@ -282,6 +269,38 @@ def run_job(job: WorkerJob, emit) -> int:
             _quiet_full_disk_finalizers()
         emit(make("error", **err.fields()))
         return err.exit_code
+
+
+def _started(torch) -> dict:
+    """The worker-only ``worker`` event: started, with its pid, Python and torch version."""
+    return make("worker", state="started", pid=os.getpid(), python=sys.executable,
+                torch=getattr(torch, "__version__", None))
+
+
+def _backend_call(job: WorkerJob, emit):
+    """The backend's part of :func:`run_worker`, up to the call: torch imported only for a
+    backend that uses it (the built-in backend runs in an interpreter without torch:
+    Blender's own Python with the extension's wheels, docs/blender.md), ``worker`` started,
+    the image loaded, the module imported. Returns ``(module, call)``: ``call()`` runs
+    ``generate`` (modes ``whole``/``model``) or the port's ``export``."""
+    backend = backends.get(job.backend)
+    exporting = job.mode == "export"
+    needs_torch = backend.export_needs_torch(job.options) if exporting else backend.needs_torch
+    torch = _import_torch() if needs_torch else None
+    emit(_started(torch))
+    if not backend.installed():
+        raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
+                          "installed.", backend.install_hint or None)
+    image, info = (None, None) if exporting else load_image(job.image)
+    module = _load_backend(backend)
+    kwargs = job.backend_kwargs()
+    if exporting:  # the export process of the port's engine: from the hand-over file
+        return module, functools.partial(module.export, job.handover, job.output, emit=emit,
+                                         **kwargs)
+    if job.mode == "model":
+        kwargs["handover"] = job.handover
+    return module, functools.partial(module.generate, image, job.output,
+                                     had_alpha=info.had_alpha, emit=emit, **kwargs)
 
 
 def _quiet_full_disk_finalizers() -> None:
@@ -305,8 +324,6 @@ def _quiet_full_disk_finalizers() -> None:
 
 def probe(options: dict, emit) -> int:
     """Emit one ``probe`` event: python, torch, devices, backends (each backend's check)."""
-    from . import backends
-
     out = {"python": {"version": platform.python_version(), "executable": sys.executable,
                       "implementation": platform.python_implementation()},
            "platform": {"system": platform.system(), "machine": platform.machine(),
@@ -357,7 +374,7 @@ def main(argv=None) -> int:
         err = RunnerError("internal", f"The worker was given a job it cannot read: {exc}.")
         emit(make("error", **err.fields()))
         return err.exit_code
-    return run_job(job, emit)
+    return run_worker(job, emit)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,18 @@ import os
 import time
 from collections.abc import Callable
 
+from stageload.events import make_event
+from stageload.pixal3d.plan import STAGES
+
 from .. import options as options_table
+from ..errors import RunnerError
+from ..export_engine import (
+    DEFAULT_DECIMATION_TARGET,
+    DEFAULT_TEXTURE_SIZE,
+    ExportLevers,
+    export_asset,
+)
+from . import parse_faces, parse_size
 
 ENGINES = options_table.ENGINES
 PORT_ONLY = {"remesh": "on", "remesh_resolution": None, "export_profile": "fit"}
@@ -33,8 +44,6 @@ def check_options(options: dict) -> None:
     and a ``--export-budget`` below the engine's minimum; with ``port`` a
     ``--export-budget``; ``--keep-asset`` with ``--export-process in-process``
     (there is no hand-over file to keep)."""
-    from ..errors import RunnerError
-
     in_process = (options.get("export_process") or "own") == "in-process"
     if engine(options) == "bounded":
         for name, refused in PORT_ONLY.items():
@@ -62,18 +71,18 @@ def check_options(options: dict) -> None:
                           "Leave --export-process out (own is the default).")
 
 
-def levers(texture_size=None, decimation_target=None, export_budget=None):
+def levers(texture_size=None, decimation_target=None, export_budget=None, *, check=True):
     """``runner.export_engine.ExportLevers`` from the runner's values (None: the engine's
-    default). Raises ``RunnerError('usage')`` naming a bad value."""
-    from ..errors import RunnerError
-    from ..export_engine import DEFAULT_DECIMATION_TARGET, DEFAULT_TEXTURE_SIZE, ExportLevers
-    from . import parse_faces, parse_size
+    default), checked (``ExportLevers.check``) unless ``check`` is False: the export process
+    leaves the check to ``export_asset``, the engine's entry, since the supervisor checked the
+    same values where they entered. Raises ``RunnerError('usage')`` naming a bad value."""
     try:
-        return ExportLevers(
+        chosen = ExportLevers(
             decimation_target=DEFAULT_DECIMATION_TARGET if decimation_target is None
             else parse_faces(decimation_target),
             texture_size=DEFAULT_TEXTURE_SIZE if texture_size is None else int(texture_size),
-            budget=None if export_budget in (None, "") else parse_size(export_budget)).check()
+            budget=None if export_budget in (None, "") else parse_size(export_budget))
+        return chosen.check() if check else chosen
     except ValueError as exc:  # BudgetTooSmall says which budget is accepted
         raise RunnerError("usage", f"Export options: {exc}.",
                           getattr(exc, "hint", None)) from None
@@ -88,14 +97,9 @@ def export(handover: str, output, *, texture_size=None, emit: Callable[[dict], N
     ``runner.export_engine.export_asset`` from ``handover`` to ``output`` (sub-steps with
     ``parent`` "export"). Returns ``{"export_engine", "export_seconds", "export_substeps",
     "export"}`` (the engine's result). Raises ``BadAsset`` (kind ``bad_asset``)."""
-    from stageload.events import make_event
-    from stageload.pixal3d.plan import STAGES
-
-    from ..export_engine import export_asset
-
     start = time.perf_counter()
     plan = list(stages or STAGES)
-    chosen = levers(texture_size, decimation_target, export_budget)
+    chosen = levers(texture_size, decimation_target, export_budget, check=False)
     emit = emit or (lambda event: None)
     if not stage_announced:
         emit(make_event("stage", stage="export", index=plan.index("export"), count=len(plan),

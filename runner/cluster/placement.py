@@ -27,8 +27,9 @@ MAX_ATTEMPTS = 3
 """Attempts per image (the first and two retries on other placements)."""
 GIVE_BACK = frozenset({"guard_timeout"})
 """Error kinds that mean "this node had no room", not "this image failed": placed again."""
-NODE_LEVEL = frozenset({"no_torch", "backend_unavailable", "pixal3d_missing", "pixal3d_version",
-                        "missing_dependency", "bad_weights", "weights_missing"})
+NODE_LEVEL = frozenset({"no_torch", "worker_unstartable", "backend_unavailable",
+                        "pixal3d_missing", "pixal3d_version", "missing_dependency",
+                        "bad_weights", "weights_missing"})
 """Error kinds that are the node's problem (its Python, backend, Pixal3D checkout or weights),
 not the image's: the node is excluded for the rest of the batch (:class:`Exclusions`) and the
 image placed again on another, until no node is left to try."""

@@ -79,9 +79,9 @@ class RemoteJob:
 
     def read_image(self) -> bytes:
         try:
-            return Path(self.job.image).read_bytes()
+            return self.job.input.path.read_bytes()
         except OSError as exc:
-            raise RunnerError("input_missing", f"Cannot read {self.job.image} "
+            raise RunnerError("input_missing", f"Cannot read {self.job.input.path} "
                               f"({exc.strerror or exc}).") from None
 
     def place(self, data: bytes) -> dict | None:
@@ -130,7 +130,7 @@ class RemoteJob:
         ``Lost`` for a Ray system error, ``RunnerError('internal')`` for a bug in the task."""
         ray = self.batch.ray
         self.final, node = None, None
-        suffix = Path(self.job.image).suffix.lower()
+        suffix = self.job.input.path.suffix.lower()
         gen = self.batch.remote.options(**task_options(self.batch.need, avoid)).remote(
             suffix, data, self.batch.node_argv)
         self.batch.track(self.index, gen)
@@ -157,7 +157,8 @@ class RemoteJob:
     def on_started(self, message: dict) -> None:
         self.node, self.started = message["node"], True
         attempt = len(self.retries) + 1
-        self.batch.emitter.emit(make("placed", item=self.index, image=str(self.job.image),
+        self.batch.emitter.emit(make("placed", item=self.index,
+                                     image=str(self.job.input.path),
                                      node=self.node, attempt=attempt,
                                      pid=message["runner_pid"]))
 

@@ -3,11 +3,14 @@ them (an export process after the worker): each child is a real subprocess start
 job's guard, its events relayed or kept, its tree sampled, one after the other."""
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from runner.cancel import Cancel
 from runner.child import Child
 from runner.job import Job
+from runner.jobinput import ImageInput
 from runner.jobrun import JobRun
 from stageload.guard import GuardConfig
 
@@ -22,8 +25,8 @@ _CHILD = ("import json, os, sys\n"
 
 def test_a_job_runs_two_children_in_turn_under_its_guard(tmp_path):
     published: list[dict] = []
-    run = JobRun(Job(image=tmp_path / "a.png", output=tmp_path / "a.glb"), published.append,
-                 Cancel(), GuardConfig(), tag={"item": 7})
+    run = JobRun(Job(input=ImageInput(tmp_path / "a.png"), output=tmp_path / "a.glb"),
+                 published.append, Cancel(), GuardConfig(), tag={"item": 7})
     try:
         run.admit()
         pids = []
@@ -43,3 +46,23 @@ def test_a_job_runs_two_children_in_turn_under_its_guard(tmp_path):
     assert [e["readings"]["pid"] for e in started] == pids
     traced = [e["event"] for e in run.trace.pending]  # the trace was never opened: buffered
     assert traced.count("worker_done") == 1 and traced.count("export_done") == 1
+
+
+def test_a_worker_interpreter_that_cannot_start_is_worker_unstartable(tmp_path, shared_images):
+    """An interpreter that cannot be started at all (here: a path that does not exist) is its
+    own kind naming it — not ``no_torch``, for a job whose backend (built-in) needs no torch —
+    and the job leaves no GLB and a trace that ends with the error."""
+    missing = str(tmp_path / "no such" / "python3")
+    out = tmp_path / "a.glb"
+    published: list[dict] = []
+    run = JobRun(Job(input=ImageInput(shared_images[0]), output=out), published.append,
+                 Cancel(), GuardConfig(), python=missing)
+    outcome = run.run()
+    assert outcome.error is not None and outcome.error.kind == "worker_unstartable"
+    assert outcome.exit_code == 39 and outcome.final["details"] == {"python": missing}
+    assert missing in outcome.final["message"] and "the worker" in outcome.final["message"]
+    assert "torch" not in outcome.final["message"] + outcome.final["hint"]
+    assert not out.exists()
+    assert [e["event"] for e in published][:1] == ["input"]
+    last = json.loads(Path(outcome.trace).read_text(encoding="utf-8").splitlines()[-1])
+    assert last["event"] == "error" and last["kind"] == "worker_unstartable"
