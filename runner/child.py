@@ -29,6 +29,20 @@ WORKER_ONLY = frozenset({"worker", "worker_done", "error", "probe"})
 ``worker_<name>``), never relayed."""
 
 
+def _feed(pipe, data: bytes) -> None:
+    """Write ``data`` to ``pipe`` and close it; a child gone before reading it all
+    (``BrokenPipeError``) is not this thread's to report."""
+    try:
+        pipe.write(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
 def child_env() -> dict:
     """A child's environment: ours, with this package's folder first on ``PYTHONPATH`` so
     the child imports the same ``runner`` and ``stageload`` even when they are not installed
@@ -106,15 +120,18 @@ class Child:
         self._next_check = 0.0
         self._sample_failed = False
 
-    def spawn(self, argv: Callable[[int], list[str]]) -> None:
+    def spawn(self, argv: Callable[[int], list[str]], stdin: bytes | None = None) -> None:
         """Start ``argv(events_fd)`` (the command line, given the write end of the events
-        pipe) under the guard, stdin ``/dev/null``, stdout to our stderr. Raises ``OSError``
-        when it cannot be started."""
+        pipe) under the guard, stdout to our stderr; stdin ``/dev/null``, or a pipe a thread
+        writes ``stdin`` into and then closes (the child reads it as it starts; a child that
+        ends before reading it all is judged by how it ended). Raises ``OSError`` when it
+        cannot be started."""
         read_fd, write_fd = os.pipe()
         err_fd = stderr_fd()
         try:
             self.proc = self.sup.guard.start(
-                argv(write_fd), pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                argv(write_fd), pass_fds=(write_fd,),
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                 stdout=err_fd if err_fd is not None else subprocess.DEVNULL,
                 env=child_env(), close_fds=True)
         except BaseException:
@@ -123,6 +140,9 @@ class Child:
         finally:
             os.close(write_fd)
         self._read_fd = read_fd
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(self.proc.stdin, stdin), daemon=True,
+                             name=f"runner-{self.name}-stdin").start()
 
     # -- relay ---------------------------------------------------------------------------------
     def relay(self) -> None:

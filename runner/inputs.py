@@ -1,8 +1,8 @@
 """Input image validation and normalisation to 8-bit RGBA, with Pillow.
 
-``load_image(path)`` is run twice per job: by the supervisor up front (so a bad file is reported
-before any worker starts) and by the worker (which hands the RGBA image to the backend). Both get
-the same answer because it is the same function.
+``load_image(path)`` is run once per job, by the supervisor up front (so a bad file is reported
+before any worker starts); the worker gets the decoded RGBA pixels on its stdin with what the
+probe learnt (``read_pixels``), and hands them to the backend: the image is decoded once.
 
 What it accepts and what it refuses (SPEC §3): a missing file, a folder, zero bytes, a file Pillow
 cannot identify, a truncated or corrupt file (``verify()`` then a full ``load()``), a
@@ -272,6 +272,21 @@ def load_image(path: str | Path) -> tuple[Image.Image, ImageInfo]:
         raise RunnerError("image_transparent", f"{_name(path)} is fully transparent: there is "
                           "no character to turn into a mesh.")
     return rgba, info
+
+
+def read_pixels(stream, facts: dict) -> tuple[Image.Image, ImageInfo]:
+    """The image ``load_image`` decoded in the supervisor, from ``stream`` (a binary file: the
+    worker's stdin): ``facts`` (``ImageInfo`` as a dict, its ``width`` × ``height`` px) and
+    exactly ``width * height * 4`` bytes of 8-bit RGBA, row by row. Returns ``(image, info)``
+    as ``load_image`` does. Raises ``RunnerError('internal')`` when fewer bytes arrive (the
+    supervisor is gone or wrote less: a bug)."""
+    info = ImageInfo(**facts)
+    size = info.width * info.height * 4
+    data = stream.read(size)
+    if len(data) != size:
+        raise RunnerError("internal", f"The worker got {len(data)} of the {size} bytes of "
+                          f"{_name(Path(info.path))}'s pixels from the supervisor.")
+    return Image.frombytes("RGBA", (info.width, info.height), data), info
 
 
 def probe_image(path: str | Path) -> ImageInfo:

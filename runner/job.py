@@ -42,6 +42,13 @@ class Job:
         return Path(self.trace).expanduser().absolute() if self.trace else default_trace_path(out)
 
 
+def _image_size(facts) -> bool:
+    """True when ``facts`` is a dict with a positive integer ``width`` and ``height``."""
+    return isinstance(facts, dict) and all(
+        isinstance(facts.get(k), int) and not isinstance(facts.get(k), bool) and facts[k] > 0
+        for k in ("width", "height"))
+
+
 WORKER_MODES = ("whole", "model", "export")
 """What a worker process does: ``whole`` (generate and export the GLB), ``model`` (generate,
 then write the decoded asset to the hand-over file for an export process), ``export`` (the
@@ -72,6 +79,10 @@ class WorkerJob:
     options: dict = field(default_factory=dict)
     mode: str = "whole"
     handover: str | None = None
+    probed: dict | None = None
+    """What the supervisor's probe learnt about the image (``runner.inputs.ImageInfo`` as a
+    dict): the worker then takes the decoded pixels from its stdin (``inputs.read_pixels``)
+    instead of decoding the file again. None: the worker decodes ``image`` itself."""
 
     def __post_init__(self):
         for name in ("backend", "image", "output"):
@@ -101,6 +112,9 @@ class WorkerJob:
         if self.handover is not None and (not isinstance(self.handover, str)
                                           or not self.handover):
             raise ValueError("worker job: handover must be a non-empty string")
+        if self.probed is not None and (self.mode == "export" or not _image_size(self.probed)):
+            raise ValueError("worker job: probed must be an image's facts with its width and "
+                             "height, for a worker that generates")
         if self.backend is None and self.options.get("export_engine") not in (None, "bounded"):
             raise ValueError("worker job: an export without a backend is the bounded engine's")
 

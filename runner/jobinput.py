@@ -27,7 +27,7 @@ from .errors import RunnerError
 from .export_engine import BadAsset
 from .export_engine.asset import inspect_asset
 from .export_engine.budget import check_file, plan
-from .inputs import probe_image
+from .inputs import load_image
 from .job import WorkerJob
 from .protocol import make
 
@@ -45,6 +45,8 @@ class ImageInput:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        self.facts: dict | None = None
+        self.pixels: bytes | None = None
 
     def backend(self, job) -> backends.Backend:
         """The job's backend after the cheap checks: known (else ``usage``), installed (else
@@ -60,12 +62,23 @@ class ImageInput:
         return backend
 
     def check(self, job) -> tuple[dict, list[str]]:
-        """Decode and check the image (``probe_image``, absolute as in ``hello``): the
+        """Decode and check the image (``load_image``, absolute as in ``hello``): the
         ``input`` event with its facts (``ImageInfo``) and the notes on what was converted.
-        Raises ``RunnerError`` with the image's kind (``not_an_image``, ``image_truncated``
-        …)."""
-        info = probe_image(self.path.absolute())
-        return make("input", **info.as_dict()), list(info.notes)
+        The decoded pixels are kept for the worker (:meth:`handover_pixels`): the image is
+        decoded once per job. Raises ``RunnerError`` with the image's kind (``not_an_image``,
+        ``image_truncated`` …)."""
+        image, info = load_image(self.path.absolute())
+        try:
+            self.pixels = image.tobytes()
+        finally:
+            image.close()
+        self.facts = info.as_dict()
+        return make("input", **self.facts), list(info.notes)
+
+    def handover_pixels(self) -> bytes | None:
+        """The decoded RGBA pixels for the worker's stdin, once (they are not kept after)."""
+        pixels, self.pixels = self.pixels, None
+        return pixels
 
     def worker_mode(self, backend, job) -> str:
         """``model`` when the backend exports in a process of its own, else ``whole``."""
@@ -78,7 +91,7 @@ class ImageInput:
         return WorkerJob(
             backend=backend.name, image=str(self.path.absolute()), output=str(output),
             seed=job.seed, texture_size=job.texture_size, height_m=job.height_m, mode=mode,
-            handover=handover,
+            handover=handover, probed=self.facts if mode != "export" else None,
             options={o.dest: job.options[o.dest] for o in backend.options
                      if job.options.get(o.dest) is not None})
 
@@ -109,6 +122,10 @@ class AssetInput:
 
     def backend(self, job) -> None:
         """No backend: the export process calls the engine itself."""
+        return None
+
+    def handover_pixels(self) -> None:
+        """No pixels: the export process reads the asset itself."""
         return None
 
     def check(self, job) -> tuple[dict, list[str]]:

@@ -338,7 +338,7 @@ class JobRun:
             handover = str(self.job_dir / "asset.npz") if mode == "model" else None
         name, what = source.process
         work = source.worker_job(self.backend, self.job, mode, self.partial, handover)
-        return self.launch(name, work, what)
+        return self.launch(name, work, what, stdin=source.handover_pixels())
 
     def spawn_export(self, handover: str) -> Child:
         """The export process, after the model process has exited: the guard re-checks
@@ -382,16 +382,18 @@ class JobRun:
                            stall_timeout=self.job.stall_timeout)
 
     def launch(self, name: str, job: WorkerJob, what: str,
-               announce: Callable[[Child], None] | None = None) -> Child:
+               announce: Callable[[Child], None] | None = None,
+               stdin: bytes | None = None) -> Child:
         """Start ``runner.worker`` with ``job`` as the child ``name`` under the guard, then
         relay and sample it until it ends (:meth:`run_child`); returns the finished
         ``Child``. ``what`` (e.g. "the worker") words the ``worker_unstartable`` error raised
         when the interpreter cannot be started at all (a missing or non-executable file:
         whatever the job needs, torch or not). ``announce(child)`` runs once it is started,
-        before its events are relayed and it is sampled."""
+        before its events are relayed and it is sampled. ``stdin``: bytes written to the
+        child's stdin (the decoded image, ``WorkerJob.probed``)."""
         child = Child(self.supervision(), name)
         try:
-            child.spawn(lambda fd: worker_argv(self.python, fd, job))
+            child.spawn(lambda fd: worker_argv(self.python, fd, job), stdin=stdin)
         except OSError as exc:
             limited = resource_error([exc], f"The runner, starting {what},")
             if limited is not None:  # not the interpreter's fault: a system limit

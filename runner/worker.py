@@ -35,7 +35,7 @@ from . import backends
 from .backends import bounded_export
 from .errors import KINDS, RunnerError
 from .event_schema import make
-from .inputs import load_image
+from .inputs import load_image, read_pixels
 from .job import WorkerJob
 from .limits import cause_chain, memory_error, resource_error
 from .oom import volunteer_for_oom_killer
@@ -291,7 +291,12 @@ def _backend_call(job: WorkerJob, emit):
     if not backend.installed():
         raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                           "installed.", backend.install_hint or None)
-    image, info = (None, None) if exporting else load_image(job.image)
+    if exporting:
+        image, info = None, None
+    elif job.probed is not None:  # decoded once, by the supervisor's probe
+        image, info = read_pixels(sys.stdin.buffer, job.probed)
+    else:
+        image, info = load_image(job.image)
     module = _load_backend(backend)
     kwargs = job.backend_kwargs()
     if exporting:  # the export process of the port's engine: from the hand-over file

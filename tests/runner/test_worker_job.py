@@ -20,12 +20,20 @@ BASE = {"backend": "builtin", "image": "/in/a.png", "output": "/out/.a.partial.g
     {"seed": 7, "texture_size": 1024, "height_m": 1.7, "options": {"key": "auto"}},
     {"mode": "model", "handover": "/out/job/asset.npz"},
     {"mode": "export", "handover": "/out/job/asset.npz", "height_m": 2},
+    {"probed": {"path": "/in/a.png", "format": "PNG", "mode": "RGBA", "width": 64,
+                "height": 48, "notes": []}},
 ])
 def test_a_worker_job_round_trips_through_json(fields):
     job = WorkerJob(**BASE, **fields)
     again = WorkerJob.from_json(job.to_json())
     assert again == job
     assert json.loads(job.to_json())["mode"] == fields.get("mode", "whole")
+
+
+def test_an_export_process_of_the_bounded_engine_needs_no_backend_or_image():
+    job = WorkerJob(backend=None, image=None, output="/out/job/a.glb", mode="export",
+                    handover="/in/a.asset.npz", options={"stages": ["export"]})
+    assert WorkerJob.from_json(job.to_json()) == job
 
 
 def test_backend_kwargs_cast_and_leave_out_defaults():
@@ -47,6 +55,11 @@ def test_backend_kwargs_cast_and_leave_out_defaults():
     ({"mode": "model"}, "handover"),
     ({"handover": "/out/job/asset.npz"}, "handover"),
     ({"mode": "export", "handover": ""}, "handover"),
+    ({"probed": {"width": 64}}, "probed"),
+    ({"mode": "export", "handover": "/x.npz", "probed": {"width": 1, "height": 1}}, "probed"),
+    ({"backend": None}, "backend"),
+    ({"backend": None, "mode": "export", "handover": "/x.npz",
+      "options": {"export_engine": "port"}}, "bounded engine"),
 ])
 def test_a_bad_field_is_refused_by_name(fields, named):
     with pytest.raises(ValueError, match=named):
