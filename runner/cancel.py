@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from .errors import RunnerError
+
 CANCEL_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None))
                        if s is not None)
 
@@ -132,8 +134,6 @@ def cancel_error(cancel: Cancel, when: str):
     """The ``RunnerError('cancelled')`` for a job stopped by ``cancel``; ``when`` says at which
     point (e.g. ``"before the worker started"``). The hint fits the source: a closed stdin
     names ``--cancel-on-stdin-eof``, a signal says who usually sends it."""
-    from .errors import RunnerError
-
     reason = cancel.reason or "cancelled"
     hint = next((text for prefix, text in _CANCEL_HINTS if reason.startswith(prefix)), None)
     return RunnerError("cancelled", f"Cancelled ({reason}) {when}.", hint)

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from stageload.meter import Sampler
+
 from .jobtrace import log
 from .protocol import make, relay
+from .stall import StallWatch
 
 SAMPLE_INTERVAL = 0.1
 """Seconds between memory samples of a child's process tree (10 Hz)."""
@@ -182,10 +185,6 @@ class Child:
     # -- sample --------------------------------------------------------------------------------
     def sample(self) -> None:
         """Start sampling the child's process tree (``stageload.meter.Sampler``, 10 Hz)."""
-        from stageload.meter import Sampler
-
-        from .stall import StallWatch
-
         self._watch = StallWatch(self.proc.pid, self._on_stall, self.sup.stall_timeout)
         self._sampler = Sampler(self.proc.pid, self._on_sample, interval=SAMPLE_INTERVAL).start()
 

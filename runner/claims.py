@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from .errors import RunnerError
+from .outputs import unwritable
 
 RETRY_FOR = 2.0
 """Seconds a claimer retries a claim file locked by someone who is not its (dead) owner —
@@ -111,8 +112,6 @@ class Claim:
     def take(self) -> "Claim":
         """Make the claim file, locked and holding our pid, or take over a stale one (without
         waiting for a live holder); returns self."""
-        from .outputs import unwritable
-
         deadline = time.monotonic() + RETRY_FOR
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

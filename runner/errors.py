@@ -7,6 +7,7 @@ never as a traceback on stdout.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 
@@ -187,8 +188,6 @@ def human_line(fields: dict) -> str:
 def explain(fields: dict) -> None:
     """Print ``human_line(fields)`` on stderr (the protocol owns stdout); a closed or
     missing stderr is ignored."""
-    import sys
-
     try:
         print(human_line(fields), file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):

@@ -35,6 +35,7 @@ import hashlib
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from . import backends
@@ -260,7 +261,6 @@ class Batch:
             return JobRun(job, self.emitter.emit, self.cancel, self.config,
                           preamble=[item_hello], tag={"item": index}).run()
         except Exception as exc:  # a bug on this image must not stop the others
-            import traceback
 
             traceback.print_exc(file=sys.stderr)
             err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,8 +188,6 @@ def warning_record(event: dict) -> dict:
 def explain_warning(event: dict) -> None:
     """One stderr line for a ``warning`` event, ``runner: warning: message`` (runner/
     PROTOCOL.md); a closed stderr is ignored."""
-    import sys
-
     try:
         print(f"runner: warning: {event.get('message')}", file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):

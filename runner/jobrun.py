@@ -21,12 +21,19 @@ into ``memory`` events (``runner.memory``), every event and sample written to th
 """
 from __future__ import annotations
 
+import dataclasses
+import os
+import shlex
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Callable
+
+from stageload.guard import Guard
+from stageload.pixal3d.plan import STAGES  # torch-free: the one stage list
+from stageload.summary import summarize
 
 from . import __version__
 from .cancel import Cancel, cancel_error
@@ -68,8 +75,6 @@ def export_need(config) -> int | None:
     given and has that stage, else ``--need`` (None: no prediction)."""
     if config.need_source:
         try:
-            from stageload.summary import summarize
-
             with open(config.need_source, encoding="utf-8") as f:
                 stages = summarize(f.read().splitlines())["stages"]
             peak = next((st["peak"] for st in stages if st["stage"] == "export"), None)
@@ -84,8 +89,6 @@ def export_need(config) -> int | None:
 def asset_kept(err: RunnerError, asset: str, output: Path) -> RunnerError:
     """``err`` (the export's failure) saying that the decoded ``asset`` was kept and the
     command that exports it again to ``output`` (``details.asset``: its path)."""
-    import shlex
-
     again = f"python -m runner export {shlex.quote(asset)} -o {shlex.quote(str(output))}"
     return RunnerError(err.kind, f"{err.message} The decoded asset was kept at {asset}; "
                        f"re-export it with `{again}`.", err.hint, **{**err.details,
@@ -243,8 +246,6 @@ class JobRun:
         GLB's, ``new_file_mode``: the job folder's file is private). A file that appeared there
         meanwhile is kept, with a warning; the asset is then discarded with the job folder, as
         is one that cannot be moved (a warning says why). Returns the kept path or None."""
-        import os
-
         target = self.kept_asset_path()
         if target.exists() and not self.may_replace_asset():
             self.publish(make("warning", message=f"{target} appeared during the run; it was "
@@ -292,8 +293,6 @@ class JobRun:
     # -- admit ---------------------------------------------------------------------------------
     def admit(self) -> None:
         """Create the guard and wait for its admission (a cancel stops the wait)."""
-        from stageload.guard import Guard
-
         try:
             self.guard = Guard(self.guard_config, log=lambda ev: self.publish(relay(ev)))
         except ValueError as exc:  # stageload.guard.ConfigError, e.g. --log cannot be opened
@@ -347,14 +346,13 @@ class JobRun:
         ``export`` stage, carrying this process's pid). Returns the finished ``Child``."""
         if self.cancel:
             raise cancel_error(self.cancel, "before the export process started")
-        from dataclasses import replace
-
-        self.guard.config = replace(self.guard_config, need=export_need(self.guard_config))
+        self.guard.config = dataclasses.replace(self.guard_config,
+                                                need=export_need(self.guard_config))
         self._wait_for_admission(" the export")
         job = self.job.input.worker_job(self.backend, self.job, "export", self.partial,
                                         handover)
         # the supervisor enters the stage (announce_export): the process must not enter it again
-        job = replace(job, options={**job.options, "stage_announced": True})
+        job = dataclasses.replace(job, options={**job.options, "stage_announced": True})
         return self.launch("export", job, "the export process", announce=self.announce_export)
 
     def announce_export(self, child: Child) -> None:
@@ -362,9 +360,7 @@ class JobRun:
         ``stage`` (with its ``pid``), ``ready`` (the model process has exited: nothing left to
         release) and the sub-step ``handover`` (its interpreter's start, imports and the
         hand-over's load, until its own first sub-step). So the new process's first seconds
-        count in ``export``, never in ``decode`` (issue 22 item 9)."""
-        from stageload.pixal3d.plan import STAGES  # torch-free: the one stage list
-
+        count in ``export``, never in ``decode``."""
         start, pid = time.perf_counter(), child.proc.pid
         for ev in (make("stage", stage="export", index=STAGES.index("export"), count=len(STAGES),
                         pid=pid),

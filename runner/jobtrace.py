@@ -8,6 +8,9 @@ import sys
 import threading
 from pathlib import Path
 
+from stageload.summary import summarize
+from stageload.trace import TraceWriter, iter_lines
+
 from .errors import RunnerError
 from .protocol import encode_line
 
@@ -43,8 +46,6 @@ class JobTrace:
         ``TraceWriter`` refuses it (``O_EXCL``), so a runner that lost the race for the same
         path fails with ``output_exists`` instead of replacing the winner's trace. Raises
         ``RunnerError('output_exists' | 'output_unwritable')``."""
-        from stageload.trace import TraceWriter
-
         try:
             if replace and path.exists():
                 path.unlink()  # an earlier run's trace, vetted by check_trace
@@ -101,8 +102,6 @@ def summarize_trace(path: Path | None) -> dict | None:
     reason goes to stderr: a summary problem must not fail a finished job)."""
     if path is None:
         return None
-    from stageload.summary import summarize
-    from stageload.trace import iter_lines
 
     try:
         return summarize(iter_lines(path), source=str(path))  # streamed: bounded memory

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -369,8 +370,6 @@ def sweep_stale_job_dirs(folder: Path) -> list[Path]:
     """Remove job folders in ``folder`` (any output's) left by a supervisor that was killed
     outright: ``.<stem>.job-<pid>-<hex>`` whose ``pid`` is no longer running. Returns the removed
     paths; never raises."""
-    import shutil
-
     removed = []
     try:
         names = os.listdir(folder)
@@ -408,8 +407,6 @@ def remove_empty(folders: list[Path]) -> None:
 
 def discard_dir(path: Path | None) -> bool:
     """Remove a job folder and everything in it; True if it is gone. Never raises."""
-    import shutil
-
     if path is None:
         return False
     shutil.rmtree(path, ignore_errors=True)

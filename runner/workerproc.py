@@ -5,6 +5,7 @@ the export process with these; ``runner.check`` starts the probe.
 """
 from __future__ import annotations
 
+import json
 import signal
 
 from stageload.proclimits import CRASH_SIGNALS
@@ -24,8 +25,6 @@ def worker_argv(python: str, events_fd: int, job: WorkerJob) -> list[str]:
 def probe_argv(python: str, events_fd: int, options: dict) -> list[str]:
     """Command line of the worker's probe (``runner.check``): ``--probe`` and the backend
     options (``dest`` → value) as JSON."""
-    import json
-
     return [python, "-m", "runner.worker", "--events-fd", str(events_fd), "--probe",
             "--backend-options", json.dumps(options)]
 

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from stageload import units
+from stageload.pixal3d.plan import STAGES
 
 from .. import options as options_table
+from ..errors import RunnerError
 
 Option = options_table.Option
 """A backend's own option: an entry of the options table (``runner/options.py``) — ``flag``,
@@ -80,8 +82,6 @@ class Backend:
         None or outside it, an option of another backend (``options``: dest → value, None =
         not given), or an own option whose ``parse`` fails. Raises ``RunnerError('usage')``
         with a message naming the option and a hint with the accepted values."""
-        from ..errors import RunnerError
-
         if texture_size is not None:
             if self.texture_choices:
                 if texture_size not in self.texture_sizes:
@@ -214,7 +214,6 @@ def parse_faces(text) -> int:
 def _pixal3d_stages() -> tuple:
     """The Pixal3D stage list from ``stageload.pixal3d.plan`` (torch-free, imports nothing of
     the port)."""
-    from stageload.pixal3d.plan import STAGES
     return tuple(STAGES)
 
 

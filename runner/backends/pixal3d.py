@@ -15,6 +15,9 @@ from typing import Callable, Optional
 from stageload.pixal3d.plan import STAGES  # noqa: E402,F401  (torch-free; the one stage list)
 
 from .. import options as options_table
+from ..errors import RunnerError
+from . import bounded_export, parse_faces, parse_size
+from .bounded_export import check_options, engine
 
 NAME = "Pixal3D (staged)"
 TEXTURE_SIZES = options_table.choices.TEXTURE_SIZES
@@ -33,11 +36,9 @@ ERRORS = {"PortMissing": "pixal3d_missing", "PortVersionError": "pixal3d_version
 def _bytes(value) -> int:
     """``--keep-resident`` value in bytes (an int, or text such as ``1G``; see
     ``runner.backends.parse_size``). Raises ``RunnerError('usage')`` for anything else."""
-    from . import parse_size
     try:
         return parse_size(value)
     except ValueError as exc:
-        from ..errors import RunnerError
         raise RunnerError("usage", f"--keep-resident {value!r}: {exc}",
                           "Give bytes (e.g. 1000000000) or a size like 1G; 0 keeps nothing "
                           "resident.") from None
@@ -50,8 +51,6 @@ def export_settings(export_profile: Optional[str] = "port", decimation_target=No
     given) → ``stageload.pixal3d.export.ResolvedExport``. Raises ``RunnerError('usage')``."""
     from stageload.pixal3d.export import ExportOptions
 
-    from ..errors import RunnerError
-    from . import parse_faces
     try:
         options = ExportOptions(
             decimation_target=None if decimation_target is None else parse_faces(decimation_target),
@@ -68,13 +67,11 @@ def export_settings(export_profile: Optional[str] = "port", decimation_target=No
 def splits_export(options: dict) -> bool:
     """True when the job's export runs in a process of its own (``--export-process own``; the
     bounded export engine always does)."""
-    from .bounded_export import engine
     return engine(options) == "bounded" or (options.get("export_process") or "own") == "own"
 
 
 def exports_without_torch(options: dict) -> bool:
     """True when the job's export process needs no torch: the bounded export engine."""
-    from .bounded_export import engine
     return engine(options) == "bounded"
 
 
@@ -85,8 +82,6 @@ def _device(device: Optional[str]):
 def _check_job(height_m, texture_size, load: str, export: dict, export_process: str) -> None:
     """The job's options this backend refuses before anything loads: ``RunnerError``
     (``usage``) naming the option and what to give instead."""
-    from ..errors import RunnerError
-    from .bounded_export import check_options
     if height_m is not None:
         raise RunnerError("usage", "--height is not supported by the pixal3d backend.",
                           "Leave --height out; scale the imported mesh in Blender.")
@@ -133,9 +128,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
     ``PortError`` (kinds ``pixal3d_missing`` / ``pixal3d_version`` / ``export_refused``) before
     loading anything when the folder is unusable, ``RunnerError`` (``usage``) for a bad option.
     """
-    from ..errors import RunnerError
     _check_job(height_m, texture_size, load, export, export_process)
-    from .bounded_export import engine
     bounded = engine(export) == "bounded"
     settings = export_settings(**export)
     from stageload.pixal3d import Pixal3DRun
@@ -172,9 +165,7 @@ def export(handover: str, output, *, seed: int = 42, texture_size: int = DEFAULT
     With ``--export-engine bounded`` (the default) this is ``bounded_export.export``: no torch,
     no port. Returns ``{"export_seconds", "export_substeps"}``. Raises ``PortError`` (e.g.
     ``export_refused`` with the figure) before writing anything when export cannot go on."""
-    from .bounded_export import engine
     if engine(options) == "bounded":
-        from . import bounded_export
         return bounded_export.export(handover, output, texture_size=texture_size, emit=emit,
                                      **options)
     import torch
@@ -208,8 +199,6 @@ def precheck(pixal3d_dir: Optional[str] = None, pipeline_type: Optional[str] = N
     download the weights; ``bad_weights`` 35 naming the file and the tensor when known)."""
     from stageload.pixal3d.port import static_report
 
-    from ..errors import RunnerError
-    from .bounded_export import check_options
     check_options(_options)  # a combination the export engine refuses: before the port
     report = static_report(pixal3d_dir or None)
     if not report["ok"]:

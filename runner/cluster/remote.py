@@ -13,9 +13,17 @@ from pathlib import Path
 
 from ..cancel import cancel_error
 from ..claims import claim_all, release_all
-from ..errors import RunnerError
+from ..errors import KINDS, RunnerError
 from ..job import Job, Outcome
-from ..outputs import check_output, check_trace, commit, discard, failed_runs_trace, temp_path
+from ..outputs import (
+    check_output,
+    check_trace,
+    commit,
+    discard,
+    failed_runs_trace,
+    temp_path,
+    unwritable,
+)
 from ..protocol import make
 from .placement import GIVE_BACK, MAX_ATTEMPTS, NODE_LEVEL, next_avoid, task_options
 
@@ -190,7 +198,7 @@ class RemoteJob:
                 return self.outcome(True, final, 0, trace)
         code = final.get("exit_code") if isinstance(final.get("exit_code"), int) else 1
         err = RunnerError(final["kind"], final.get("message") or "", final.get("hint")) \
-            if final.get("kind") in _kinds() else None
+            if final.get("kind") in KINDS else None
         return self.outcome(False, final, code, trace, err)
 
     def write_glb(self, data: bytes) -> None:
@@ -200,8 +208,6 @@ class RemoteJob:
             partial.write_bytes(data)
         except OSError as exc:
             discard(partial)
-            from ..outputs import unwritable
-
             raise unwritable(exc, output.parent, "output") from None
         commit(partial, output, self.job.overwrite)
 
@@ -232,9 +238,3 @@ class RemoteJob:
 
     def _host(self) -> str:
         return (self.node or {}).get("host", "?")
-
-
-def _kinds():
-    from ..errors import KINDS
-
-    return KINDS
