@@ -46,6 +46,7 @@ def main(argv=None) -> int:
         # every mode runs a guard: another runner's busy scan must not count this one's command
         # line (``python -m runner … --busy runner``) as busy
         register_entry_point("runner")
+        # the commands import Pillow, NumPy and psutil: only once the check above has passed
         if mode == "batch":
             from .batch import main as command
         elif mode == "check":
