@@ -7,7 +7,7 @@ skips every image already done with the same settings. This object is fed the ru
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 DONE, FAILED, SKIPPED, CANCELLED = "done", "failed", "skipped", "cancelled"
@@ -33,6 +33,8 @@ class BatchRun:
     cancelled: bool = False
     ended: bool = False  # the runner's batch has finished (batch_done, or it exited)
     error: str = ""  # why the batch as a whole did not run (e.g. cluster_unavailable)
+    item: int | None = None  # the runner's index (1-based) of the image now running
+    stages: list = field(default_factory=list)  # the batch's stage plan (its hello)
 
     @property
     def finished(self) -> bool:
@@ -71,3 +73,30 @@ class BatchRun:
         if self.cancelled:
             text += f"; cancelled after {len(self.items)} (Run Batch again to resume)"
         return text
+
+    def headline(self) -> str:
+        """The batch's outcome in a few words, for the panel's headline once it has ended:
+        ``"Done: 4 of 4 done"``, ``"Done with failures: 9 of 15 done, 6 failed"``,
+        ``"Failed: 3 of 3 failed"``, ``"Cancelled: 2 of 5 done"``, ``"Batch did not run"``;
+        skipped images (done by an earlier run) are named when there are any."""
+        count = {s: sum(1 for i in self.items if i.status == s) for s in (DONE, FAILED, SKIPPED)}
+        if self.error:
+            return "Batch did not run"
+        done = f"{count[DONE]} of {self.count} done"
+        if count[SKIPPED]:
+            done += f", {count[SKIPPED]} skipped"
+        if self.cancelled:
+            return f"Cancelled: {done}"
+        if count[FAILED] and not (count[DONE] or count[SKIPPED]):
+            return f"Failed: {count[FAILED]} of {self.count} failed"
+        if count[FAILED]:
+            return f"Done with failures: {done}, {count[FAILED]} failed"
+        return f"Done: {done}"
+
+    def view(self, job_view):
+        """``job_view`` (the ``view.PanelView`` of the image that ran last) headed by the
+        batch's outcome (:meth:`headline`) once the batch has ended — its last error stays
+        in the view — else ``job_view`` itself."""
+        if not self.finished:
+            return job_view
+        return replace(job_view, headline=self.headline())

@@ -18,6 +18,7 @@ from .job import JobSettings, JobSpec
 from .nodes import NodeBoard
 from .process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
 from .state import CANCELLED, DONE, FAILED, RUNNING, STARTING, JobState
+from .view import PanelView
 
 TICK_SECONDS = 0.1
 CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guard: 5 s)
@@ -43,8 +44,10 @@ class Launch:
 
 class Controller:
     """Holds the running job (one image, or a whole folder as one ``runner batch``), its
-    :class:`JobState` (the image now running), an optional :class:`BatchRun`, and the results.
-    A single module-level instance, :data:`CONTROLLER`, serves the UI."""
+    :class:`JobState` (the image now running), an optional :class:`BatchRun` (the batch's own
+    state: its images' outcomes, the image now running, its stage plan), and the results.
+    A single module-level instance, :data:`CONTROLLER`, serves the UI; its fields change
+    through its methods only (the operators call them)."""
 
     def __init__(self) -> None:
         self.state = JobState()
@@ -53,8 +56,6 @@ class Controller:
         self.launch: Launch | None = None
         self.batch: BatchRun | None = None
         self.batch_summary: str = ""
-        self.batch_item: int | None = None  # the runner's index of the image now running
-        self.batch_stages: list = []
         self.nodes = NodeBoard()  # a cluster batch's nodes: which image runs where
         self.last_object: str = ""
         self.source: str = ""  # a re-export's: the object it re-exports (its name)
@@ -67,6 +68,23 @@ class Controller:
     def running(self) -> bool:
         """True while a job or a batch is in progress (a runner may be alive)."""
         return self.job is not None
+
+    def view(self, now: float | None = None) -> PanelView:
+        """What the panel's job box draws now: the job's view (``JobState.view``); once a batch
+        has ended, headed by the batch's outcome (``BatchRun.view``: "Done with failures: 9 of
+        15 done, 6 failed", the last error still shown), not by its last image's."""
+        view = self.state.view(now)
+        return view if self.batch is None else self.batch.view(view)
+
+    # ------------------------------------------------------------------ refusing
+    def refuse(self, message: str, image: str = "", forget_batch: bool = False) -> None:
+        """Record a settings problem found before anything was spawned (the panel shows it
+        as the job's failure); ``forget_batch``: a refused batch also clears the last batch's
+        results from the Batch box."""
+        if forget_batch:
+            self.batch, self.batch_summary = None, ""
+        self.state.begin(image)
+        self.state.fail("settings", message)
 
     # ------------------------------------------------------------------ starting
     def start_single(self, image: Path, launch: Launch) -> None:
@@ -116,7 +134,7 @@ class Controller:
         and each GLB is imported as its ``batch_item`` arrives. Raises like
         :meth:`start_single`."""
         self.batch, self.batch_summary = BatchRun(folder, count), ""
-        self.batch_item, self.batch_stages, self.nodes = None, [], NodeBoard()
+        self.nodes = NodeBoard()
         self.state.begin(str(folder))
         out = config.batch_output_dir(launch.output_dir, folder)
         spec = JobSpec(image=folder, output=out, trace=out, settings=launch.settings,
@@ -150,6 +168,17 @@ class Controller:
             self.state.mark_cancelled()
             if block:
                 self._finish_job()
+
+    def crashed(self, exc: Exception) -> None:
+        """The timer raised ``exc`` (a bug): the job fails saying so, its runner is stopped in
+        the background, and the traceback goes to the system console."""
+        self.state.fail("internal", f"Image to Mesh failed while updating: {exc!r}")
+        if self.job is not None:
+            self.job.cancel(grace=CANCEL_GRACE)
+            self.job = None
+        import traceback  # only on this rare path
+
+        traceback.print_exc()
 
     def shutdown(self) -> None:
         """Stop everything now (add-on disabled, Blender quitting): no runner is left alive."""
@@ -193,7 +222,7 @@ class Controller:
         kind = ev.get("event")
         if kind == "hello":
             stages = ev.get("stages")
-            self.batch_stages = list(stages) if isinstance(stages, list) else []
+            self.batch.stages = list(stages) if isinstance(stages, list) else []
         elif kind == "batch_item":
             self.nodes.apply(ev)
             self._batch_item(ev)
@@ -201,19 +230,19 @@ class Controller:
             self.batch.ended = True
         elif self.nodes.apply(ev):  # a cluster job's: the Batch box's node lines show it
             if kind == "placed" and self.state.status == STARTING:
-                self.state.status = RUNNING  # the batch runs; no single image's stages
+                self.state.transition(RUNNING)  # the batch runs; no single image's stages
         else:
             self._begin_item(ev.get("item"), ev.get("path"), ev)
             self.state.apply(ev)
 
     def _begin_item(self, index, image, ev: dict) -> None:
         """Reset :attr:`state` for the batch's image ``index`` when it is a new one."""
-        if index is None or index == self.batch_item:
+        if index is None or index == self.batch.item:
             return
-        self.batch_item = index
+        self.batch.item = index
         self.state.begin(str(image or ""))
         self.state.apply({"event": "hello", "v": ev.get("v"), "t": ev.get("t"),
-                          "stages": self.batch_stages})
+                          "stages": self.batch.stages})
 
     def _batch_item(self, ev: dict) -> None:
         """A batch image is finished: import it (done, or skipped but not in the scene yet),
@@ -285,10 +314,9 @@ class Controller:
         if source is not None:
             location, collection = beside(source, meta)
         try:
-            with importer.window_context():
-                obj = importer.import_glb(self.state.output, Path(self.state.output).stem,
-                                          location, collection or self._collection(), meta,
-                                          after_existing=self.batch is not None)
+            obj = importer.import_glb(self.state.output, Path(self.state.output).stem,
+                                      location, collection or self._collection(), meta,
+                                      after_existing=self.batch is not None)
         except (importer.MeshImportError, RuntimeError) as exc:
             self.state.fail("import_failed", str(exc),
                             "Open the GLB with File › Import › glTF to see Blender's message.")
@@ -406,10 +434,5 @@ def tick() -> float | None:
     try:
         return CONTROLLER.tick()
     except Exception as exc:  # a timer that raises is dropped silently by Blender: say why
-        CONTROLLER.state.fail("internal", f"Image to Mesh failed while updating: {exc!r}")
-        if CONTROLLER.job is not None:
-            CONTROLLER.job.cancel(grace=CANCEL_GRACE)
-            CONTROLLER.job = None
-        import traceback
-        traceback.print_exc()
+        CONTROLLER.crashed(exc)
         return None

@@ -141,14 +141,15 @@ def import_glb(glb: str | Path, name: str, location, collection: bpy.types.Colle
     the file is missing or holds no mesh (anything the import created is removed again).
     """
     glb = Path(glb)
-    obj = _join(_import_meshes(glb))
-    name = free_name(name, obj)
-    obj.name = name
-    obj.data.name = name
-    name_materials(obj, name)
-    _place(obj, location, collection, after_existing)
-    _record(obj, glb, metadata)
-    _select_only(obj)
+    with window_context():  # the glTF importer and the selection want a window (once here)
+        obj = _join(_import_meshes(glb))
+        name = free_name(name, obj)
+        obj.name = name
+        obj.data.name = name
+        name_materials(obj, name)
+        _place(obj, location, collection, after_existing)
+        _record(obj, glb, metadata)
+        _select_only(obj)
     return obj
 
 
@@ -160,8 +161,7 @@ def _import_meshes(glb: Path) -> list:
     if not glb.is_file():
         raise MeshImportError(f"The runner's GLB is missing: {glb}")
     before = set(bpy.data.objects)
-    with window_context():
-        result = bpy.ops.import_scene.gltf(filepath=str(glb), import_pack_images=True)
+    result = bpy.ops.import_scene.gltf(filepath=str(glb), import_pack_images=True)
     new = [o for o in bpy.data.objects if o not in before]
     if "FINISHED" not in result:
         for o in new:

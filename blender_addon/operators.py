@@ -11,7 +11,7 @@ import bpy
 
 from . import config, importer, job
 from .controller import CONTROLLER, Launch
-from .preferences import get_prefs, interpreter_for, output_dir, wheel_site_packages
+from .preferences import get_prefs, interpreter_for, output_dir
 from .process import SpawnError, run_quick, runner_env
 
 
@@ -33,44 +33,6 @@ def make_launch(context, collection: str = importer.ROOT_COLLECTION,
                   runtime=config.runtime_dir(), output_dir=output_dir(prefs),
                   location=tuple(context.scene.cursor.location), collection=collection,
                   settings=settings)
-
-
-_PREFLIGHT: dict = {}
-"""The last interpreter answer of :func:`preflight_error`: ``{"key": inputs, "error": text}``."""
-
-
-def preflight_error(context) -> str:
-    """The message that stops Generate right now ("" when none): no usable interpreter for the
-    chosen backend, a missing runtime, an output folder that is relative or inside the add-on.
-    The panel shows it before the user presses anything.
-
-    The interpreter is resolved again only when something it depends on changes (the Runner
-    Python and Pixal3D-mac folder preferences, the backend, the wheels folder), not on every
-    redraw; :func:`forget_preflight` drops the answer (the Check button does), and Generate
-    always resolves afresh (:func:`make_launch`)."""
-    try:
-        prefs = get_prefs(context)
-        backend = context.scene.image_to_mesh.backend
-        key = (prefs.python, prefs.pixal3d_dir, backend, wheel_site_packages())
-        if _PREFLIGHT.get("key") != key:
-            try:
-                interpreter_for(prefs, backend)
-                error = ""
-            except config.ConfigError as exc:
-                error = str(exc)
-            _PREFLIGHT.update(key=key, error=error)
-        if _PREFLIGHT["error"]:
-            return _PREFLIGHT["error"]
-        config.runtime_dir()
-        output_dir(prefs)
-    except config.ConfigError as exc:
-        return str(exc)
-    return ""
-
-
-def forget_preflight() -> None:
-    """Resolve the interpreter again at the next :func:`preflight_error`."""
-    _PREFLIGHT.clear()
 
 
 class _WhenIdle:
@@ -104,10 +66,10 @@ class IMAGE_TO_MESH_OT_generate(_WhenIdle, bpy.types.Operator):
         return {"FINISHED"}
 
 
-def _refuse(op, message: str, image: str = "") -> set[str]:
-    """Record a settings problem found before spawning (the panel shows it) and report it."""
-    CONTROLLER.state.begin(image)
-    CONTROLLER.state.fail("settings", message)
+def _refuse(op, message: str, image: str = "", forget_batch: bool = False) -> set[str]:
+    """Record a settings problem found before spawning (the panel shows it: see
+    ``Controller.refuse``) and report it."""
+    CONTROLLER.refuse(message, image, forget_batch=forget_batch)
     op.report({"ERROR"}, message)
     return {"CANCELLED"}
 
@@ -144,8 +106,7 @@ class IMAGE_TO_MESH_OT_batch(_WhenIdle, bpy.types.Operator):
             launch = make_launch(context, collection=f"Batch {folder.name or folder}",
                                  command="batch")
         except config.ConfigError as exc:
-            CONTROLLER.batch, CONTROLLER.batch_summary = None, ""
-            return _refuse(self, str(exc))
+            return _refuse(self, str(exc), forget_batch=True)
         try:
             CONTROLLER.start_batch(folder, len(images), launch)  # failures: per image
         except SpawnError as exc:  # already recorded in the state

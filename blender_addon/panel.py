@@ -16,10 +16,9 @@ from .operators import (
     IMAGE_TO_MESH_OT_generate,
     IMAGE_TO_MESH_OT_open_chart,
     IMAGE_TO_MESH_OT_reexport,
-    preflight_error,
     reexport_unavailable,
 )
-from .preferences import draw_cluster_address, get_prefs, table_properties
+from .preferences import draw_cluster_address, get_prefs, preflight_error, table_properties
 from .preferences import wrap_label as _wrap
 from .runtime_facts import options
 from .state import ACTIVE, COMPLETE, FAILED, IDLE
@@ -96,7 +95,7 @@ class VIEW3D_PT_image_to_mesh(_Sidebar, bpy.types.Panel):
             big.enabled = not problem
             big.operator(IMAGE_TO_MESH_OT_generate.bl_idname, icon="MESH_MONKEY")
 
-        _draw_job(layout, CONTROLLER.state.view())
+        _draw_job(layout, CONTROLLER.view())
         layout.operator(IMAGE_TO_MESH_OT_open_chart.bl_idname, icon="GRAPH")
         _draw_batch(layout, s, problem)
 

@@ -79,6 +79,44 @@ def interpreter_for(prefs, backend: str) -> config.Interpreter:
                                      wheel_site_packages())
 
 
+_PREFLIGHT: dict = {}
+"""The last interpreter answer of :func:`preflight_error`: ``{"key": inputs, "error": text}``."""
+
+
+def preflight_error(context) -> str:
+    """The message that stops Generate right now ("" when none): no usable interpreter for the
+    chosen backend, a missing runtime, an output folder that is relative or inside the add-on.
+    The panel shows it before the user presses anything.
+
+    The interpreter is resolved again only when something it depends on changes (the Runner
+    Python and Pixal3D-mac folder preferences, the backend, the wheels folder), not on every
+    redraw; :func:`forget_preflight` drops the answer (the Check button does), and Generate
+    always resolves afresh (``operators.make_launch``)."""
+    try:
+        prefs = get_prefs(context)
+        backend = context.scene.image_to_mesh.backend
+        key = (prefs.python, prefs.pixal3d_dir, backend, wheel_site_packages())
+        if _PREFLIGHT.get("key") != key:
+            try:
+                interpreter_for(prefs, backend)
+                error = ""
+            except config.ConfigError as exc:
+                error = str(exc)
+            _PREFLIGHT.update(key=key, error=error)
+        if _PREFLIGHT["error"]:
+            return _PREFLIGHT["error"]
+        config.runtime_dir()
+        output_dir(prefs)
+    except config.ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def forget_preflight() -> None:
+    """Resolve the interpreter again at the next :func:`preflight_error`."""
+    _PREFLIGHT.clear()
+
+
 def cluster_problem(prefs) -> str:
     """Why the cluster preferences cannot be used ("" when the address is empty — a local
     batch — or a Ray address: ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, and the token file
@@ -202,8 +240,6 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
             return {"CANCELLED"}
         if check_pending():
             return {"CANCELLED"}
-        from .operators import forget_preflight  # operators imports this module
-
         forget_preflight()  # the panel resolves the interpreter again
         with _CheckResult.lock:
             _CheckResult.pending = True

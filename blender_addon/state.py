@@ -13,7 +13,7 @@ seconds (float, ``time.time()`` clock, the clock of the events' ``"t"`` field).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 from . import events as _events
 from . import runtime_facts as _facts
@@ -26,10 +26,12 @@ from .status import (  # noqa: F401
     FINISHED,
     IDLE,
     IMPORTING,
+    NEXT,
     PENDING,
     RUNNING,
     STARTING,
     WAITING,
+    Status,
 )
 from .view import PanelView, guard_line, human_bytes, human_seconds, make_view  # noqa: F401
 
@@ -68,14 +70,16 @@ def command_line_died_hint(python: str) -> str:
 
 @dataclass
 class JobState:
-    """The state of one runner job, built only from the runner's events.
+    """The state of one runner job (one image, or a batch's image now running), built only
+    from the runner's events.
 
     Call :meth:`begin` when the process is spawned, :meth:`apply` for each event (in order),
     :meth:`finish_process` when the process has exited (its return code and stderr tail catch a
     runner that died without an ``error`` event), and :meth:`mark_cancelled` on user cancel.
+    :attr:`status` changes only through :meth:`transition`, which keeps to
+    ``status.NEXT`` and records every status taken in :attr:`history`.
     """
     image: str = ""
-    status: str = IDLE
     backend: str = ""
     output: str = ""
     trace: str = ""
@@ -107,28 +111,46 @@ class JobState:
     runner_warnings: list = field(default_factory=list)  # the runner's warning events
     input_notes: list = field(default_factory=list)  # what the runner did to the picture
     stall_text: str = ""  # while the worker is stalled: what the runner said
-    history: list = field(default_factory=list)  # every status taken, in order
+    history: list = field(default_factory=list)  # every status taken, in order (transition)
+    _status: Status = field(default=IDLE, repr=False)
 
     MAX_WARNINGS = 20
     MAX_SUBSTEPS = 32  # per stage; the pixal3d export has 8 (runner/PROTOCOL.md)
 
-    def __setattr__(self, name, value):
-        # Record every status transition where it happens, so a test (or a log) sees each one,
-        # however quickly the next follows.
-        if name == "status" and self.__dict__.get("status") != value:
-            self.__dict__.setdefault("history", []).append(value)
-        object.__setattr__(self, name, value)
-
     # ------------------------------------------------------------------ transitions
+    @property
+    def status(self) -> Status:
+        """The job's :class:`status.Status`; changed by :meth:`transition` only."""
+        return self._status
+
+    def transition(self, to: Status) -> bool:
+        """Move to the status ``to`` when ``status.NEXT`` allows it from the current one, and
+        record it in :attr:`history` (every status taken, however quickly the next follows);
+        staying in the same status changes nothing. Returns False (and notes it in
+        :attr:`warnings`) for a move the table does not allow: the status is kept."""
+        to = Status(to)
+        if to == self._status:
+            return True
+        if to not in NEXT[self._status]:
+            self._warn(f"status {to} cannot follow {self._status}; kept {self._status}")
+            return False
+        self._status = to
+        self.history.append(to)
+        return True
+
     def begin(self, image: str, now: float | None = None) -> None:
-        """Reset for a new run of ``image`` (path str); ``now`` in seconds (default: now)."""
-        self.__dict__.pop("history", None)
-        self.__init__(image=image, status=STARTING, started=time.time() if now is None else now)
-        self.history = [STARTING]
+        """Start over for a new run of ``image`` (path str): every field back to its default,
+        then the status ``STARTING`` (the first entry of a new :attr:`history`); ``now`` in
+        seconds (default: now)."""
+        for each in fields(self):
+            setattr(self, each.name, each.default if each.default_factory is MISSING
+                    else each.default_factory())
+        self.image, self.started = image, time.time() if now is None else now
+        self.transition(STARTING)
 
     def fail(self, kind: str, message: str, hint: str = "", now: float | None = None) -> None:
         """Record a failure found by the add-on itself (bad preference, spawn failure …)."""
-        self.status = FAILED
+        self.transition(FAILED)
         self.error = {"kind": kind, "message": message, "hint": hint}
         self.ended = time.time() if now is None else now
         self._close_running_stage(self.ended, end=FAILED)
@@ -137,7 +159,7 @@ class JobState:
         """The user cancelled: the job ends as ``cancelled`` whatever the runner prints next."""
         if self.status in FINISHED:
             return
-        self.status = CANCELLED
+        self.transition(CANCELLED)
         self.ended = time.time() if now is None else now
         self.error = {"kind": "cancelled", "message": "Cancelled; the runner was stopped.",
                       "hint": ""}
@@ -146,11 +168,11 @@ class JobState:
     def mark_importing(self) -> None:
         """The GLB is written and is being imported into the scene."""
         if self.status not in FINISHED:
-            self.status = IMPORTING
+            self.transition(IMPORTING)
 
     def mark_done(self, now: float | None = None) -> None:
         """The mesh is in the scene."""
-        self.status = DONE
+        self.transition(DONE)
         self.ended = time.time() if now is None else now
 
     def finish_process(self, returncode: int | None, stderr_tail: str = "",
@@ -223,7 +245,7 @@ class JobState:
         names = ev.get("stages") or []
         self.stages = [StageRow(str(n)) for n in names]
         if self.status in (IDLE, STARTING):
-            self.status = STARTING
+            self.transition(STARTING)
 
     def _on_guard(self, ev: dict, t: float) -> None:
         self.guard_state = ev.get("state")
@@ -236,9 +258,9 @@ class JobState:
             if self.guard_readings.get(key) is not None:
                 setattr(self, key, self.guard_readings[key])
         if self.guard_state == "waiting" and self.status not in FINISHED:
-            self.status = WAITING
+            self.transition(WAITING)
         elif self.guard_state == "started" and self.status not in FINISHED:
-            self.status = RUNNING
+            self.transition(RUNNING)
             if self.swap_start is None:
                 self.swap_start = self.swap
 
@@ -286,7 +308,7 @@ class JobState:
         self.stage, self.stage_fraction, self.stage_peak = name, 0.0, None
         self.substep = None
         if self.status not in FINISHED:
-            self.status = RUNNING
+            self.transition(RUNNING)
 
     def _on_substep(self, ev: dict, t: float) -> None:
         """A ``stage`` event with ``parent``: a step inside that stage (runner/PROTOCOL.md). It
@@ -366,7 +388,7 @@ class JobState:
                 row.status = COMPLETE
         self.stage_fraction, self.substep = 1.0, None
         if self.status != CANCELLED:
-            self.status = IMPORTING
+            self.transition(IMPORTING)
             self.ended = t
 
     def _on_error(self, ev: dict, t: float) -> None:
@@ -374,7 +396,7 @@ class JobState:
             return
         self.error = {"kind": ev.get("kind") or "error", "message": ev.get("message") or "",
                       "hint": ev.get("hint") or "", "exit_code": ev.get("exit_code")}
-        self.status = FAILED
+        self.transition(FAILED)
         self.ended = t
         self._close_running_stage(t, end=CANCELLED if ev.get("kind") == "cancelled" else FAILED)
 

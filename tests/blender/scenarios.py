@@ -264,7 +264,7 @@ def sc_zero_setup(zip_path, work, image):
     before_import = {m: m in sys.modules for m in ("scipy", "trimesh", "PIL", "psutil", "torch")}
     settings(image, texture="512", seed=3)
     before = set(o.name for o in bpy.data.objects)
-    facts["preflight"] = mod("operators").preflight_error(bpy.context)
+    facts["preflight"] = mod("preferences").preflight_error(bpy.context)
     facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     ctl = mod("controller")
     facts["argv0"] = ctl.CONTROLLER.job.argv[0] if ctl.CONTROLLER.job else None
@@ -323,7 +323,7 @@ def sc_uninstall(zip_path, work, image):
     settings(image, texture="512")
     user_dir = bpy.utils.extension_path_user(PKG, create=True)
     addon_prefs().output_dir = os.path.join(user_dir, "output")
-    facts["inside_user_dir"] = mod("operators").preflight_error(bpy.context)
+    facts["inside_user_dir"] = mod("preferences").preflight_error(bpy.context)
     addon_prefs().output_dir = ""  # the default
     facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     facts["finished"] = drive(120)
@@ -371,7 +371,7 @@ def sc_output_dir(zip_path, work, image):
     add-on are refused before anything spawns; ``//`` in a saved file becomes an absolute folder
     next to it, where the runner writes. Also: an image path that is a folder."""
     facts = install(zip_path, work)
-    ctl, ops = mod("controller"), mod("operators")
+    ctl, prefs = mod("controller"), mod("preferences")
     addon_dir = work / "repo" / "image_to_mesh"
     settings(image)
 
@@ -380,7 +380,7 @@ def sc_output_dir(zip_path, work, image):
             result = sorted(bpy.ops.image_to_mesh.generate())
         except RuntimeError as exc:  # operator errors are raised in background mode
             result = ["CANCELLED: " + str(exc)]
-        return {"preflight": ops.preflight_error(bpy.context), "result": result,
+        return {"preflight": prefs.preflight_error(bpy.context), "result": result,
                 "panel_error": ctl.CONTROLLER.state.view().error_text,
                 "job": ctl.CONTROLLER.job is not None, "children": len(descendant_pids())}
 
@@ -461,6 +461,10 @@ def sc_batch(zip_path, work, folder):
     facts["items"] = [[i.image.name, i.status] for i in ctl.CONTROLLER.batch.items]
     facts["progress_text"] = ctl.CONTROLLER.batch.progress_text()
     facts["summary"] = ctl.CONTROLLER.batch_summary
+    log = []  # what the panel draws once the batch has ended: its labels, in order
+    bpy.types.VIEW3D_PT_image_to_mesh.draw(type("P", (), {"layout": RecordingLayout(log)})(),
+                                           bpy.context)
+    facts["panel_labels"] = [entry[1] for entry in log if entry[0] == "label"]
     new = [o for o in bpy.data.objects if o.name not in before]
     facts["new_objects"] = [object_facts(o) for o in new]
     root = bpy.data.collections.get("Image to Mesh")
@@ -500,8 +504,7 @@ def sc_bad_interpreter(zip_path, work, image):
     facts = install(zip_path, work)
     addon_prefs().python = str(work / "no-such-venv" / "bin" / "python")
     settings(image)
-    ops = mod("operators")
-    facts["preflight"] = ops.preflight_error(bpy.context)
+    facts["preflight"] = mod("preferences").preflight_error(bpy.context)
     try:
         facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     except RuntimeError as exc:  # operator errors are raised in background mode

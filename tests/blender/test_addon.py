@@ -315,6 +315,8 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
     assert v["root_children"] == ["Batch batch"]
     assert v["summary"].startswith("Batch: 3 of 4 done, 1 failed: broken.png (")
     assert "not_an_image" in v["summary"] or "image_truncated" in v["summary"]
+    # the job box is headed by the batch's outcome, not by its last image's ("Done")
+    assert v["panel_labels"][0] == "Done with failures: 3 of 4 done, 1 failed", v["panel_labels"]
     assert v["children_alive"] == []
 
 
