@@ -1,8 +1,9 @@
 """The runner's structure as its imports draw it (read with ``ast``, every ``import`` — also
 those inside functions, which hide a circle from the interpreter but not from a reader): no
-circle among runner/'s modules, the export engine standing on its own (nothing of the runner
-outside it), stageload importing nothing of the runner or the add-on; every module of the
-runner under 500 lines and every function under 60."""
+circle among runner/'s modules nor among the add-on's, the export engine standing on its own
+(nothing of the runner outside it), stageload importing nothing of the runner or the add-on,
+the add-on nothing of the runner, stageload or torch; every module of the runner under 500
+lines and every function under 60."""
 from __future__ import annotations
 
 import ast
@@ -97,6 +98,19 @@ def test_the_cycle_finder_finds_a_circle_hidden_in_a_function():
 
 def test_no_import_circle_in_the_runner():
     assert _cycles(_graph("runner")) == []
+
+
+def test_no_import_circle_in_the_addon():
+    assert _cycles(_graph("blender_addon")) == []
+
+
+def test_the_addon_imports_neither_the_runner_nor_stageload_nor_torch():
+    """Blender's process holds none of them: the add-on reads the runner's stdlib-only files
+    by path (``blender_addon/runtime_facts.py``) and spawns the runner for the rest."""
+    for name, path in _modules("blender_addon").items():
+        for target, line in _imported(name, path, ast.parse(path.read_text("utf-8"))):
+            assert target.split(".")[0] not in ("runner", "stageload", "torch"), \
+                f"{path.relative_to(REPO)}:{line} imports {target}"
 
 
 def test_the_export_engine_imports_nothing_of_the_runner_outside_it():
