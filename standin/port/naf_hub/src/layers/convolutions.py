@@ -26,8 +26,12 @@ class EncBlock(nn.Module):
 
     def forward(self, x):
         skip = x
-        x = self.conv1(self.activation_fn(self.norm1(x)))
-        x = self.conv2(self.activation_fn(self.norm2(x)))
+        x = self.norm1(x)
+        x = self.activation_fn(x)
+        x = self.conv1(x)
+        x = self.norm2(x)
+        x = self.activation_fn(x)
+        x = self.conv2(x)
         if self.use_conv_shortcut or skip.shape != x.shape:
             skip = self.shortcut(skip)
         return x + skip if self.residual else x
