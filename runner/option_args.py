@@ -6,13 +6,13 @@ unlike ``options.py``, it is imported as part of the ``runner`` package, never b
 """
 from __future__ import annotations
 
+import argparse
+
 from . import options
 
 
 def _argparse_type(opt: options.Option):
     """An argparse ``type`` that reports ``convert``'s message (not a bare 'invalid value')."""
-    import argparse
-
     def convert(text):
         try:
             return opt.convert(text)

@@ -12,7 +12,14 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
-from stageload.pixal3d.plan import STAGES  # noqa: E402,F401  (torch-free; the one stage list)
+# each torch-free (the supervisor imports this module for its precheck): the port check, the
+# weights check, the export levers, the stage list
+from stageload.pixal3d import check_port, open_port
+from stageload.pixal3d.errors import BadWeights, WeightsMissing
+from stageload.pixal3d.export import ExportOptions, export_handover
+from stageload.pixal3d.plan import STAGES  # noqa: F401  (the one stage list)
+from stageload.pixal3d.port import static_report
+from stageload.pixal3d.weights import require_weights
 
 from .. import options as options_table
 from ..errors import RunnerError
@@ -49,8 +56,6 @@ def export_settings(export_profile: Optional[str] = "port", decimation_target=No
                     **_other):
     """The export levers as the runner passes them (strings from the command line, None = not
     given) → ``stageload.pixal3d.export.ResolvedExport``. Raises ``RunnerError('usage')``."""
-    from stageload.pixal3d.export import ExportOptions
-
     try:
         options = ExportOptions(
             decimation_target=None if decimation_target is None else parse_faces(decimation_target),
@@ -131,7 +136,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
     _check_job(height_m, texture_size, load, export, export_process)
     bounded = engine(export) == "bounded"
     settings = export_settings(**export)
-    from stageload.pixal3d import Pixal3DRun
+    from stageload.pixal3d import Pixal3DRun  # torch: only the model process touches it
     run = Pixal3DRun(pixal3d_dir or None, device=_device(device), load=load,
                      pipeline_type=pipeline_type or "1024_cascade",
                      keep_resident=_bytes(keep_resident), prefetch=(prefetch or "on") == "on",
@@ -168,10 +173,7 @@ def export(handover: str, output, *, seed: int = 42, texture_size: int = DEFAULT
     if engine(options) == "bounded":
         return bounded_export.export(handover, output, texture_size=texture_size, emit=emit,
                                      **options)
-    import torch
-
-    from stageload.pixal3d import open_port
-    from stageload.pixal3d.export import export_handover
+    import torch  # the port's export runs on torch: only this export process imports it
     settings = export_settings(**options)
     port = open_port(pixal3d_dir or None)
     dev = torch.device(_device(device) or ("mps" if torch.backends.mps.is_available() else "cpu"))
@@ -197,8 +199,6 @@ def precheck(pixal3d_dir: Optional[str] = None, pipeline_type: Optional[str] = N
     Raises ``RunnerError`` (``pixal3d_missing``, exit 32, or ``pixal3d_version``, exit 33,
     naming every drifted item; ``weights_missing`` 36 naming the first missing file and how to
     download the weights; ``bad_weights`` 35 naming the file and the tensor when known)."""
-    from stageload.pixal3d.port import static_report
-
     check_options(_options)  # a combination the export engine refuses: before the port
     report = static_report(pixal3d_dir or None)
     if not report["ok"]:
@@ -213,8 +213,6 @@ def weights_problem(root: str, pipeline_type: Optional[str] = None) -> Optional[
     """None when every weight file the plan reads is usable; else ``{"kind", "reason",
     "hint", "details"}`` for the first at fault (``details``: ``missing`` — every missing
     file's expected path —, or ``file`` and ``tensors``)."""
-    from stageload.pixal3d.errors import BadWeights, WeightsMissing
-    from stageload.pixal3d.weights import require_weights
     try:
         require_weights(root, pipeline_type or "1024_cascade")
     except WeightsMissing as err:
@@ -234,7 +232,6 @@ def check(pixal3d_dir: Optional[str] = None, **options) -> dict:
     are loaded; seconds). ``{"ok", "reason", "hint", "root", "version", "missing", "kind"}``
     (``kind``: the runner error kind a run would fail with, e.g. ``pixal3d_missing``; None when
     ok)."""
-    from stageload.pixal3d import check_port
     report = check_port(pixal3d_dir or None)
     if report["ok"]:
         problem = weights_problem(report["root"], options.get("pipeline_type"))
