@@ -11,8 +11,8 @@ whose true silhouette is known — its own alpha ≥ 128, the line the alpha mat
 - ``plain_<colour>``: composited onto white, light blue, mid grey, black and green, saved as
   JPEG q90 (``plain_white_png``: onto white, kept lossless);
 - ``belly_rim<N>``: a white belly with no drawn line (:func:`shaded_white_belly`), its rim
-  shaded ``N`` RGB units per channel off white, onto white as JPEG q90 — issue 23 item 12's
-  held-back picture, a white belly on a white background, modelled on the shared art.
+  shaded ``N`` RGB units per channel off white, onto white as JPEG q90 — a tester's held-back
+  picture, a white belly on a white background, modelled on the shared art.
 
 Each picture is keyed by ``runner.backends.builtin.matte.compute_matte(..., had_alpha=False)``
 from two trees: ``before`` (``git archive`` of ``--before``'s ``runner/`` and the ``stageload/``

@@ -11,8 +11,8 @@ Starts a small process tree to watch (a parent holding 200 MB with three childre
   the interpreter's idle cost;
 - the sample rate achieved.
 
-Writes ``bench/results/sampler_overhead.json`` (or ``--output``) and prints it. Target from
-issue 3: < 2 % of one core (1.2 CPU s per minute).
+Writes ``bench/results/sampler_overhead.json`` (or ``--output``) and prints it. Target: < 2 % of one
+core (1.2 CPU s per minute).
 
 usage: python -m bench.sampler_overhead [--seconds 60] [--interval 0.1] [--output PATH]
 """

@@ -1,4 +1,4 @@
-"""Benchmark: time and peak memory of reading a large trace (issue 14 item 12).
+"""Benchmark: time and peak memory of reading a large trace (a trace is input of any size).
 
 Writes a synthetic runner-like trace of each size (samples at 10 Hz with ``hwm``/``hwm_since``,
 a stage and ready event every 50 000 lines) to a temporary folder, then runs

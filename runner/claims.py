@@ -12,9 +12,9 @@ under a temporary name (``.claim-<pid>-<hex>.tmp``), locked, written, and then h
 visible claim file that can be locked has no live owner (killed, or releasing it), and is
 taken over or removed by :func:`sweep_stale_claims`; one that cannot be locked is held by its
 owner — or, for an instant, by another runner removing a stale one, which its recorded pid
-(dead) tells apart. (Before this, the file was created empty and locked a moment later, so a
-sweep in another thread could lock it in between and the claimer reported "another runner":
-tester2 finding 2.) On a file system without hard links (FAT, some network shares) the
+(dead) tells apart. (Why in that order: a file created empty and locked a moment later could
+be locked in between by a sweep in another thread, and the claimer would report "another
+runner".) On a file system without hard links (FAT, some network shares) the
 claim file is created with ``O_EXCL`` and locked just after; the sweep then also needs the
 recorded owner dead or the file older than ``STALE_AGE``.
 

@@ -5,7 +5,8 @@ folder has batch traces, so the images already done are skipped rather than refu
 ``output_exists``.
 
 A batch item's trace (``OUTDIR/<name>.trace.jsonl``) begins with the item's ``hello``
-(``mode: "batch_item"``, ``image``, ``output``, and — since issue 22 — ``sha256`` of the input
+(``mode: "batch_item"``, ``image``, ``output``, and — in traces of this version on —
+``sha256`` of the input
 and the ``options`` that shape the GLB) and, when the job succeeded, ends with its ``result``
 (``output``, ``seconds``, ``peak``, ``warnings``). Such a pair is rebuilt as a ``done`` entry,
 so the resumed batch skips that image exactly as it would have with the intact manifest. A

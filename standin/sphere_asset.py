@@ -2,7 +2,7 @@
 export engine's tests and measurements (``runner/export_engine``): a bumpy sphere and the
 sparse voxels of a shell around it, coloured by a smooth function of position.
 
-Not what ships; not a character (the full-size character generator of issue 20 item 4 is
+Not what ships; not a character (the full-size character generator is
 another module of ``standin/``). What it gives a test: the surface (``radius_at``) and the
 colour (``colour_at``) as formulas, so a GLB's geometry and texture can be checked against the
 truth, and any size from a few thousand faces (seconds) to millions (measurements).

@@ -1,5 +1,5 @@
-"""``python -m bench.export_engine``: the bounded export engine measured at full size
-(issue 20, "Measured"). See docs/benchmark.md ("Bounded export") for what each figure means.
+"""``python -m bench.export_engine``: the bounded export engine measured at full size.
+See docs/benchmark.md ("Bounded export") for what each figure means.
 
     .venv/bin/python -m bench.export_engine [--quick] [--docs]
 
@@ -40,7 +40,7 @@ from .run import REPO, run_export
 SHARED_PICTURE = Path("/work/shared/images/typical_humanoid_mech.png")
 PICTURE = REPO / "tests" / "data" / "images" / "typical_humanoid_mech.png"
 DEFAULT_TARGET, DEFAULT_TEXTURE = 1_000_000, 2048
-#: issue 20's targets (bytes, seconds).
+#: the bounded export's targets (bytes, seconds): docs/benchmark.md, "Bounded export".
 GIB = 1 << 30
 TARGETS = {"defaults_peak": 4 * GIB, "budget_2g_peak": int(2.2 * GIB), "defaults_seconds": 600}
 

@@ -1,4 +1,4 @@
-"""Quality of an exported GLB against the asset it came from (issue 20, "Quality").
+"""Quality of an exported GLB against the asset it came from (docs/benchmark.md, "Bounded export").
 
 Each figure is measured with code of its own, independent of the export engine's
 (``runner/export_engine``), so an error the engine makes is not made again here:
@@ -345,7 +345,7 @@ def topology_kept(glb: dict, asset: dict) -> bool:
                           or (glb["closed"] and glb["euler"] == asset["euler"]))
 
 
-#: the targets of issue 20 (voxels of the grid; 1/255 of base colour).
+#: the quality targets (voxels of the grid; 1/255 of base colour).
 TARGETS = {"face_count": 0.02, "distance_mean": 0.5, "distance_p99": 2.0,
            "colour_mean": 3.0, "colour_p99": 16.0, "unfilled": 0}
 

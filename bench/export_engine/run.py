@@ -32,7 +32,7 @@ from stageload.meter import Sampler
 from stageload.trace import TraceWriter
 
 REPO = Path(__file__).resolve().parents[2]
-#: the engine's sub-steps (issue 20 item 6), each expected in every export's trace.
+#: the engine's sub-steps, each expected in every export's trace.
 SUBSTEPS = ("load", "cleanup", "decimate", "uv_unwrap", "bake", "seams", "write")
 #: seconds between this process's own samples of the runner's tree.
 INTERVAL = 0.1

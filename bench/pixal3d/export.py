@@ -2,7 +2,7 @@
 with the export stage in the model process (``--export-process in-process``, the port's way)
 against a process of its own (``--export-process own``), and the latter with
 ``--export-profile fit``. Peak and wall time of the export stage, per sub-step, the face count
-of the GLB, and the figures issue 12 asks for.
+of the GLB, and the export's peak against the port's modelled one.
 
     .venv/bin/python -m bench.pixal3d.export [--scale 0.03125] [--rounds 2]
         [--out bench/results/<date>/export] [--summary bench/results/<date>/summary.json]

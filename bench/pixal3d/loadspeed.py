@@ -1,4 +1,4 @@
-"""Load throughput of the aligned read against a cold read of the same file (issue 24).
+"""Load throughput of the aligned read against a cold read of the same file.
 
 ``python -m bench.pixal3d.loadspeed [--rounds 3] [--out FILE]`` writes a 1 GiB model (16 ×
 ``nn.Linear(4096, 4096)``, fp32, seed 0) as safetensors under ``--work`` (reused), then, for
@@ -12,7 +12,7 @@ each round, in this order, each after evicting the file from the page cache
 - ``mapped``: ``stageload.load_module`` on the mapped file (``safetensors.load_file``), then
   every weight touched (the disk read happens at the touch).
 
-Then what a prefetch can and cannot remove from a load (issue 24), each in the same round:
+Then what a prefetch can and cannot remove from a load, each in the same round:
 
 - ``prefetch_advise`` / ``prefetch_read``: the file evicted, then read ahead by
   ``stageload.prefetch.Prefetcher`` with that method; ``resident`` is the fraction of the file

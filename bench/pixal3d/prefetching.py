@@ -1,5 +1,5 @@
 """Prefetch on and off on the stand-in, the page cache of the weight files dropped before each
-run (issue 24).
+run.
 
 ``python -m bench.pixal3d.prefetching [--scale 0.25] [--rounds 1]`` writes the stand-in's
 weights at ``--scale`` of the real sizes (at 0.25 the texture flow model is 0.6 GiB, the shape

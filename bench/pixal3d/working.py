@@ -30,7 +30,7 @@ class WorkingMemory:
     stage → bytes allocated for it (the last time); ``check(stages)`` raises when one of them
     got no allocation. Raises ``ValueError`` for a negative ``hold`` or size, and from
     ``allocate`` for a stage that is not in ``sizes`` (a sub-step or a renamed stage: its
-    share would silently be 0 and the figure would shrink instead of failing; issue 22 item 10).
+    share would silently be 0 and the figure would shrink instead of failing).
     """
 
     def __init__(self, sizes: dict[str, int], hold: float):

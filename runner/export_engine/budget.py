@@ -1,7 +1,8 @@
 """The memory budget (``--export-budget SIZE``) → piece sizes, and the check that an asset can
 be exported within it at all. Our own model (no library plans memory for this chain); its
 figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere assets of
-``standin/sphere_asset.py`` (notes/engine.md has the runs):
+``standin/sphere_asset.py`` (``python -m bench.export_engine`` repeats the full-size runs:
+bench/results/2026-12-01/export_engine/):
 
 - the mesh steps hold the input mesh (12 B a vertex, 12 B a face) plus cleanup's temporaries
   (sorting, grouping, the vertex graph: ``CLEANUP_BYTES_PER_FACE``), and fast-simplification's
@@ -68,7 +69,7 @@ PIECE_BYTES_PER_FACE = 560        # pyfqmr per face of the piece (its vertices, 
 #   (2,634,006 faces, 1,319,214 vertices) of the 7.9 M-face ``standin.asset`` mesh at 1024,
 #   its child (decimate_piece_file → 416,666 faces, 7.9 s) peaked at VmHWM 1,433,156 kB =
 #   the base + 542 B a face; the full-size ``--export-budget 2G`` run then planned 4 pieces of
-#   1.98 M faces (predicted 1.18 GiB) and peaked at 1.06 GiB while one ran; notes/pyfqmr.md
+#   1.98 M faces (predicted 1.18 GiB) and peaked at 1.06 GiB while one ran.
 PIECE_SHARE = 0.75                # share of the budget one piece's process tree may take
 MAX_PIECES = 64
 UNWRAP_BATCH = (20_000, 250_000)

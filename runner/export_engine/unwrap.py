@@ -2,7 +2,7 @@
 the batches' atlases are then packed side by side into one square (our own shelf packer:
 xatlas cannot pack already-packed atlases without charting them again).
 
-Why pieces: one xatlas call on 1,000,000 faces was still running after 14 minutes (issue 20),
+Why pieces: one xatlas call on 1,000,000 faces was still running after 14 minutes (measured here),
 and its chart solver's cost grows faster than the chart: measured here on a bumpy sphere,
 patches of 50,000 faces took 412 µs a face, patches of 2,500 faces 6–23 µs a face. So:
 

@@ -1,7 +1,7 @@
 """A watcher that stops the command's process group when its guard dies, however it dies.
 
-``python -m stageload guard`` SIGKILLed while its command ran left the command running with no
-memory watch (issue 22 item 7). The guard cannot catch SIGKILL, so something else must notice:
+Without it, ``python -m stageload guard`` SIGKILLed while its command ran would leave the
+command running with no memory watch. The guard cannot catch SIGKILL, so something else must notice:
 a pipe whose write end only the guard holds (``os.pipe`` descriptors are not inherited, and the
 command is started before the watcher) and a small watcher process, in a session of its own,
 blocked reading the other end. The kernel closes the write end when the guard dies; the read

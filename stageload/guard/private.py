@@ -2,10 +2,10 @@
 only this user can make it, and checked (a folder, not a link; owned by this user; no access
 for group or others) every time it is used.
 
-Why: the old fixed name ``/tmp/stageload-guards-<uid>`` could be taken first by another local
-user (a folder of theirs, or a plain file), and then every guard with ``--need`` admitted
-without reservations, silently — or that user could fake reservations on purpose (issue 22
-item 6). Where (:func:`default_dir`): ``$XDG_RUNTIME_DIR`` (Linux: ``/run/user/<uid>``, made
+Why not a fixed name such as ``/tmp/stageload-guards-<uid>``: it could be taken first by
+another local user (a folder of theirs, or a plain file), and then every guard with ``--need``
+admitted without reservations, silently — or that user could fake reservations on purpose.
+Where (:func:`default_dir`): ``$XDG_RUNTIME_DIR`` (Linux: ``/run/user/<uid>``, made
 by the system for this user only) when it is a private folder of this user's; else the
 user's cache folder (macOS ``~/Library/Caches``, elsewhere ``$XDG_CACHE_HOME`` or
 ``~/.cache``). ``$STAGELOAD_GUARD_DIR`` still overrides (a group of guards that should see

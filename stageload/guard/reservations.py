@@ -18,7 +18,7 @@ registry (no dependency offers a cross-process one); POSIX only. The registry an
 are private (``stageload.guard.private``: ``0700``, this user's, checked on every use). When
 they cannot be used, a guard with a ``need`` refuses: at its start (:meth:`Reservations.check`,
 a ``ConfigError`` naming the folder and why), and at each admission (a refusal saying so) —
-never an admission without reservations (issue 22 item 6). A guard without a need never uses
+never an admission without reservations. A guard without a need never uses
 them.
 """
 from __future__ import annotations

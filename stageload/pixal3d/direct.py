@@ -3,7 +3,7 @@
 The port's own ``pixal3d.models.from_pretrained(path)`` builds the model with its random
 initialisation (every weight allocated and filled), reads the safetensors file into a state
 dict (a second copy) and copies it in with ``load_state_dict``: about 2x the model's bytes at
-its peak, and the time of an initialisation that is thrown away (issue 8 measured 1.8-2.1x and
+its peak, and the time of an initialisation that is thrown away (measured here: 1.8-2.1x and
 0.30 GB/s against 1.24 GB/s for a cold read). :func:`load_port_model` reads the same files and
 builds the same class instead as follows:
 
@@ -34,7 +34,7 @@ builds the same class instead as follows:
    file lacks, a tensor of another shape, or a floating tensor where the model's is not (or the
    reverse) is :class:`~stageload.pixal3d.errors.BadWeights` naming the file and the tensors.
    The port's own loader (``load_state_dict(strict=False)``) would keep that parameter's random
-   initialisation and give a different model without a word (issue 22 item 1), so this is
+   initialisation and give a different model without a word, so this is
    never a reason to fall back.
 6. Any buffer or plain tensor attribute still on ``meta`` (a buffer computed from the
    parameters' device and not saved in the checkpoint), or a constructor that cannot run this
@@ -100,8 +100,8 @@ def prepare_meta_runtime() -> RuntimeNote:
     brings about 800 modules (dynamo, sympy, mpmath ...): measured here 68-77 MB of resident
     memory and 1.4-2.6 s on a 2-CPU machine (depending on load). It is interpreter state, not
     weights, and is never freed, so it belongs to the process's runtime baseline — paid where
-    the runtime is set up, not inside whichever stage first loads a model (issue: it made
-    every later stage's peak 0.06 GB over its limit at 1/8 scale and the first load 1.59 s).
+    the runtime is set up, not inside whichever stage first loads a model (charged to a stage,
+    it made every later stage's peak 0.06 GB over its limit at 1/8 scale and the first load 1.59 s).
 
     What it runs: the same trigger, minimally — ``normal_`` on a one-element meta tensor (which
     imports ``torch._dynamo`` through the same wrapper and caches the wrapped function). The

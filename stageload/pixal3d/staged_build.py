@@ -59,7 +59,8 @@ from .prefetch_files import model_files
 
 log = logging.getLogger(__name__)
 
-#: ``source`` of the warning event a model loaded another way than asked gets (issue 22 item 1).
+#: ``source`` of the warning event a model loaded another way than asked gets: how a model was
+#: built never changes silently.
 LOAD_FALLBACK_SOURCE = "stageload.pixal3d.direct (the adapter's loader; docs/pixal3d.md, Fallbacks)"
 
 

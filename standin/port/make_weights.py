@@ -1,7 +1,7 @@
 """Write a stand-in "weights folder" for the stand-in port: every checkpoint the real
 Pixal3D-mac reads, at a chosen fraction of the real sizes.
 
-Usage (tests, and the benchmark of issue 8)::
+Usage (tests, and the loading benchmark)::
 
     from standin import make_weights             # the repository root on sys.path
     info = make_weights("/tmp/px", scale=1e-3)   # 13.2 GB of loads -> 13.2 MB

@@ -61,7 +61,7 @@ MIN_KEY_THRESHOLD = 30.0
 STRICT_KEY_THRESHOLD = 12.0
 #: loose candidates (within MIN_KEY_THRESHOLD) this many px from the strict background are
 #: background: an anti-aliased edge is 1 px wide (beyond it, see loose_remnants).
-#: (Not 0: scipy's binary_dilation repeats without end at iterations=0, the old loose flood.)
+#: (Not 0: scipy's binary_dilation repeats without end at iterations=0: an unbounded flood.)
 LOOSE_REACH_PX = 1
 #: pixels within this RGB distance of the background colour (light greys of 197/255 and up on
 #: white) are a light area's shaded rim: step 4 measures the outline's reach across them.

@@ -7,14 +7,14 @@ driver's: ``bytes per element × elements in real units × scale``.
 
 - ``GEOMETRY_FACTOR``: real faces per stand-in face. The goblin example decodes to 10,028
   stand-in faces at the 1024 grid, the real decoder to ≈8.6M faces for a typical character
-  (issue 12, from the port's own notes) → 860.
+  (from the port's own notes) → 860.
 - ``BYTES``: bytes per real element, chosen so that the defaults (1024 grid, remesh on,
   decimation target 1,000,000, texture 2048) reproduce SPEC §1's export peak of 69.6–70.2 GB
   (≈67 GB above the 2.9 GB runtime): a full-mesh BVH (128 B/face, kept until the bake ends),
   the dual-contouring remesh (1,000 B per output face; ≈17M faces at 1024, 4× fewer at 512),
   each cleanup/simplify operation on the remeshed mesh (3,800 B/face: hash tables, sorts and the
   QEM simplifier's buffers), xatlas-style charts (1,200 B/face of the decimated mesh) and the
-  bake (150 B per texel, issue 12). Mesh arrays count 18 B/face (float32 vertices at ~F/2, int32
+  bake (150 B per texel). Mesh arrays count 18 B/face (float32 vertices at ~F/2, int32
   faces). These are a model, not measurements of the Metal kernels: only the total is measured.
 - ``scale()``: ``$PIXAL3D_STANDIN_EXPORT_SCALE`` (default 0.001, i.e. ~67 MB at the defaults),
   the same kind of fraction as the stand-in's weights (``make_weights.py``).

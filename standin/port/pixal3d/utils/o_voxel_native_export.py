@@ -56,7 +56,7 @@ FAULT_ENV = "PIXAL3D_STANDIN_BRIDGE_FAULT"
 def _injected_fault(output) -> None:
     """Tests' fault injection (not in the real bridge): ``$PIXAL3D_STANDIN_BRIDGE_FAULT`` =
     ``memory`` raises ``MemoryError``, ``nospace`` ``OSError(ENOSPC)`` where the real bridge
-    meets them (the bake done, the GLB about to be written) — the failures issue 22 saw with an
+    meets them (the bake done, the GLB about to be written) — the failures seen with an
     address-space limit and a nearly full disk, made deterministic."""
     import errno
     import os
