@@ -126,7 +126,7 @@ def _stack(x: torch.Tensor, stack, band_bytes: int) -> torch.Tensor:
 class _Pointwise:
     """A stack of 1x1 convs (NAF's ``encoder``) never stored: each pixel's output depends on
     that pixel alone once its GroupNorms' statistics are known, so those are gathered first —
-    one sweep over the image in row bands per norm (sums in float64) — and the stack is then
+    one sweep over the image in row bands per norm — and the stack is then
     recomputed for the rows (:meth:`rows`) or pixels (:meth:`at`) asked for."""
 
     def __init__(self, x: torch.Tensor, steps: list, band_bytes: int):
@@ -145,19 +145,26 @@ class _Pointwise:
         return x
 
     def _statistics(self, k: int, norm) -> tuple:
+        """GroupNorm ``norm``'s per-channel scale and shift for step ``k``'s input: each band's
+        mean and variance on the device (fp32, as GroupNorm computes them), combined across
+        bands in float64 on the CPU (Chan et al.'s pairwise update; MPS has no float64)."""
         b, _, h, w = self.x.shape
         c, g = self.steps[k - 1][1].out_channels, norm.num_groups
-        total = torch.zeros(b, g, dtype=torch.float64)
-        squares = torch.zeros(b, g, dtype=torch.float64)
+        count, mean, m2 = 0, torch.zeros(b, g, dtype=torch.float64), torch.zeros(
+            b, g, dtype=torch.float64)
         for r0 in range(0, h, self.band):
-            y = self._run(self.x[:, :, r0:r0 + self.band], k).reshape(b, g, -1).double()
-            total += y.sum(-1)
-            squares += (y * y).sum(-1)
-        n = (c // g) * h * w
-        mean = total / n
-        rstd = ((squares / n - mean * mean).clamp_min(0) + norm.eps).rsqrt()
-        scale = (rstd.repeat_interleave(c // g, dim=1).float() * norm.weight).reshape(b, c, 1, 1)
-        shift = norm.bias.reshape(1, c, 1, 1) - (mean.repeat_interleave(c // g, dim=1).float()
+            y = self._run(self.x[:, :, r0:r0 + self.band], k).reshape(b, g, -1)
+            var_b, mean_b = (t.double().cpu() for t in torch.var_mean(y, dim=-1,
+                                                                        unbiased=False))
+            n_b = y.shape[-1]
+            delta = mean_b - mean
+            mean = mean + delta * (n_b / (count + n_b))
+            m2 = m2 + var_b * n_b + delta * delta * (count * n_b / (count + n_b))
+            count += n_b
+        rstd = (m2 / count + norm.eps).rsqrt().float().to(self.x.device)
+        mean = mean.float().to(self.x.device)
+        scale = (rstd.repeat_interleave(c // g, dim=1) * norm.weight).reshape(b, c, 1, 1)
+        shift = norm.bias.reshape(1, c, 1, 1) - (mean.repeat_interleave(c // g, dim=1)
                                                  .reshape(b, c, 1, 1) * scale)
         return scale, shift
 
