@@ -328,14 +328,20 @@ def _lines(f, p: Path) -> Iterator[bytes]:
         yield line
 
 
+#: What :func:`iter_lines` yields in place of the rest of a compressed trace that was cut short:
+#: not JSON, so :class:`TraceReader` counts it as a torn last line (``truncated``) and the
+#: summary says the trace was cut, as it does for a plain trace cut by a kill.
+GZIP_CUT_LINE = b"(the compressed trace ends here: its gzip stream was cut short)\n"
+
+
 def _gzip_lines(f: gzip.GzipFile, p: Path) -> Iterator[bytes]:
-    """The lines of a gzip stream; a stream cut short (``EOFError`` from :mod:`gzip`, with the
-    lines read so far already yielded) ends the trace like a kill does; bad data is a
+    """The lines of a gzip stream; a stream cut short (``EOFError`` from :mod:`gzip`, which
+    drops the partial line it had buffered) ends with :data:`GZIP_CUT_LINE`; bad data is a
     :class:`TraceError`."""
     try:
         yield from _lines(f, p)
     except EOFError:
-        return
+        yield GZIP_CUT_LINE
     except (gzip.BadGzipFile, zlib.error) as exc:
         raise TraceError(f"{p} starts like a gzip file but its data is damaged ({exc}); "
                          "give the trace a run wrote, or decompress it with gzip -d to see "
