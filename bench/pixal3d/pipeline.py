@@ -34,9 +34,17 @@ from standin import (
     PORT_DIR as STANDIN,  # the stand-in port folder (standin/, at the repository root)
 )
 
-#: The stand-in's file layout the written folder follows (2: MoGe-2 as its own ``model.pt``); a
-#: folder written by another layout is written again.
-WEIGHTS_LAYOUT = 2
+
+def standin_layout() -> str:
+    """SHA-256 of the stand-in port's Python sources (``standin/port/**/*.py``, in path order):
+    what a written weights folder was made for. A folder written for other sources (the models
+    or their checkpoint formats changed) is written again, never loaded into the wrong
+    classes."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(STANDIN).rglob("*.py")):
+        digest.update(str(path.relative_to(STANDIN)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def write_weights(work: Path, scale: float) -> dict:
@@ -46,7 +54,7 @@ def write_weights(work: Path, scale: float) -> dict:
     Pixal3D repository's snapshot folder), "files": [weight files: safetensors, MoGe's .pt],
     "model_bytes": {plan model name: bytes as written}, "plan": {stage: [models]},
     "written_bytes": {stand-in key: bytes}}``. A folder whose ``weights.json`` records the
-    same scale and :data:`WEIGHTS_LAYOUT` is reused (the files are deterministic: seed 0).
+    same scale and :func:`standin_layout` is reused (the files are deterministic: seed 0).
     Raises ``ValueError`` for a scale outside (0, 1].
     """
     from . import sizes
@@ -56,14 +64,14 @@ def write_weights(work: Path, scale: float) -> dict:
     info = None
     if record.is_file():
         info = json.loads(record.read_text())
-        if info.get("scale") != scale or info.get("layout") != WEIGHTS_LAYOUT \
+        if info.get("scale") != scale or info.get("layout") != standin_layout() \
                 or "model_dir" not in info \
                 or not all(Path(f).is_file() for f in info["files"]):
             info = None
     if info is None:
         written = sizes.make_weights.make_weights(root, scale=scale)
         files = sorted(str(p) for p in root.rglob("*") if p.suffix in (".safetensors", ".pt"))
-        info = {"scale": scale, "layout": WEIGHTS_LAYOUT, "env": written.env, "files": files,
+        info = {"scale": scale, "layout": standin_layout(), "env": written.env, "files": files,
                 "written_bytes": written.bytes, "model_dir": str(written.model_dir)}
         record.write_text(json.dumps(info, indent=1))
     model_bytes = {name: int(info["written_bytes"][sizes.STANDIN_KEY.get(name, name)])
