@@ -56,6 +56,7 @@ from .outputs import (
     leftover_asset,
     missing_folders,
     new_file_mode,
+    output_conflict,
     remove_empty,
     sweep_stale_job_dirs,
     sweep_stale_partials,
@@ -190,6 +191,7 @@ class JobRun:
         notes (``input.check``)."""
         job = self.job
         replace = job.overwrite if job.replace_trace is None else job.replace_trace
+        output_conflict(job.output, job.input.path, job.input.noun)
         trace_conflict(job.resolved_trace(), job.input.path, job.output, job.input.noun)
         checked = job.input.check(job)
         self.output = check_output(job.output, job.overwrite)

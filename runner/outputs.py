@@ -175,6 +175,16 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.normcase(a.absolute()) == os.path.normcase(b.absolute())
 
 
+def output_conflict(output: str | Path, source: str | Path, what: str = "image") -> None:
+    """Refuse an output GLB that is the input (``what``: "image", or "asset" for ``runner
+    export``): the same resolved path or the same file (``same_file``: hard links, symbolic
+    links). Committing the GLB there, which ``--overwrite`` would allow, destroys the input.
+    Raises ``RunnerError('usage')`` before anything is written."""
+    if same_file(output, source):
+        raise RunnerError("usage", f"The output {output} is the input {what}; it was left "
+                          "untouched.", "Give -o a path of its own, e.g. out/NAME.glb.")
+
+
 def trace_conflict(trace: str | Path, image: str | Path, output: str | Path,
                    what: str = "image") -> None:
     """Refuse a trace path that is the input (``what``: "image", or "asset" for ``runner
