@@ -54,7 +54,7 @@ class WorkingMemoryHandle:
     context manager. Attributes: ``target``, ``tool``, ``chunk``, ``calls`` (chunked calls
     run), ``event`` (the ``working_memory`` event sent, or None before the first call)."""
 
-    def __init__(self, target: str, tool: str, chunk: int, sink: Optional[EventSink],
+    def __init__(self, target: str, tool: str, chunk: Optional[int], sink: Optional[EventSink],
                  stage: StageLike):
         self.target = target
         self.tool = tool
@@ -192,7 +192,8 @@ def _check_rows(piece: Any, expected: int, target: str) -> None:
                                  f"in row chunks — remove chunk_rows from this module")
 
 
-def slice_attention(owner: Any, attr: str, queries: int, *, query_dim: int = -2,
+def slice_attention(owner: Any, attr: str, queries: Union[int, Callable[[Any, Any], int]], *,
+                    query_dim: int = -2,
                     live_copies: int = 2, score_bytes: int = 4,
                     baseline_queries: Optional[int] = None, sink: Optional[EventSink] = None,
                     stage: StageLike = None, target: Optional[str] = None) -> WorkingMemoryHandle:
@@ -216,17 +217,26 @@ def slice_attention(owner: Any, attr: str, queries: int, *, query_dim: int = -2,
     uses inside (None: all ``L``), ``live_copies`` how many ``[.., slice, S]`` matrices it
     holds at once (2 for a score matrix and its softmax).
 
+    ``queries`` may also be a callable ``(q, k) -> int`` that sizes each call's slice from its
+    tensors (e.g. ``query_chunk_for_budget`` over its heads and keys); the event's ``chunk``
+    is then the first call's.
+
     Raises :class:`stageload.errors.WorkingMemoryError` for a ``queries``/``live_copies`` that
-    is not a whole number ≥ 1, and at call time for ``is_causal=True`` (a causal mask depends
-    on the query's position: pass an explicit ``attn_mask`` instead). ``HookError`` when
-    ``owner.attr`` is not a callable that can be hooked.
+    is not a whole number ≥ 1 (a callable's answer is checked at each call), and at call time
+    for ``is_causal=True`` (a causal mask depends on the query's position: pass an explicit
+    ``attn_mask`` instead). ``HookError`` when ``owner.attr`` is not a callable that can be
+    hooked.
     """
-    queries = _check_chunk(queries, "queries")
+    sizer = queries if callable(queries) else None
+    fixed = None if sizer is not None else _check_chunk(queries, "queries")
     _check_chunk(live_copies, "live_copies")
-    handle = WorkingMemoryHandle(target or attr, "slice_attention", queries, sink, stage)
+    handle = WorkingMemoryHandle(target or attr, "slice_attention", fixed, sink, stage)
 
     def around(call: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                *rest: Any, **kwargs: Any) -> Any:
+        queries = fixed if sizer is None else _check_chunk(sizer(q, k), "queries")
+        if handle.chunk is None:
+            handle.chunk = queries
         if kwargs.get("is_causal"):
             raise WorkingMemoryError(f"slice_attention on {handle.target}: is_causal=True cannot "
                                      f"be sliced by queries; pass an explicit attn_mask")

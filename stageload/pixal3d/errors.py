@@ -11,6 +11,8 @@ kinds (the runner does, in ``runner/backends/pixal3d.py`` ``ERRORS``); stageload
 - :class:`WeightsMissing` — a weight file the plan reads is not where the port looks for it.
 - :class:`BadWeights` — a weight file is damaged or does not fit its model (``file``: its
   path; ``missing``: the tensors at fault, when known).
+- :class:`StageOutOfMemory` — the accelerator's allocator refused an allocation in a stage
+  (named in ``stage``); a ``MemoryError``, so the runner's ``out_of_memory``.
 - :class:`EmptyMeshError` — the port's decoder produced an empty mesh (the port stops with exit
   status 2 and its watchdog message; ``hint`` is that message's advice).
 """
@@ -70,3 +72,15 @@ class BadWeights(PortError):
     def details(self) -> dict:
         """``{"file": str, "tensors": [names]}`` (the runner puts it in the error event)."""
         return {"file": self.file, "tensors": list(self.missing)}
+
+
+class StageOutOfMemory(StageloadError, MemoryError):
+    """The accelerator's allocator refused an allocation during a stage (on a Mac: Metal, at
+    the high-watermark ``stageload.pixal3d.lean_model`` sets from the memory budget).
+    ``stage``: the stage (or sub-step) it happened in; ``message`` names it. A ``MemoryError``,
+    so the runner reports it as ``out_of_memory``."""
+
+    def __init__(self, message: str, stage):
+        super().__init__(message)
+        self.message = message
+        self.stage = stage

@@ -205,3 +205,24 @@ def test_the_event_passes_the_add_on_checks():
     assert clean(event) == (event, [])
     _, notes = clean({**event, "bytes_saved": -1, "chunk": "x"})
     assert len(notes) == 2
+
+
+@torch.no_grad()
+def test_slice_attention_sized_per_call_from_a_budget():
+    """``queries`` as a callable: each call's slice from its own heads and keys."""
+    owner = types.SimpleNamespace(attn=_naive_attention)
+    q, k, v = (torch.randn(1, 3, 120, 16) for _ in range(3))
+    expected = owner.attn(q, k, v)
+    budget = 3 * 40 * 120 * 4 * 2  # scores of 40 queries
+    sizes = []
+
+    def size(q, k):
+        sizes.append(query_chunk_for_budget(budget, heads=q.shape[1], keys=k.shape[-2]))
+        return sizes[-1]
+
+    with slice_attention(owner, "attn", size) as handle:
+        assert torch.equal(owner.attn(q, k, v), expected)
+    assert sizes == [40] and handle.chunk == 40 and handle.event["chunk"] == 40
+    with slice_attention(owner, "attn", lambda q, k: 0):
+        with pytest.raises(WorkingMemoryError, match="queries"):
+            owner.attn(q, k, v)

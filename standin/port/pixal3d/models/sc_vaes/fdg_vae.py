@@ -1,5 +1,6 @@
 """Shape SLat decoder (stand-in for ``FlexiDualGridVaeDecoder``): ``upsample`` for the cascade,
-``set_resolution`` and ``forward(slat, return_subs=True)`` -> (meshes, subs); each mesh carries
+``set_resolution`` and ``forward(slat, return_subs=True)`` -> (meshes, subs), its tokens
+through ``SparseConvNeXtBlock3d`` blocks first, as the real decoder's; each mesh carries
 the ``fdg_coords``/``fdg_dual_vertices``/``fdg_intersected``/``fdg_split_weight`` tensors its
 extraction started from, as the real decoder sets them."""
 import torch
@@ -8,14 +9,20 @@ import torch.nn.functional as F
 
 from ...modules.sparse import SparseTensor
 from ...representations import Mesh
-from ...utils.mesh_extract import voxel_surface_to_mesh
+
+# bound to the name the real decoder module calls its mesh extraction by (fdg_vae.py imports
+# flexible_dual_grid_to_mesh): hooks on that module attribute mark where extraction begins
+from ...utils.mesh_extract import voxel_surface_to_mesh as flexible_dual_grid_to_mesh
 from ._vae_common import add_ballast
+from .sparse_unet_vae import SparseConvNeXtBlock3d
 
 
 class FlexiDualGridVaeDecoder(nn.Module):
-    def __init__(self, latent_channels=8, model_channels=16, ballast_numel=1):
+    def __init__(self, latent_channels=8, model_channels=16, num_blocks=0, ballast_numel=1):
         super().__init__()
         self.inp = nn.Linear(latent_channels, model_channels)
+        self.blocks = nn.ModuleList([SparseConvNeXtBlock3d(model_channels)
+                                     for _ in range(num_blocks)])
         self.children_logits = nn.Linear(model_channels, 8)
         self.subdiv = nn.Linear(model_channels, 1)
         add_ballast(self, ballast_numel)
@@ -43,7 +50,10 @@ class FlexiDualGridVaeDecoder(nn.Module):
         return hr.int()
 
     def forward(self, slat, return_subs=False):
-        h = F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean()
+        h = slat.replace(F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean())
+        for block in self.blocks:  # SparseConvNeXtBlock3d: LayerNorm32 and the hidden MLP rows
+            h = block(h)
+        h = h.feats
         logit = self.subdiv(h)[:, 0]
         grid = self.resolution // 16
         meshes = []
@@ -52,7 +62,7 @@ class FlexiDualGridVaeDecoder(nn.Module):
             occ = torch.zeros(grid, grid, grid, dtype=torch.bool)
             c = slat.coords[sel][:, 1:].long().clamp(0, grid - 1).cpu()
             occ[c[:, 0], c[:, 1], c[:, 2]] = True
-            vertices, faces = voxel_surface_to_mesh(occ)
+            vertices, faces = flexible_dual_grid_to_mesh(occ)
             mesh = Mesh(vertices.to(slat.device), faces.to(slat.device))
             # the flexible-dual-grid inputs of the extraction, kept on the mesh as the real
             # decoder's forward does (the port's export and --save-mesh write them out)

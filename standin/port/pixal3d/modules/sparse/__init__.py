@@ -1,6 +1,9 @@
 """Minimal ``SparseTensor``: per-token features ``feats`` [N, C] at integer ``coords`` [N, 4]
 (batch, x, y, z), with the arithmetic the pipeline uses (``* std + mean``, ``- mean``, ``/ std``),
-``replace(feats)``, ``device``, ``shape`` ([batch, C]) and ``spatial_shape``.
+``replace(feats)``, ``device``, ``dtype``, ``shape`` ([batch, *feats.shape[1:]]),
+``layout`` (each batch's slice of the rows; rows are kept sorted by batch, as the real
+``VarLenTensor`` keeps them) and ``spatial_shape``. The sparse attention lives in
+``attention`` and its back end in ``config``, as in the real package.
 """
 from __future__ import annotations
 
@@ -19,7 +22,17 @@ class SparseTensor:
     @property
     def shape(self):
         batch = int(self.coords[:, 0].max().item()) + 1 if self.coords.shape[0] else 1
-        return torch.Size([batch, self.feats.shape[1]])
+        return torch.Size([batch, *self.feats.shape[1:]])
+
+    @property
+    def dtype(self):
+        return self.feats.dtype
+
+    @property
+    def layout(self):
+        counts = torch.bincount(self.coords[:, 0].long(), minlength=self.shape[0]).tolist()
+        starts = [sum(counts[:b]) for b in range(len(counts))]
+        return [slice(start, start + count) for start, count in zip(starts, counts, strict=True)]
 
     @property
     def spatial_shape(self):
@@ -54,3 +67,6 @@ class SparseTensor:
 
     def __repr__(self):
         return f"SparseTensor(feats={tuple(self.feats.shape)}, coords={tuple(self.coords.shape)})"
+
+
+from . import config  # noqa: E402,F401  (the attention back end, as the real package has it)

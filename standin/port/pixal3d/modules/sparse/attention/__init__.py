@@ -1,0 +1,2 @@
+from .full_attn import *
+from .modules import *

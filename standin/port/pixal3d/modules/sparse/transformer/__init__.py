@@ -1,0 +1,1 @@
+from .modulated import *

@@ -1,0 +1,175 @@
+"""Lean working memory in the flow models and decoders (``stageload.pixal3d.lean_model``) on
+the stand-in port's real pipeline object: the sliced attention gives the port's ``naive``
+numbers bit for bit, the decoders in row chunks the same meshes and voxels, sub-steps and one
+``working_memory`` event per tool reach the sink, remove() restores everything, and a refused
+Metal allocation becomes ``out_of_memory`` naming the stage (MPS itself cannot run here: the
+error is raised by a stand-in ``run``)."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from stageload.pixal3d import Pixal3DRun, lean_model, mps_limit
+from stageload.pixal3d.errors import StageOutOfMemory
+
+
+@pytest.fixture(scope="module")
+def run(standin_dir, standin_weights):
+    run = Pixal3DRun(standin_dir, device="cpu", load="eager")
+    run.hooks.remove()  # the pipeline alone: these tests call its methods directly
+    yield run
+    run.close()
+
+
+def _port(name):
+    return importlib.import_module(f"pixal3d.{name}")
+
+
+@pytest.fixture()
+def naive():
+    config = _port("modules.sparse.config")
+    before = config.ATTN
+    config.set_attn_backend("naive")
+    yield config
+    config.set_attn_backend(before)
+
+
+def _tokens(count: int, channels: int, seed: int = 0):
+    sparse = _port("modules.sparse")
+    gen = torch.Generator().manual_seed(seed)
+    coords = torch.cat([torch.zeros(count, 1, dtype=torch.int32),
+                        torch.randint(0, 64, (count, 3), generator=gen, dtype=torch.int32)], 1)
+    return sparse.SparseTensor(feats=torch.randn(count, channels, generator=gen), coords=coords)
+
+
+@torch.no_grad()
+def test_sliced_attention_is_the_ports_naive_attention_bit_for_bit(run, naive):
+    modules = _port("modules.sparse.attention.modules")
+    original = modules.sparse_scaled_dot_product_attention
+    torch.manual_seed(0)
+    attn = modules.SparseMultiHeadAttention(16, 2, type="self")
+    cross = modules.SparseMultiHeadAttention(16, 2, ctx_channels=16, type="cross")
+    x, context = _tokens(2500, 16), torch.randn(1, 5, 16)
+    port_self, port_cross = attn(x).feats, cross(x, context).feats  # 2 of the port's chunks
+    events = []
+    budget = 2 * 300 * 2500 * 4 * 2  # 300 queries' scores and softmax, 2 heads, 2,500 keys
+    lean = lean_model.install(run.pipeline, events.append, budget_bytes=budget)
+    try:
+        assert modules.sparse_scaled_dot_product_attention is not original
+        assert torch.equal(attn(x).feats, port_self)
+        assert torch.equal(cross(x, context).feats, port_cross)  # the (q, kv) form: the port's
+        naive.set_attn_backend("sdpa")
+        assert torch.allclose(attn(x).feats, port_self, atol=1e-6)  # not naive: the port's sdpa
+    finally:
+        lean.remove()
+    assert modules.sparse_scaled_dot_product_attention is original
+    (event,) = [e for e in events if e["event"] == "working_memory"]
+    assert event["tool"] == "slice_attention" and event["chunk"] == 256  # 300 in 64s
+    assert event["bytes_saved"] == 2 * (2048 - 256) * 2500 * 4 * 2
+
+
+def _with_blocks(decoder):
+    """The stand-in decoder with one ConvNeXt block of non-zero weights (the stand-in's weights
+    have none), so its LayerNorm32 and MLP rows run."""
+    vae = _port("models.sc_vaes.sparse_unet_vae")
+    torch.manual_seed(1)
+    block = vae.SparseConvNeXtBlock3d(16)
+    torch.nn.init.normal_(block.mlp[2].weight, std=0.3)
+    decoder.blocks.append(block)
+    return block
+
+
+@torch.no_grad()
+def test_decoders_in_row_chunks_give_the_same_mesh_and_voxels(run, monkeypatch):
+    pipeline = run.pipeline
+    for name in ("shape_slat_decoder", "tex_slat_decoder"):
+        _with_blocks(pipeline.models[name])
+    shape_slat, tex_slat = _tokens(3000, 8, seed=2), _tokens(3000, 8, seed=3)
+    port = pipeline.decode_latent(shape_slat, tex_slat, 1024)[0]
+    freed, events = [], []
+    monkeypatch.setattr(lean_model, "empty_allocator_cache", lambda: freed.append(1))
+    lean = lean_model.install(pipeline, events.append, budget_bytes=64 * 2 * 64 * 4)
+    try:
+        lean_mesh = pipeline.decode_latent(shape_slat, tex_slat, 1024)[0]
+    finally:
+        lean.remove()
+        for name in ("shape_slat_decoder", "tex_slat_decoder"):
+            del pipeline.models[name].blocks[-1]
+    for attr in ("vertices", "faces", "attrs", "coords"):
+        assert torch.equal(getattr(lean_mesh, attr), getattr(port, attr)), attr
+    steps = [(e["stage"], e["index"], e["count"], e["parent"]) for e in events
+             if e["event"] == "stage"]
+    assert steps == [("decode_shape", 0, 3, "decode"), ("mesh", 1, 3, "decode"),
+                     ("decode_texture", 2, 3, "decode")]
+    tools = [(e["target"], e["tool"], e["chunk"]) for e in events
+             if e["event"] == "working_memory"]
+    assert ("shape_slat_decoder.blocks.0.mlp", "chunk_rows", 64) in tools
+    assert ("tex_slat_decoder.blocks.0.norm", "chunk_rows", 256) in tools
+    assert len(freed) == 2  # after each decoder
+    assert not any(m.endswith("_slat") for m in vars(pipeline))
+
+
+@torch.no_grad()
+def test_conditioning_and_sampling_substeps_and_remove(run, rgb_image, monkeypatch):
+    from PIL import Image
+    pipeline = run.pipeline
+    before = dict(vars(pipeline))
+    monkeypatch.setattr(lean_model, "empty_allocator_cache", lambda: None)
+    events = []
+    with lean_model.install(pipeline, events.append):
+        cond = pipeline.get_proj_cond_ss([Image.open(rgb_image).convert("RGB")])
+        pipeline.sample_sparse_structure(cond, 32)
+    steps = [(e["stage"], e["index"], e["count"], e["parent"]) for e in events
+             if e["event"] == "stage"]
+    assert steps == [("conditioning", 0, 2, "structure"), ("sampling", 1, 2, "structure")]
+    assert vars(pipeline).keys() == before.keys()
+    assert "sample" not in vars(pipeline.sparse_structure_sampler)
+
+
+def test_a_refused_metal_allocation_names_the_stage():
+    """MPS cannot run here: a stand-in ``run`` raises the MPS allocator's own wording."""
+    from runner.worker import _classify
+
+    class Pipeline:
+        def run(self):
+            raise RuntimeError("MPS backend out of memory (MPS allocated: 18.50 GiB, other "
+                               "allocations: 448.00 KiB, max allowed: 18.72 GiB). Tried to "
+                               "allocate 512.00 MiB on shared pool.")
+
+    pipeline = Pipeline()
+    hook = mps_limit.name_the_stage(pipeline, lambda: "texture")
+    with pytest.raises(StageOutOfMemory, match="stage 'texture'") as err:
+        pipeline.run()
+    assert err.value.stage == "texture" and isinstance(err.value.__cause__, RuntimeError)
+    error = _classify(err.value, None)
+    assert error.kind == "out_of_memory" and "texture" in error.message
+    hook.remove()
+    with pytest.raises(RuntimeError, match="MPS backend"):
+        pipeline.run()
+
+
+def test_metal_limit_fraction_from_the_budget():
+    assert mps_limit.mps_fraction(16 * 2 ** 30, 32 * 2 ** 30) == 0.5
+    assert mps_limit.mps_fraction(70 * 2 ** 30, 32 * 2 ** 30) is None  # beyond the API's 2.0
+    with pytest.raises(ValueError, match="budget_bytes"):
+        mps_limit.mps_fraction(0, 32 * 2 ** 30)
+    if not torch.backends.mps.is_available():
+        assert mps_limit.set_limit(8 * 2 ** 30) is None  # nothing set where there is no MPS
+
+
+def test_query_slice_from_the_budget():
+    assert lean_model.query_slice(2 ** 30, heads=12, keys=21_500) == 512  # 0.98 GiB of scores
+    assert lean_model.query_slice(2 ** 40, heads=12, keys=21_500) == 2048  # never above the port
+    assert lean_model.query_slice(12 * 21_500 * 8 * 10, heads=12, keys=21_500) == 10
+
+
+def test_rows_for_budget(standin_dir, monkeypatch):
+    monkeypatch.syspath_prepend(str(standin_dir))
+    vae = _port("models.sc_vaes.sparse_unet_vae")
+    block = vae.SparseConvNeXtBlock3d(64)
+    # hidden 256 fp32 twice per row: 1 GiB holds 524,288 rows; at least 8
+    assert lean_model.rows_for_budget(block.mlp, 2 ** 30) == 2 ** 30 // (2 * 256 * 4)
+    assert lean_model.rows_for_budget(block.norm, 64 * 2 * 4 * 100) == 100
+    assert lean_model.rows_for_budget(block.mlp, 10) == 8
