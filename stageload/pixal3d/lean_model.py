@@ -68,6 +68,8 @@ DEFAULT_BUDGET = 1 << 30
 """Bytes of attention scores (or decoder hidden rows) alive at once by default: 1 GiB."""
 FLOW_SUBSTEPS = ("conditioning", "sampling")
 DECODE_SUBSTEPS = ("decode_shape", "mesh", "decode_texture")
+SOURCE = "stageload.pixal3d.lean_model (--working-memory lean)"
+"""``source`` of this part's ``warning`` events."""
 MESH_FUNCTION = "flexible_dual_grid_to_mesh"
 """The mesh extraction the shape decoder's module calls (``fdg_vae.py``), marking ``mesh``."""
 
@@ -173,9 +175,11 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
     the current stage for the events (e.g. ``lambda: run.stage``); None: the last stage a
     sub-step named.
 
-    Raises ``stageload.errors.HookError`` when the pipeline lacks a method hooked here, and
-    ``ImportError`` when the port's attention module cannot be imported (the port is not on
-    ``sys.path``): install it where the port's own code runs.
+    A port whose attention module (:data:`ATTENTION_MODULE`, :data:`ATTENTION_NAME`) cannot be
+    found keeps its own attention, said in a ``warning`` event; a decoder without
+    ``LayerNorm32`` / ``SparseConvNeXtBlock3d`` modules has nothing to chunk (its rows run as
+    the port runs them; the results are the same either way). Raises
+    ``stageload.errors.HookError`` when the pipeline lacks a method hooked here.
     """
     budget = DEFAULT_BUDGET if budget_bytes is None else int(budget_bytes)
     query_chunk_for_budget(budget, heads=1, keys=1)  # a WorkingMemoryError for a bad budget
@@ -197,8 +201,20 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
 
 
 def _install_attention(lean: LeanModel) -> None:
-    module = importlib.import_module(ATTENTION_MODULE)
-    config = importlib.import_module(CONFIG_MODULE)
+    try:
+        module = importlib.import_module(ATTENTION_MODULE)
+        config = importlib.import_module(CONFIG_MODULE)
+    except ImportError as exc:
+        module = config = None
+        cause = f"its {exc.name or ATTENTION_MODULE} cannot be imported"
+    else:
+        cause = (None if callable(getattr(module, ATTENTION_NAME, None))
+                 else f"{ATTENTION_MODULE} has no {ATTENTION_NAME}")
+    if cause is not None:
+        emit(lean.sink, "warning", source=SOURCE,
+             message=f"--working-memory lean: this port's flow attention runs the port's own "
+                     f"way, with its full working memory ({cause})")
+        return
     holder, handle = lean_attention(getattr(module, ATTENTION_NAME), config, lean.budget,
                                     sink=lean.sink, stage=lambda: lean.stage)
     lean.tools.append(handle)

@@ -17,8 +17,8 @@ from stageload.pixal3d.errors import StageOutOfMemory
 
 @pytest.fixture(scope="module")
 def run(standin_dir, standin_weights):
-    run = Pixal3DRun(standin_dir, device="cpu", load="eager")
-    run.hooks.remove()  # the pipeline alone: these tests call its methods directly
+    run = Pixal3DRun(standin_dir, device="cpu", load="eager", working_memory="port")
+    run.hooks.remove()  # the pipeline alone: these tests call its methods and install lean_model
     yield run
     run.close()
 
@@ -157,6 +157,15 @@ def test_metal_limit_fraction_from_the_budget():
         mps_limit.mps_fraction(0, 32 * 2 ** 30)
     if not torch.backends.mps.is_available():
         assert mps_limit.set_limit(8 * 2 ** 30) is None  # nothing set where there is no MPS
+
+
+def test_a_port_without_the_attention_module_keeps_its_own_with_a_warning(run, monkeypatch):
+    monkeypatch.setattr(lean_model, "ATTENTION_MODULE", "pixal3d.modules.no_such_attention")
+    events = []
+    with lean_model.install(run.pipeline, events.append) as lean:
+        assert lean.tools == []
+    (warning,) = [e for e in events if e["event"] == "warning"]
+    assert "no_such_attention" in warning["message"] and warning["source"] == lean_model.SOURCE
 
 
 def test_query_slice_from_the_budget():
