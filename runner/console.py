@@ -86,10 +86,13 @@ def guard_words(event: dict) -> str | None:
     return "waiting: " + "; ".join(parts)
 
 
-def batch_line(event: dict) -> str:
+def batch_line(event: dict, finished: int | None = None) -> str:
     """One ``batch_item`` as a line: ``3/12 orc.png done 12.3 s, peak 1.2 GiB``, ``… failed
-    (not_an_image) 0.1 s``, ``… skipped (done before)``, ``… cancelled 4.0 s``."""
-    head = f"{event.get('index')}/{event.get('count')} {_name(event.get('image'))}"
+    (not_an_image) 0.1 s``, ``… skipped (done before)``, ``… cancelled 4.0 s``. ``finished``:
+    how many images have finished with this one (the line's ``k`` of ``k/N``), else the
+    event's ``index`` (its place in the folder)."""
+    place = event.get("index") if finished is None else finished
+    head = f"{place}/{event.get('count')} {_name(event.get('image'))}"
     status, seconds = event.get("status"), event.get("seconds")
     took = f" {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
     if status == "done":
@@ -116,6 +119,7 @@ class ProgressView:
         self.memory: dict = {}
         self.last_line = float("-inf")
         self.images: dict = {}  # batch: item → image name, from its ``input``
+        self.finished = 0  # batch: images finished so far (a cluster's finish out of order)
 
     def lines(self, event: dict) -> list[str]:
         """The lines ``event`` adds (often none)."""
@@ -162,7 +166,10 @@ class ProgressView:
         if kind == "input" and event.get("item") is not None:
             self.images[event["item"]] = _name(event.get("path"))
         if kind == "batch_item":
-            return [batch_line(event)]
+            # k of N by completion: the nodes of a cluster finish in any order, and the
+            # folder's position would read as a countdown
+            self.finished += 1
+            return [batch_line(event, self.finished)]
         return []
 
     def _stage(self, event: dict) -> list[str]:

@@ -183,3 +183,18 @@ def test_batch_line_words():
     assert batch_line({"index": 4, "count": 12, "image": "/in/x.png", "status": "failed",
                        "seconds": 0.1, "error": {"kind": "not_an_image"}}) == \
         "4/12 x.png failed (not_an_image) 0.1 s"
+
+
+def test_batch_lines_count_images_as_they_finish():
+    """A cluster's nodes finish in any order: the line's k/N is how many have finished, not
+    the image's place in the folder (which read 3/3, 2/3, 1/3 — a countdown)."""
+    view = ProgressView()
+    view.lines({"event": "hello", "mode": "batch", "input_dir": "/in", "output_dir": "/out",
+                "backend": "builtin"})
+    order = [(3, "a.png", "done"), (2, "c.png", "failed"), (1, "b.jpg", "done")]
+    lines = [view.lines({"event": "batch_item", "index": index, "count": 3,
+                         "image": f"/in/{name}", "status": status, "seconds": 1.0, "peak": 0,
+                         "error": {"kind": "image_truncated"}})[0]
+             for index, name, status in order]
+    assert [line.split(" ")[:3] for line in lines] == [
+        ["1/3", "a.png", "done"], ["2/3", "c.png", "failed"], ["3/3", "b.jpg", "done"]]
