@@ -175,7 +175,8 @@ class Child:
         if name in self.private:
             self.events[name] = ev
             traced = name if name.startswith(self.name) else f"{self.name}_{name}"
-            self.sup.trace({**ev, "event": traced})
+            # a trace-only line under its process's name (no "v": it is not printed)
+            self.sup.trace(make(traced, **{k: v for k, v in ev.items() if k not in ("v", "event")}))
             return
         if name == "stage" and ev.get("parent") is None:
             ev = {**ev, "pid": self.proc.pid}  # which process ran the stage (export: its own)

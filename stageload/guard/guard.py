@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Callable, TextIO
 
+from ..events import make_event
 from . import readings as readings_mod
 from .admission import Verdict
 from .budget import Budget
@@ -106,8 +107,7 @@ class Guard:
 
     def _decide(self, state: str, reason: str, readings: dict, thresholds: dict | None = None,
                 **context) -> dict:
-        event = {"event": "guard", "t": time.time(), "state": state, "reason": reason,
-                 "readings": {**readings, **context}}
+        event = make_event("guard", state=state, reason=reason, readings={**readings, **context})
         if thresholds is not None:  # what available memory must reach (Verdict.thresholds)
             event["thresholds"] = thresholds
         self.decisions.append(event)
@@ -353,8 +353,7 @@ class Guard:
             code, by = self._run(argv, popen_kwargs)
             self._release_watch()
             self.exit_code = code
-            self._record({"event": "guard", "t": time.time(), "state": "exited",
-                          "exit_code": code, "by": by})
+            self._record(make_event("guard", state="exited", exit_code=code, by=by))
             return code
         finally:
             self._release_watch()

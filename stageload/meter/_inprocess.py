@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from ..events import make_event
 from ._sampler import Sampler
 from .window import window_peak
 
@@ -92,9 +93,8 @@ class MemoryMeter:
         # (the mark is reset right after it, so the next mark lies wholly inside the phase).
         first = self._sampler.sample_now()
         start = first["t"] if first else time.time()
-        self._record({"event": "stage", "t": start, "stage": name, "index": index, "count": None})
-        self._record({"event": "ready", "t": start, "stage": name, "seconds": 0.0,
-                      "released_bytes": 0})
+        self._record(make_event("stage", t=start, stage=name, index=index, count=None))
+        self._record(make_event("ready", t=start, stage=name, seconds=0.0, released_bytes=0))
         try:
             yield
         finally:

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Callable
 
+from ..events import make_event
 from . import _platform
 from ._common import descendants, tree_footprint
 
@@ -91,10 +92,10 @@ class Sampler:
             reset_at = time.time()
             self._hwm_since = reset_at if reader.reset_high_water_mark(self.pid) else None
         sysmem = reader.system_memory()
-        return {"event": "sample", "t": t, "pid": self.pid, "footprint": fp, "hwm": hwm,
-                "hwm_since": since if hwm is not None else None,
-                "available": sysmem.available, "total": sysmem.total,
-                "swap": sysmem.swap_used, "pressure": sysmem.pressure}
+        return make_event("sample", t=t, pid=self.pid, footprint=fp, hwm=hwm,
+                          hwm_since=since if hwm is not None else None,
+                          available=sysmem.available, total=sysmem.total,
+                          swap=sysmem.swap_used, pressure=sysmem.pressure)
 
     def sample_now(self) -> dict | None:
         """Take one sample now, send it to the sink and return it; ``None`` if the process is
