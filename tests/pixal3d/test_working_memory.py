@@ -80,6 +80,28 @@ def test_lean_installs_each_part_or_says_which_it_lacks(runs):
                          for e in loads)
 
 
+def test_lean_marks_the_substeps_inside_each_stage_in_the_trace(runs):
+    """lean_model's sub-steps: conditioning and sampling inside each flow stage, the two
+    decoders and the mesh inside decode, each after its stage began; none with port."""
+    def substeps(events):
+        out, stage = [], None
+        for e in events:
+            if e["event"] == "stage" and e.get("parent") is None:
+                stage = e["stage"]
+            elif e["event"] == "stage":
+                assert e["parent"] == stage, e  # inside the stage announced last
+                out.append((e["parent"], e["stage"], e["index"], e["count"]))
+        return out
+
+    flow = [(stage, step, i, 2) for stage in ("structure", "shape_512", "shape_1024", "texture")
+            for i, step in enumerate(("conditioning", "sampling"))]
+    decode = [("decode", step, i, 3) for i, step in
+              enumerate(("decode_shape", "mesh", "decode_texture"))]
+    found = [s for s in substeps(runs["staged_lean"]["events"]) if s[0] != "export"]
+    assert found == flow + decode
+    assert [s for s in substeps(runs["staged_port"]["events"]) if s[0] != "export"] == []
+
+
 def test_lean_stays_within_the_stated_bound_of_port(runs):
     lean, port = runs["staged_lean"]["run"], runs["staged_port"]["run"]
     assert list(lean.last_latents) == list(port.last_latents)
