@@ -89,9 +89,37 @@ def node_label() -> dict:
     return {"id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
 
 
-def node_job(suffix: str, data: bytes, argv: list[str]):
+def user_names(event, local: dict[Path, str]):
+    """``event`` (an event, or any JSON value in one) with every node-local path of ``local``
+    (node path → the user's path on the head) replaced by the user's, and each such path's
+    bare file name by the user's file name: the node's runner names ``input.png`` in its
+    messages, the person knows ``c.png``. One pass (``re.sub`` over all names at once), so a
+    replacement is never replaced again."""
+    pairs = {}
+    for path, theirs in local.items():
+        pairs[str(path)] = theirs
+        pairs[path.name] = Path(theirs).name
+    # longest first: a full path wins over the bare name inside it
+    words = sorted(pairs, key=len, reverse=True)
+    pattern = re.compile("|".join(rf"(?<![\w.-]){re.escape(w)}(?![\w-])" for w in words))
+
+    def rename(value):
+        if isinstance(value, str):
+            return pattern.sub(lambda m: pairs[m.group(0)], value)
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        if isinstance(value, dict):
+            return {k: rename(v) for k, v in value.items()}
+        return value
+
+    return rename(event)
+
+
+def node_job(suffix: str, data: bytes, argv: list[str], names: dict[str, str] | None = None):
     """Run one image (``data``: the file's bytes, ``suffix`` its lower-case suffix, e.g.
     ``.png``) as ``python -m runner`` with ``argv`` (job and guard options) on this node.
+    ``names``: the user's ``image``, ``output`` and ``trace`` paths on the head, which the
+    events name instead of the node's temporary files (``user_names``).
 
     Yields dicts: ``{"kind": "started", "node", "task_pid", "runner_pid"}`` once; then
     ``{"kind": "event", "event": <one stdout line of the runner, parsed>}`` per line; finally
@@ -105,6 +133,8 @@ def node_job(suffix: str, data: bytes, argv: list[str]):
         image = folder / f"input{suffix}"
         image.write_bytes(data)
         glb, trace = folder / "job.glb", folder / "job.trace.jsonl"
+        local = {path: names[key] for path, key in ((image, "image"), (glb, "output"),
+                                                    (trace, "trace")) if (names or {}).get(key)}
         proc = subprocess.Popen([sys.executable, "-m", "runner", str(image), "-o", str(glb),
                                  "--trace", str(trace), *argv],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
@@ -116,7 +146,7 @@ def node_job(suffix: str, data: bytes, argv: list[str]):
             except ValueError:
                 continue
             if isinstance(event, dict):
-                yield {"kind": "event", "event": event}
+                yield {"kind": "event", "event": user_names(event, local) if local else event}
         code = proc.wait()
         yield {"kind": "end", "node": node, "exit_code": code,
                "glb": _read(glb) if code == 0 else None, "trace": _read(trace)}
@@ -125,4 +155,4 @@ def node_job(suffix: str, data: bytes, argv: list[str]):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-__all__ = ["node_job", "node_label", "sweep_stale_folders"]
+__all__ = ["node_job", "node_label", "sweep_stale_folders", "user_names"]

@@ -139,8 +139,10 @@ class RemoteJob:
         ray = self.batch.ray
         self.final, node = None, None
         suffix = self.job.input.path.suffix.lower()
+        names = {"image": str(self.job.input.path), "output": str(self.job.output),
+                 "trace": str(self.job.resolved_trace())}
         gen = self.batch.remote.options(**task_options(self.batch.need, avoid)).remote(
-            suffix, data, self.batch.node_argv)
+            suffix, data, self.batch.node_argv, names)
         self.batch.track(self.index, gen)
         try:
             for ref in gen:

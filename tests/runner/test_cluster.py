@@ -172,6 +172,26 @@ def test_six_images_spread_over_two_nodes_equal_a_local_batch(nodes, tmp_path):
     assert "SIGTERM handler is not set" not in r.stderr  # Ray's noise, filtered (finding 6)
 
 
+def test_a_nodes_error_names_the_users_image_not_its_temporary_file(nodes, tmp_path):
+    """The node runs the picture as ``input.png`` in its own folder; the error the person reads
+    (stderr, the ``error`` in the manifest and in ``batch_item``) names ``c.png``."""
+    src = small_images(tmp_path / "in", names=["typical_humanoid_goblin.png"])
+    whole = (src / "typical_humanoid_goblin.png").read_bytes()
+    (src / "typical_humanoid_goblin.png").unlink()
+    (src / "c.png").write_bytes(whole[:len(whole) // 2])
+    out = tmp_path / "out"
+    r = batch([src, "-o", out, "--cluster", nodes.address, *JOB])
+    assert r.returncode == 5, r.stderr[-3000:]
+    error = manifest(out)["c.png"]["error"]
+    assert error["kind"] == "image_truncated", error
+    item = [e for e in r.events if e["event"] == "batch_item"][0]
+    line = [x for x in r.stderr.splitlines() if x.startswith("runner: image_truncated: ")]
+    assert line, r.stderr[-3000:]
+    for said in (error["message"], item["error"]["message"], line[0]):
+        assert "c.png is truncated" in said and "input.png" not in said, said
+        assert "image-to-mesh-node-" not in said, said
+
+
 def test_nodes_that_cannot_run_the_backend_are_left_out_and_named(nodes, tmp_path):
     """tester2 finding 5, on the real nodes: no node has the Pixal3D folder given, so the
     first image to reach each big node fails there with pixal3d_missing; that node is left out
