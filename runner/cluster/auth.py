@@ -126,7 +126,7 @@ def gcs_requires_token(host: str, port: int, token: str | None = None) -> bool |
     bearer token when given: False when it answers, True when it refuses as
     ``UNAUTHENTICATED``, None when it cannot tell (no answer in :data:`PROBE_TIMEOUT`, not a
     Ray GCS): then ``ray.init`` finds out. grpcio comes with Ray."""
-    import grpc
+    import grpc  # Ray's dependency: only a cluster command that asks the head imports it
 
     metadata = [("authorization", f"Bearer {token}")] if token else None
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

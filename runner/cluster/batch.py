@@ -23,14 +23,22 @@ that were running are recorded ``cancelled``; the batch ends with ``error`` ``ca
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import RunnerError
 from ..folder_batch import Batch, output_names
+from ..job import Outcome, explain_warning
 from ..jobtrace import log
 from ..protocol import make
+from .auth import require_cluster_for_token
+from .connect import alive_nodes, connect, parse_address, require_room, shield_stdout
+from .node import node_job
+from .placement import Exclusions, node_argv
+from .remote import RemoteJob
 
 FORCE_AFTER = 2.0
 """Seconds between the gentle ``ray.cancel`` and ``force=True`` for tasks still running."""
@@ -41,9 +49,6 @@ MAX_THREADS = 64
 def check_cluster_options(ns) -> None:
     """Options that cannot apply on a cluster, and ``--cluster-token-file`` without
     ``--cluster`` (a token for no cluster). Raises ``RunnerError('usage')``."""
-    from .auth import require_cluster_for_token
-    from .connect import parse_address
-
     require_cluster_for_token(ns)
     if ns.cluster is None:
         return
@@ -60,7 +65,6 @@ class ClusterBatch(Batch):
 
     def __init__(self, ns, options: dict, config, emitter, cancel, *, parser, raw):
         super().__init__(ns, options, config, emitter, cancel)
-        from .placement import node_argv
 
         self.address = ns.cluster
         self.need = config.need
@@ -69,16 +73,12 @@ class ClusterBatch(Batch):
         self.ray = None
         self.remote = None
         self.nodes: list = []
-        from .placement import Exclusions
 
         self.exclusions = Exclusions()  # nodes that cannot run this batch's jobs
         self._inflight: dict[int, object] = {}
         self._finished = threading.Event()
 
     def run(self) -> int:
-        from .connect import alive_nodes, connect, require_room, shield_stdout
-        from .node import node_job
-
         shield_stdout(self.emitter)
         self.ray, auth = connect(self.address, self.ns.cluster_token_file)
         try:
@@ -111,19 +111,12 @@ class ClusterBatch(Batch):
     def remote_item(self, count: int, index: int, image, job, digest) -> None:
         """Run one planned image on the cluster and record it (not when the batch was
         cancelled before it was placed)."""
-        from .remote import RemoteJob
-
         began = time.time()
         try:
             outcome = RemoteJob(self, job, index).run()
         except Exception as exc:  # a bug on this image must not stop the others
-            import sys
-            import traceback
-
             traceback.print_exc(file=sys.stderr)
             err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")
-            from ..job import Outcome
-
             outcome = Outcome(ok=False, final=make("error", **err.fields()),
                               exit_code=err.exit_code, output=None, trace=None,
                               seconds=time.time() - began, peak=None, error=err)
@@ -133,8 +126,6 @@ class ClusterBatch(Batch):
 
     def refresh_nodes(self) -> None:
         """Read the alive nodes again (after one was lost)."""
-        from .connect import alive_nodes
-
         try:
             self.nodes = alive_nodes(self.ray)
         except Exception as exc:  # keep the old list; placement still works without it
@@ -146,7 +137,6 @@ class ClusterBatch(Batch):
         ``warning`` event (with ``node`` and ``kind``) and its stderr line say so."""
         if not self.exclusions.add(node, kind, message):
             return
-        from ..job import explain_warning
 
         event = make("warning", message=f"node {node.get('host', '?')} cannot run this batch's "
                      f"jobs ({kind}: {message[:300]}); it is left out for the rest of the "

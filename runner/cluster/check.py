@@ -18,10 +18,13 @@ import json
 import subprocess
 import sys
 
+from stageload.units import format_size
+
 from ..errors import RunnerError
 from ..jobtrace import log
 from ..protocol import make
 from ..verdicts import backend_lines
+from .connect import alive_nodes, connect, shield_stdout
 
 NODE_CHECK_TIMEOUT = 180.0
 """Seconds a node's own check may take (it imports torch in a subprocess)."""
@@ -45,7 +48,7 @@ def node_check(argv: list[str]) -> dict:
 
 
 def _probe_all(ray, nodes, argv: list[str]) -> list[dict]:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # Ray: optional
 
     remote = ray.remote(node_check)
     refs = [remote.options(num_cpus=0, max_retries=0, scheduling_strategy=
@@ -73,8 +76,6 @@ def summary_lines(address: str, rows: list[dict], wanted: list[str], ok: bool) -
     """The cluster check for a person (stderr, ``runner: check: LINE``): per node its host,
     address, slots, memory and Python, then its backends (``runner.check.backend_lines``) or
     why it could not be checked; then the verdict naming the nodes ready for ``wanted``."""
-    from stageload.units import format_size
-
     lines, ready = [], []
     for row in rows:
         lines.append(f"node {row['host']} ({row['ip']}): {row['slots']} slot(s), "
@@ -111,8 +112,6 @@ def cluster_check(address: str, argv: list[str], wanted: list[str], emitter,
     check; ``token_file``: ``--cluster-token-file``); prints the ``check`` line and returns
     the exit status. Raises ``RunnerError`` (``usage``, ``cluster_unavailable``,
     ``cluster_auth``) before printing anything."""
-    from .connect import alive_nodes, connect, shield_stdout
-
     shield_stdout(emitter)
     ray, auth = connect(address, token_file)
     try:

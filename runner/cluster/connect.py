@@ -18,9 +18,12 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from stageload.units import format_size
+
 from ..errors import RunnerError
 from ..options import parse_ray_address
 from . import SLOT
+from .auth import prepare, refused
 
 CONNECT_TIMEOUT = 30.0
 """Seconds ``ray.init`` may take once the address answered (Ray itself retries for minutes)."""
@@ -75,7 +78,7 @@ def require_ray(address: str) -> None:
 def import_ray(address: str):
     """The ``ray`` module. Raises ``cluster_unavailable`` when this Python cannot import it."""
     try:
-        import ray
+        import ray  # optional (the cluster extra): imported only by a cluster command
     except ImportError as exc:
         raise _no_ray(address, exc) from None
     return ray
@@ -125,8 +128,6 @@ def connect(address: str, token_file: str | None = None):
     (``auth.Auth``: whether the cluster requires a token, where the token sent comes from).
     Raises ``RunnerError``: ``usage`` (not an address), ``cluster_unavailable``,
     ``cluster_auth``."""
-    from .auth import prepare, refused
-
     where = parse_address(address)
     require_ray(address)
     if where is not None:
@@ -193,8 +194,6 @@ def alive_nodes(ray) -> list[NodeInfo]:
 def require_room(nodes: list[NodeInfo], address: str, need: int | None) -> None:
     """Raise ``cluster_unavailable`` unless some node offers a slot (and, with ``need`` in
     bytes, that much memory): otherwise every task would wait for ever."""
-    from stageload.units import format_size
-
     slotted = [n for n in nodes if n.slots >= 1]
     if not slotted:
         raise _unavailable(address, f"No node of the cluster at {address} offers the {SLOT} "

@@ -84,7 +84,7 @@ def _read(path: Path) -> bytes | None:
 
 def node_label() -> dict:
     """This node: ``{"id": Ray node id (hex), "host": host name}``."""
-    import ray
+    import ray  # runs inside a Ray task: Ray is there; this module is imported without it too
 
     return {"id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 
+from ..errors import KINDS, RunnerError
 from . import SLOT
 
 MAX_ATTEMPTS = 3
@@ -136,8 +137,6 @@ class Exclusions:
         """The image's error when every node that could take it is excluded: the kind of the
         latest exclusion, the message naming each node and its reason. Returns a
         ``RunnerError``."""
-        from ..errors import KINDS, RunnerError
-
         with self._lock:
             entries = list(self._nodes.values())
         kind = entries[-1]["kind"]
