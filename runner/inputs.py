@@ -25,6 +25,7 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from .errors import RunnerError
+from .unreadable import explain
 
 MIN_SIDE = 32
 """Smallest accepted width and height in pixels (after EXIF rotation)."""
@@ -93,9 +94,8 @@ def _open_checked(path: Path) -> Image.Image:
             return Image.open(path)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise _too_large(path, exc) from None
-    except UnidentifiedImageError:
-        raise RunnerError("not_an_image",
-                          f"{_name(path)} is not an image Pillow can read.") from None
+    except UnidentifiedImageError:  # not an image, or one in a format Pillow cannot read
+        raise explain(path, _name(path)) from None
     except PermissionError:
         raise RunnerError("input_missing", f"{_name(path)} cannot be read (permission denied).",
                           "Check the file's permissions.") from None
