@@ -14,11 +14,13 @@ from runner.jobinput import ImageInput
 from runner.jobrun import JobRun
 from stageload.guard import GuardConfig
 
-# A child that writes one relayed event and one private event to its events pipe.
+# A child that writes one relayed event and one private event (the worker's own worker_done,
+# as the event schema declares it) to its events pipe.
 _CHILD = ("import json, os, sys\n"
           "pipe = os.fdopen(int(sys.argv[1]), 'w')\n"
           "for ev in ({'event': 'progress', 'stage': sys.argv[2], 'fraction': 1.0},\n"
-          "           {'event': 'done', 'pid': os.getpid()}):\n"
+          "           {'event': 'worker_done', 'output': 'a.glb',\n"
+          "            'info': {'pid': os.getpid()}}):\n"
           "    pipe.write(json.dumps({**ev, 't': 1.0}) + '\\n')\n"
           "pipe.close()\n")
 
@@ -31,21 +33,22 @@ def test_a_job_runs_two_children_in_turn_under_its_guard(tmp_path):
         run.admit()
         pids = []
         for name in ("worker", "export"):
-            child = Child(run.supervision(), name, private=frozenset({"done"}))
+            child = Child(run.supervision(), name)
             child.spawn(lambda fd, name=name: [sys.executable, "-c", _CHILD, str(fd), name])
             assert run.run_child(child) == 0
-            assert child.stopped is None and child.events["done"]["pid"] == child.proc.pid
+            assert child.stopped is None
+            assert child.events["worker_done"]["info"]["pid"] == child.proc.pid
             pids.append(child.proc.pid)
     finally:
         run.close()
     progress = [e for e in published if e["event"] == "progress"]
     assert [e["stage"] for e in progress] == ["worker", "export"]
     assert all(e["v"] == 1 and e["item"] == 7 for e in published)
-    assert not [e for e in published if e["event"] == "done"]  # private: traced, not relayed
+    assert not [e for e in published if e["event"] == "worker_done"]  # private: traced only
     started = [e for e in published if e["event"] == "guard" and e["state"] == "started"]
     assert [e["readings"]["pid"] for e in started] == pids
     traced = [e["event"] for e in run.trace.pending]  # the trace was never opened: buffered
-    assert traced.count("worker_done") == 1 and traced.count("export_done") == 1
+    assert traced.count("worker_done") == 1 and traced.count("export_worker_done") == 1
 
 
 def test_a_worker_interpreter_that_cannot_start_is_worker_unstartable(tmp_path, shared_images):
