@@ -193,8 +193,7 @@ def _check_rows(piece: Any, expected: int, target: str) -> None:
 
 
 def slice_attention(owner: Any, attr: str, queries: Union[int, Callable[[Any, Any], int]], *,
-                    query_dim: int = -2,
-                    live_copies: int = 2, score_bytes: int = 4,
+                    query_dim: int = -2, live_copies: int = 2, score_bytes: int = 4,
                     baseline_queries: Optional[int] = None, sink: Optional[EventSink] = None,
                     stage: StageLike = None, target: Optional[str] = None) -> WorkingMemoryHandle:
     """Run the attention function ``owner.attr(q, k, v, *rest, **kw)`` over slices of
@@ -205,11 +204,10 @@ def slice_attention(owner: Any, attr: str, queries: Union[int, Callable[[Any, An
     of ``q`` and the key axis of ``k`` when it is not -2); the result ``[..., L, Ev]`` is
     allocated after the first slice and each slice's result copied in (a short tail is computed
     as the last ``queries`` queries, overlapping the slice before, so every call has the same
-    size). ``attn_mask`` (keyword
-    or the fourth positional argument) is sliced along the same axis when it spans ``L``
-    queries there. ``owner`` is any object with a ``__dict__`` (a module object, a model, a
-    namespace): the attribute is replaced for that owner only, as :func:`stageload.on_call`
-    does, so call sites that look the name up on ``owner`` get the sliced version.
+    size). ``attn_mask`` (keyword or the fourth positional argument) is sliced along the same
+    axis when it spans ``L`` queries there. ``owner`` is any object with a ``__dict__`` (a
+    module object, a model, a namespace): the attribute is replaced for that owner only, as
+    :func:`stageload.on_call` does, so call sites that look it up on ``owner`` are sliced.
 
     ``bytes_saved`` (one ``working_memory`` event, at the first call):
     ``batch·heads × (min(L, baseline_queries) − queries) × S × score_bytes × live_copies`` —
@@ -217,9 +215,8 @@ def slice_attention(owner: Any, attr: str, queries: Union[int, Callable[[Any, An
     uses inside (None: all ``L``), ``live_copies`` how many ``[.., slice, S]`` matrices it
     holds at once (2 for a score matrix and its softmax).
 
-    ``queries`` may also be a callable ``(q, k) -> int`` that sizes each call's slice from its
-    tensors (e.g. ``query_chunk_for_budget`` over its heads and keys); the event's ``chunk``
-    is then the first call's.
+    ``queries`` may also be a callable ``(q, k) -> int`` sizing each call's slice from its
+    tensors (e.g. ``query_chunk_for_budget``); the event's ``chunk`` is then the first call's.
 
     Raises :class:`stageload.errors.WorkingMemoryError` for a ``queries``/``live_copies`` that
     is not a whole number ≥ 1 (a callable's answer is checked at each call), and at call time
@@ -237,36 +234,43 @@ def slice_attention(owner: Any, attr: str, queries: Union[int, Callable[[Any, An
         queries = fixed if sizer is None else _check_chunk(sizer(q, k), "queries")
         if handle.chunk is None:
             handle.chunk = queries
-        if kwargs.get("is_causal"):
+        if kwargs.get("is_causal"):  # a causal mask depends on each query's position
             raise WorkingMemoryError(f"slice_attention on {handle.target}: is_causal=True cannot "
                                      f"be sliced by queries; pass an explicit attn_mask")
         length = q.shape[query_dim]
-        keys = k.shape[query_dim]
         rows = q.numel() // max(1, length * q.shape[-1])  # batch × heads
         before = min(length, baseline_queries or length)
-        saved = rows * max(0, before - queries) * keys * score_bytes * live_copies
+        saved = rows * max(0, before - queries) * k.shape[query_dim] * score_bytes * live_copies
         if length <= queries:
             handle._report(0, f"{length} queries fit in one slice")
             return call(q, k, v, *rest, **kwargs)
         handle.calls += 1
-        out = None
-        for start in range(0, length, queries):
-            begin = _full_chunk(start, queries, length)
-            args, kw = _slice_mask(rest, kwargs, query_dim, length, begin, queries)
-            piece = call(q.narrow(query_dim, begin, queries), k, v, *args, **kw)
-            if out is None:
-                shape = list(piece.shape)
-                shape[query_dim] = length
-                out = piece.new_empty(shape)
-            count = min(queries, length - start)
-            out.narrow(query_dim, start, count).copy_(
-                piece.narrow(query_dim, start - begin, count))
-            del piece
+        out = _in_slices(call, q, k, v, rest, kwargs, query_dim, queries)
         handle._report(saved, None)
         return out
 
     handle._hook = around_call(owner, attr, around)
     return handle
+
+
+def _in_slices(call: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rest: tuple,
+               kwargs: dict, query_dim: int, queries: int) -> torch.Tensor:
+    """``call(q, k, v, *rest, **kwargs)`` over slices of ``queries`` queries of ``q`` (a short
+    tail computed as the last full slice), each slice's rows copied into one output."""
+    length = q.shape[query_dim]
+    out = None
+    for start in range(0, length, queries):
+        begin = _full_chunk(start, queries, length)
+        args, kw = _slice_mask(rest, kwargs, query_dim, length, begin, queries)
+        piece = call(q.narrow(query_dim, begin, queries), k, v, *args, **kw)
+        if out is None:
+            shape = list(piece.shape)
+            shape[query_dim] = length
+            out = piece.new_empty(shape)
+        count = min(queries, length - start)
+        out.narrow(query_dim, start, count).copy_(piece.narrow(query_dim, start - begin, count))
+        del piece
+    return out
 
 
 def _slice_mask(rest: tuple, kwargs: dict, dim: int, length: int, start: int,
