@@ -146,10 +146,24 @@ def _result_text(st) -> str:
     text = f"{st.output}" + (f" in {human_seconds(secs)}" if secs else "")
     if st.peak is not None:
         text += f", peak {human_bytes(st.peak)}"
+    text += coverage_text(st.result)
     notes = getattr(st, "input_notes", None)
     if notes:
         text += f" (input: {'; '.join(notes)})"
     return text
+
+
+def coverage_text(result: dict) -> str:
+    """``", texture 99.97 % from the voxels"`` from the result's
+    ``info.export.voxel_coverage`` (the bounded export engine's share, 0..1, of the used
+    texels that found a voxel; runner/PROTOCOL.md); ``""`` when it has none or it is not a
+    share."""
+    info = result.get("info") if isinstance(result, dict) else None
+    export = info.get("export") if isinstance(info, dict) else None
+    share = export.get("voxel_coverage") if isinstance(export, dict) else None
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        return ""
+    return f", texture {share * 100:.2f} % from the voxels"
 
 
 def guard_line(st) -> str:

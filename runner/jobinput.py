@@ -26,7 +26,7 @@ from .backends.bounded_export import levers
 from .errors import RunnerError
 from .export_engine import BadAsset
 from .export_engine.asset import inspect_asset
-from .export_engine.budget import check_file, plan
+from .export_engine.budget import asset_sizes, check_file, plan
 from .inputs import load_image
 from .job import WorkerJob
 from .protocol import make
@@ -164,12 +164,11 @@ def check_asset(path: Path, chosen) -> dict:
         check_file(path.stat().st_size, chosen.budget)
         members = inspect_asset(path)
         faces, voxels = members["faces"].shape[0], members["coords"].shape[0]
-        predicted = plan(faces=faces, voxels=voxels, target=chosen.decimation_target,
+        predicted = plan(**asset_sizes(members), target=chosen.decimation_target,
                          texture=chosen.texture_size, file_bytes=path.stat().st_size,
                          budget=chosen.budget).peak
-    except BadAsset as err:
-        raise RunnerError("bad_asset", err.message, err.hint,
-                          **({"key": err.key} if err.key else {})) from None
+    except BadAsset as err:  # its details: the key at fault, or the budget it does not fit
+        raise RunnerError("bad_asset", err.message, err.hint, **err.details) from None
     return {"path": str(path), "bytes": path.stat().st_size, "faces": faces,
             "vertices": members["vertices"].shape[0], "voxels": voxels,
             "predicted_peak": predicted}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -41,6 +42,7 @@ GPU_FIELDS = ("peak", "current", "allocated")
 OUTSIDE_STAGE_KEPT = 1000
 GAP_RESERVOIR = 10_000
 OUTSIDE_STAGE_SHOWN = 20  # in the text; --json has OUTSIDE_STAGE_KEPT
+FACT_TEXT_MAX = 80  # characters of a sub-step fact given as text
 
 
 PREFETCH_STATES = ("done", "stopped", "skipped")
@@ -92,6 +94,7 @@ class Summarizer:
         self._prev_sample: dict | None = None
         self._substeps: list[dict] = []  # of the current stage, closed ones
         self._substep: dict | None = None  # the open one: its event's fields and a WindowPeak
+        self.skipped_facts = 0  # sub-step facts that were not a number or a short text
 
     @staticmethod
     def _new_extra() -> dict:
@@ -115,6 +118,8 @@ class Summarizer:
             self.peaks.on_event(ev)
         elif kind in LOAD_EVENTS:
             self._load(ev)
+        elif kind == "progress":
+            self._facts(ev)
         elif kind == "prefetch" and ev.get("state") in PREFETCH_STATES:
             _add(self.prefetch[ev["state"]], ev)
         elif kind == "gpu":
@@ -133,7 +138,24 @@ class Summarizer:
             return
         self._close_substep(ev["t"])
         self._substep = {"stage": ev.get("stage"), "index": ev.get("index"), "t": ev["t"],
-                         "window": WindowPeak(ev["t"])}
+                         "window": WindowPeak(ev["t"]), "facts": {}}
+
+    def _facts(self, ev: dict) -> None:
+        """Keep the open sub-step's ``facts``: a ``progress`` event of that sub-step
+        (``substep`` its name) may carry ``facts`` (name → number or text: what the step
+        found, e.g. the share of a texture its source covered); the last ones stand. Values
+        that are not a finite number or a short text are skipped and counted."""
+        sub, facts = self._substep, ev.get("facts")
+        if sub is None or ev.get("substep") != sub["stage"] or not isinstance(facts, dict):
+            return
+        for name, value in facts.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value)
+            if isinstance(name, str) and (number or (isinstance(value, str)
+                                                     and len(value) <= FACT_TEXT_MAX)):
+                sub["facts"][name] = value
+            else:
+                self.skipped_facts += 1
 
     def _close_substep(self, stop: float | None) -> None:
         sub = self._substep
@@ -144,7 +166,7 @@ class Summarizer:
             "stage": sub["stage"], "index": sub["index"], "start": sub["t"] - self.t0,
             "seconds": (stop if stop is not None else self.t_end) - sub["t"],
             "peak": win.peak, "peak_footprint": win.footprint, "peak_hwm": win.hwm,
-            "samples": win.samples})
+            "samples": win.samples, "facts": sub["facts"]})
         self._substep = None
 
     def _sample(self, ev: dict) -> None:
@@ -258,7 +280,9 @@ def summarize(lines: Iterable[str | bytes | dict], source: str = "trace") -> dic
                      "window_seconds", "peak", "peak_footprint", "peak_hwm", "samples",
                      "loads", "load_bytes", "load_seconds", "gpu_peak",
                      "substeps": [{"stage", "index", "start", "seconds", "peak",
-                                   "peak_footprint", "peak_hwm", "samples"}]}]}
+                                   "peak_footprint", "peak_hwm", "samples",
+                                   "facts" (the sub-step's ``progress`` events' last
+                                   ``facts``: name → number or text, {} without)}]}]}
 
     Sub-steps are ``stage`` events carrying ``"parent": <stage>`` (the export stage's steps,
     runner/PROTOCOL.md); they do not end their parent's window and are listed under it, each
@@ -309,8 +333,10 @@ def _stage_table(stages: list[dict]) -> list[str]:
                      f"{_sec(st['release_seconds']):>9}{_size(st['peak']):>11}{mark} {loads}")
         for sub in st.get("substeps") or ():
             name = f"  · {sub['stage']}"
+            facts = "  ".join(f"{k} {v:.4g}" if not isinstance(v, str) else f"{k} {v}"
+                              for k, v in (sub.get("facts") or {}).items())
             lines.append(f"{name:<{width}}{_sec(sub['seconds']):>9}{'':>9}"
-                         f"{_size(sub['peak']):>11}")
+                         f"{_size(sub['peak']):>11}" + (f"   {facts}" if facts else ""))
     if any(st["peak_hwm"] is not None and st["peak_hwm"] == st["peak"]
            and st["peak_hwm"] != st["peak_footprint"] for st in stages):
         lines.append("* peak from the kernel high-water mark (a spike between samples)")

@@ -15,7 +15,9 @@ One module per idea: ``asset`` (load and validate), ``budget`` (the memory model
 sizes), ``steps`` (sub-step events, progress, cancel), ``cleanup``, ``decimate`` (with
 ``stoppable``: a library call in a killable child process), ``unwrap`` (xatlas in batches and
 our shelf packer), ``raster`` (UV rasterisation in chunks), ``voxels`` (the sorted-key sparse
-trilinear sample), ``bake``, ``seams``, ``glb``; ``engine`` runs them in order.
+trilinear sample), ``bake``, ``coverage`` (do the voxels line up with the mesh: their boxes
+before the bake, the share of used texels that found a voxel after it), ``seams``, ``glb``;
+``engine`` runs them in order.
 
 Not done: the port's remesh (dual contouring at the grid), its hole filling and its BVH
 projection of texels onto the full mesh (see ``bake``); the engine exports the cleaned,

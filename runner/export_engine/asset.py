@@ -24,7 +24,10 @@ coords on the grid, attrs in 0..1) are then checked in bounded slices as they ar
 voxels' values are checked in the ``load`` step already, streamed from the zip in blocks of
 ``STREAM_ROWS`` rows (``check_voxels``: no array of the voxels' size), although the voxels
 themselves are read only for the bake. A member that cannot be read (a bad CRC, cut short) is
-refused the same way. Every failure is ``BadAsset`` naming the key.
+refused the same way. Counts no decoder writes are refused from the headers too: more
+vertices than three per face (the rest are used by no face) and no voxel. A mesh without one
+face that has an area is refused in the ``load`` step (cleanup would keep nothing). Every
+failure is ``BadAsset`` naming the key.
 """
 from __future__ import annotations
 
@@ -63,7 +66,8 @@ class Member:
 class Asset:
     """A validated asset: ``vertices`` float32 [V, 3], ``faces`` int32 [F, 3], ``coords``
     int32 [N, 3] (x, y, z), ``attrs`` float32 [N, 6], ``origin`` float64 [3], ``voxel_size``
-    float, ``resolution`` int. ``path``: where it was read."""
+    float, ``resolution`` int. ``path``: where it was read; ``boxes``: where its mesh and its
+    voxels lie."""
 
     vertices: np.ndarray
     faces: np.ndarray
@@ -73,6 +77,8 @@ class Asset:
     voxel_size: float
     resolution: int
     path: Path
+    boxes: object = None
+    """``coverage.Boxes`` of the mesh and the voxels (``load_asset``)."""
 
 
 READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
@@ -162,6 +168,7 @@ def _check_members(m: dict[str, Member]) -> None:
                        f"the mesh is empty ({m['vertices'].shape[0]:,} vertices, "
                        f"{m['faces'].shape[0]:,} faces)",
                        "The decoder produced no surface: generate the asset again.")
+    _check_counts(m)
     if not _kind_ok(m["origin"], "f") or m["origin"].shape not in ((3,), (1, 3)):
         raise BadAsset("origin", f"is {m['origin'].dtype} {list(m['origin'].shape)}, must be "
                        "float [3]")
@@ -171,6 +178,24 @@ def _check_members(m: dict[str, Member]) -> None:
     if not _kind_ok(m["resolution"], "iu") or m["resolution"].shape not in ((), (1,)):
         raise BadAsset("resolution", f"is {m['resolution'].dtype} "
                        f"{list(m['resolution'].shape)}, must be an integer scalar")
+
+
+def _check_counts(m: dict[str, Member]) -> None:
+    """Counts no decoder output has (headers only): more vertices than three per face (each
+    face uses three, so the rest are used by none: a compressed file of a few MB can hold
+    gigabytes of them, read for nothing) and no voxel at all. Raises ``BadAsset``."""
+    from stageload.units import format_size
+
+    count_v, count_f = m["vertices"].shape[0], m["faces"].shape[0]
+    if count_v > 3 * count_f:
+        raise BadAsset("vertices", f"holds {count_v:,} vertices, but its {count_f:,} faces use "
+                       f"at most {3 * count_f:,}: {count_v - 3 * count_f:,} or more are used by "
+                       f"no face ({format_size(m['vertices'].nbytes)} of vertices); it was not "
+                       "read", "The port's decoder writes no unused vertices: export the asset "
+                       "again, or drop the vertices no face uses before exporting it.")
+    if m["coords"].shape[0] == 0:
+        raise BadAsset("coords", "holds no voxels: the surface has no colours to take",
+                       "The decoder produced no texture voxels: generate the asset again.")
 
 
 def _read(archive: zipfile.ZipFile, key: str) -> np.ndarray:
@@ -226,7 +251,27 @@ def _mesh(archive: zipfile.ZipFile) -> tuple[np.ndarray, np.ndarray]:
     count = len(vertices)
     _check_slices("faces", faces, lambda s: ((s < 0) | (s >= count)).any(axis=1),
                   f"indexes past the {count:,} vertices")
-    return vertices, faces.astype(np.int32, copy=False)
+    faces = faces.astype(np.int32, copy=False)
+    if not _any_area(vertices, faces):
+        raise BadAsset("faces", f"none of the {len(faces):,} faces has an area (each repeats a "
+                       "corner or has its corners on one line): there is no surface to export",
+                       "The decoder produced no surface: generate the asset again.")
+    return vertices, faces
+
+
+def _any_area(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether some face has three distinct corners and an area > 0 (float64 from the
+    float32 vertices, as ``cleanup`` computes it, so cleanup keeps at least that face),
+    looked at in bounded slices, stopping at the first."""
+    for start in range(0, len(faces), CHECK_SLICE):
+        part = faces[start:start + CHECK_SLICE]
+        tri = vertices[part].astype(np.float64)
+        cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+        distinct = (part[:, 0] != part[:, 1]) & (part[:, 1] != part[:, 2]) \
+            & (part[:, 0] != part[:, 2])
+        if (distinct & (np.einsum("ij,ij->i", cross, cross) > 0)).any():
+            return True
+    return False
 
 
 def _voxels(archive: zipfile.ZipFile, res: int, tick=None) -> tuple[np.ndarray, np.ndarray]:
@@ -244,14 +289,15 @@ def _voxels(archive: zipfile.ZipFile, res: int, tick=None) -> tuple[np.ndarray, 
 
 
 def _stream_check(archive: zipfile.ZipFile, key: str, test, problem: str, tick=None,
-                  first_column: int = 0) -> None:
+                  first_column: int = 0, observe=None) -> None:
     """Check the 2-D member ``key`` without holding it: its ``.npy`` data is read from the zip
     stream ``STREAM_ROWS`` rows at a time (a C-order member; a Fortran-order one a column at a
     time), columns before ``first_column`` ignored, and ``test(block) -> bad row mask`` applied
     to each block; the member is read to its end, so the zip's CRC is checked too. Temporaries
     are one block (``STREAM_ROWS`` × width values), whatever the member's size. ``tick``:
-    called before each block (the caller's cancel check). Raises ``BadAsset`` naming ``key``
-    (the first bad row, or a member that cannot be read)."""
+    called before each block (the caller's cancel check); ``observe(block, column)``: called
+    with each good block (``column`` None, or the column a Fortran-order block holds). Raises
+    ``BadAsset`` naming ``key`` (the first bad row, or a member that cannot be read)."""
     try:
         with archive.open(key + ".npy") as f:
             shape, fortran, dtype = _read_header(f)
@@ -278,6 +324,8 @@ def _stream_check(archive: zipfile.ZipFile, key: str, test, problem: str, tick=N
                         where = "" if column is None else f", column {column}"
                         raise BadAsset(key, f"{problem} (row {start + row:,}{where}: "
                                             f"{block[row].tolist()})")
+                    if observe is not None:
+                        observe(block, None if column is None else column - first_column)
             if f.read(1):
                 raise ValueError(f"{key}.npy holds more data than its header's {list(shape)}")
     except BadAsset:
@@ -286,23 +334,36 @@ def _stream_check(archive: zipfile.ZipFile, key: str, test, problem: str, tick=N
         raise _damaged(key, exc) from None
 
 
-def check_voxels(archive: zipfile.ZipFile, res: int, tick=None) -> None:
+def check_voxels(archive: zipfile.ZipFile, res: int, tick=None) -> np.ndarray:
     """Validate ``coords`` (on the ``res``³ grid) and ``attrs`` (0..1, finite) streamed from
     ``archive`` (``_stream_check``: bounded memory, no array of the voxels' size), so a bad
-    voxel is refused in the ``load`` step, not after the mesh steps. Raises ``BadAsset``."""
+    voxel is refused in the ``load`` step, not after the mesh steps. Returns the voxels' box:
+    int64 [2, 3], the lowest and the highest x, y, z. Raises ``BadAsset``."""
     width = _header(archive, "coords.npy").shape[1]
+    box = np.array([[res] * 3, [-1] * 3], dtype=np.int64)
+
+    def observe(block, column):
+        axes = slice(None) if column is None else slice(column, column + 1)
+        box[0, axes] = np.minimum(box[0, axes], block.min(axis=0))
+        box[1, axes] = np.maximum(box[1, axes], block.max(axis=0))
+
     _stream_check(archive, "coords", lambda s: ((s < 0) | (s >= res)).any(axis=1),
-                  f"lie outside the {res}³ grid", tick, first_column=width - 3)
+                  f"lie outside the {res}³ grid", tick, first_column=width - 3, observe=observe)
     low, high = -ATTR_TOLERANCE, 1 + ATTR_TOLERANCE
     _stream_check(archive, "attrs", lambda s: ~((s >= low) & (s <= high)).all(axis=1),
                   "hold values outside 0..1 (or NaN)", tick)
+    return box
 
 
 def load_asset(path: os.PathLike | str, *, voxels: bool = True, tick=None) -> Asset:
     """Read and validate the asset at ``path`` (``inspect_asset`` first). ``voxels=False``
     leaves ``coords``/``attrs`` None (read them later with ``load_voxels``: the mesh steps do
     not need them in memory) but still checks their values, streamed (``check_voxels``).
-    ``tick``: called between slices (the caller's cancel check). Raises ``BadAsset``."""
+    ``tick``: called between slices (the caller's cancel check). The asset's ``boxes``
+    (``coverage.Boxes``: the mesh's and the voxels' box) are checked to meet
+    (``coverage.check_boxes``). Raises ``BadAsset``."""
+    from .coverage import Boxes, check_boxes, mesh_box
+
     path = Path(path)
     inspect_asset(path)
     with zipfile.ZipFile(path) as archive:
@@ -311,9 +372,12 @@ def load_asset(path: os.PathLike | str, *, voxels: bool = True, tick=None) -> As
         coords = attrs = None
         if voxels:
             coords, attrs = _voxels(archive, res, tick)
+            box = np.stack([coords.min(axis=0), coords.max(axis=0)]).astype(np.int64)
         else:
-            check_voxels(archive, res, tick)
-    return Asset(vertices, faces, coords, attrs, origin, size, res, path)
+            box = check_voxels(archive, res, tick)
+    boxes = Boxes(mesh_box(vertices, faces), box, origin, size, res)
+    check_boxes(boxes)
+    return Asset(vertices, faces, coords, attrs, origin, size, res, path, boxes)
 
 
 def load_voxels(asset: Asset, tick=None) -> Asset:

@@ -29,14 +29,16 @@ GROW = 1.0  # texels baked outside each face (its conservative border)
 @dataclass
 class Baked:
     """``channels`` uint8 [T, T, 6] (base colour RGB, metallic, roughness, alpha; rows are v),
-    ``covered`` bool [T, T] (texels whose centre a face covers), ``baked`` bool [T, T] (given
-    a value: covered or on a face's border, with a voxel within reach), ``orphans`` (covered
-    texels with no voxel around their point)."""
+    ``covered`` bool [T, T] (texels whose centre a face covers: the texels the surface uses),
+    ``baked`` bool [T, T] (given a value: covered or on a face's border, with a voxel within
+    reach), ``used`` (covered texels), ``orphans`` (covered texels with no voxel around their
+    point: the seam fill gives them a colour, ``coverage``)."""
 
     channels: np.ndarray
     covered: np.ndarray
     baked: np.ndarray
     orphans: int
+    used: int = 0
 
 
 def bake(vertices: np.ndarray, faces: np.ndarray, uv: np.ndarray, voxels: SparseVoxels,
@@ -48,7 +50,6 @@ def bake(vertices: np.ndarray, faces: np.ndarray, uv: np.ndarray, voxels: Sparse
     covered = np.zeros((size, size), dtype=bool)
     baked = np.zeros((size, size), dtype=bool)
     best = np.full((size, size), np.inf, dtype=np.float32)  # outside distance of the writer
-    orphans = 0
     for face_ids, rows, cols, bary, outside in chunks(uv, faces, size, chunk_texels, GROW):
         if steps is not None:
             steps.check()  # between the chunk's raster and its look-ups, too
@@ -65,7 +66,10 @@ def bake(vertices: np.ndarray, faces: np.ndarray, uv: np.ndarray, voxels: Sparse
         covered[rows[inner], cols[inner]] = True
         baked[rows, cols] = found
         channels[rows[found], cols[found]] = np.rint(np.clip(values[found], 0.0, 1.0) * 255)
-        orphans += int((~found & inner).sum())
         if steps is not None and len(face_ids):
             steps.progress(float(face_ids.max() + 1) / len(faces))
-    return Baked(channels, covered, baked, orphans)
+    # a texel's first inner write stands (a later one is not nearer), so ``baked`` says
+    # whether the point that gave it its value found a voxel
+    used = int(np.count_nonzero(covered))
+    orphans = used - int(np.count_nonzero(covered & baked))
+    return Baked(channels, covered, baked, orphans, used)

@@ -4,14 +4,19 @@ figures were measured on this machine (Linux, 2 cores) with the bumpy-sphere ass
 ``standin/sphere_asset.py`` (``python -m bench.export_engine`` repeats the full-size runs:
 bench/results/2026-12-01/export_engine/):
 
-- the mesh steps hold the input mesh (12 B a vertex, 12 B a face) plus cleanup's temporaries
-  (sorting, grouping, the vertex graph: ``CLEANUP_BYTES_PER_FACE``), and fast-simplification's
+- the mesh steps hold the input mesh as its ``.npy`` headers say it is stored (``mesh_bytes``:
+  vertices and faces at their stored dtypes, plus the float32 / int32 copies the engine makes of
+  any other dtype) plus cleanup's temporaries (sorting, grouping, the vertex graph:
+  ``CLEANUP_BYTES_PER_FACE``, measured on closed surfaces, where there are about half as many
+  vertices as faces; each vertex beyond that costs ``CLEANUP_BYTES_PER_VERTEX``), and
+  fast-simplification's
   own structures (``DECIMATE_BYTES_PER_FACE`` of input faces: 5.24 M faces → 1 M grew the
   process by 1.5 GB; on the 7.9 M-face asset of ``standin.asset`` at 1024 the decimation's
   child process peaked at about 2.7 GB, the export's tree at 3.08 GiB). Both run in child
   processes that read their input from files, so the export process holds no full mesh then;
-- the voxels are read only for the bake: ``VOXEL_BYTES`` each (x, y, z, six float32 attributes,
-  the int64 sort key and its order);
+- the voxels are read only for the bake: ``coords`` and ``attrs`` as stored, their int32 /
+  float32 copies when stored otherwise, and the sort's int64 key and order
+  (``VOXEL_INDEX_BYTES``) — ``VOXEL_BYTES`` a voxel for the port's int32 / float32 arrays;
 - the unwrap holds the decimated mesh and one batch of faces inside xatlas
   (``UNWRAP_BYTES_PER_FACE``, measured 1.31 M faces in one atlas: 0.5 GB);
 - the bake holds the texture planes (``TEXTURE_BYTES_PER_TEXEL``: six uint8 channels, the
@@ -41,20 +46,27 @@ from dataclasses import dataclass
 
 from stageload.units import format_size
 
-from .errors import BadAsset, BudgetTooSmall
+from .errors import AssetTooLarge, BudgetTooSmall
 
 GIB = 1 << 30
 DEFAULT_BUDGET = 3 * GIB
 MIN_BUDGET = 256 << 20
 PYTHON_BASE = 120 << 20           # the interpreter with numpy, scipy, trimesh, xatlas loaded
 MESH_BYTES_PER_FACE = 18          # float32 vertices (about F / 2 of them) + int32 faces
+VERTEX_BYTES = 12                 # one float32 vertex as the engine holds it
+FACE_BYTES = 12                   # one int32 face
 CLEANUP_BASE = 96 << 20           # cleanup's own tables beyond the interpreter, and
 CLEANUP_BYTES_PER_FACE = 180      # per face: a line through the measured cleanup peaks, 420.6 MiB
 #   at 1.31 M faces (sphere, 400M test run) and 1.55 GiB at 7.9 M (standin.asset, 2G bench), is
 #   198 MB + 186 B a face; the 200 B a face used before predicted 392 MiB for the first, below
 #   the measured peak, so a 400M budget was overrun. These leave 7-10 % above both.
+CLEANUP_BYTES_PER_VERTEX = 80     # per vertex beyond F / 2: merge_vertices' row hashes, their
+#   argsort and inverse (int64 each), the graph's labels and the compact's index; a hand-made
+#   asset of 200 M vertices and a few faces took cleanup to 15.8 GiB, 85 B a vertex with the
+#   vertices themselves (12 B)
 DECIMATE_BYTES_PER_FACE = 340       # 7.9 M faces: the child peaked at about 2.7 GB
-VOXEL_BYTES = 52
+VOXEL_BYTES = 52                  # int32 x, y, z + six float32 + VOXEL_INDEX_BYTES
+VOXEL_INDEX_BYTES = 16            # the int64 sort key and its order
 UNWRAP_BYTES_PER_FACE = 400
 TEXTURE_BYTES_PER_TEXEL = 16
 BAKE_BYTES_PER_TEXEL = 400
@@ -100,15 +112,16 @@ def _clamp(value: float, bounds: tuple[int, int]) -> int:
 def check_file(file_bytes: int, budget: int | None = None) -> int:
     """The budget in bytes (None: ``DEFAULT_BUDGET``), after refusing a budget below
     ``MIN_BUDGET`` (``BudgetTooSmall``, a bad lever: ``ExportLevers.check`` refuses it first)
-    and a file larger than the budget (``BadAsset``) — from its size alone, before reading
+    and a file larger than the budget (``AssetTooLarge``) — from its size alone, before reading
     it."""
     budget = DEFAULT_BUDGET if budget is None else int(budget)
     if budget < MIN_BUDGET:
         raise BudgetTooSmall(budget, MIN_BUDGET)
     if file_bytes > budget:
-        raise BadAsset(None, f"the file is {format_size(file_bytes)}, larger than the export "
-                       f"budget of {format_size(budget)}; it was not read",
-                       "Raise --export-budget, or check that this is the asset you meant.")
+        raise AssetTooLarge(f"the file is {format_size(file_bytes)}, larger than the export "
+                            f"budget of {format_size(budget)}; it was not read",
+                            "Raise --export-budget, or check that this is the asset you meant.",
+                            budget)
     return budget
 
 
@@ -145,7 +158,7 @@ def suggest_budget(peak: int, **sizes) -> int:
         try:
             plan(**sizes, budget=step, suggest=False)
             return step
-        except BadAsset:
+        except AssetTooLarge:
             step += SUGGEST_STEP
     return -(-peak // GIB) * GIB
 
@@ -155,26 +168,59 @@ def budget_flag(size: int) -> str:
     return f"{size // GIB}G" if size % GIB == 0 else f"{size >> 20}M"
 
 
+def asset_sizes(members: dict) -> dict:
+    """``plan``'s size keywords (``faces``, ``voxels``, ``vertices``, ``mesh_bytes``,
+    ``voxel_bytes``) from the asset's members as their ``.npy`` headers describe them
+    (``asset.inspect_asset``: ``Member`` with ``shape``, ``dtype``, ``nbytes``), no array read.
+    ``mesh_bytes``: vertices and faces as stored, plus the float32 / int32 copies the engine
+    makes of any other dtype; ``voxel_bytes``: ``coords`` and ``attrs`` likewise, plus the
+    sort's ``VOXEL_INDEX_BYTES`` a voxel. ``fdg_*`` members are never read: the file's size
+    (``check_file``) is all they cost."""
+    vertices, faces = members["vertices"], members["faces"]
+    coords, attrs = members["coords"], members["attrs"]
+    count_v, count_f, count_n = vertices.shape[0], faces.shape[0], coords.shape[0]
+
+    def copy(member, kind: str, itemsize: int, width: int) -> int:
+        same = member.dtype.kind == kind and member.dtype.itemsize == itemsize
+        return 0 if same else member.shape[0] * width * itemsize
+
+    mesh = vertices.nbytes + faces.nbytes + copy(vertices, "f", 4, 3) + copy(faces, "i", 4, 3)
+    voxel = coords.nbytes + attrs.nbytes + copy(coords, "i", 4, 3) \
+        + copy(attrs, "f", 4, attrs.shape[1]) + VOXEL_INDEX_BYTES * count_n
+    return {"faces": count_f, "voxels": count_n, "vertices": count_v, "mesh_bytes": mesh,
+            "voxel_bytes": voxel}
+
+
 def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
-         budget: int | None = None, suggest: bool = True) -> Plan:
-    """The plan for an asset of ``faces`` input faces and ``voxels`` voxels exported to
-    ``target`` faces and a ``texture``² texture within ``budget`` bytes (None: the default).
-    Raises ``BadAsset`` (``key`` None) when it cannot fit (``check_file`` first); its hint
-    names the budget that would (``suggest_budget``; not searched when ``suggest`` is False,
-    as inside that search)."""
+         budget: int | None = None, suggest: bool = True, vertices: int | None = None,
+         mesh_bytes: int | None = None, voxel_bytes: int | None = None) -> Plan:
+    """The plan for an asset of ``faces`` input faces, ``vertices`` vertices (None: ``faces``
+    / 2, a closed surface's) and ``voxels`` voxels exported to ``target`` faces and a
+    ``texture``² texture within ``budget`` bytes (None: the default). ``mesh_bytes`` and
+    ``voxel_bytes``: what reading the mesh and the voxels holds (``asset_sizes``; None: the
+    port's float32 / int32 arrays). Raises ``AssetTooLarge`` (a ``BadAsset``, ``key`` None)
+    when it cannot fit (``check_file`` first); its hint names the budget that would
+    (``suggest_budget``; not searched when ``suggest`` is False, as inside that search)."""
     budget = check_file(file_bytes, budget)
+    vertices = faces // 2 if vertices is None else vertices
+    mesh_bytes = VERTEX_BYTES * vertices + FACE_BYTES * faces if mesh_bytes is None \
+        else mesh_bytes
+    voxel_bytes = VOXEL_BYTES * voxels if voxel_bytes is None else voxel_bytes
     out_faces = min(target, faces)
-    mesh = PYTHON_BASE + MESH_BYTES_PER_FACE * faces
+    mesh = PYTHON_BASE + mesh_bytes
     texels = texture * texture
-    held_bake = PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + VOXEL_BYTES * voxels \
+    held_bake = PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + voxel_bytes \
         + TEXTURE_BYTES_PER_TEXEL * texels
     room_unwrap = budget - PYTHON_BASE - OUT_BYTES_PER_FACE * out_faces
     batch = _clamp(room_unwrap * HEADROOM / UNWRAP_BYTES_PER_FACE, UNWRAP_BATCH)
     chunk = _clamp((budget - held_bake) * HEADROOM / BAKE_BYTES_PER_TEXEL, BAKE_CHUNK)
+    extra_vertices = max(vertices - faces // 2, 0)
     peaks = {
-        "load": mesh + VOXEL_BYTES * voxels,
-        "cleanup": mesh + CLEANUP_BASE + CLEANUP_BYTES_PER_FACE * faces,
-        "decimate": mesh + DECIMATE_BYTES_PER_FACE * faces,
+        "load": mesh + voxel_bytes,
+        "cleanup": mesh + CLEANUP_BASE + CLEANUP_BYTES_PER_FACE * faces
+        + CLEANUP_BYTES_PER_VERTEX * extra_vertices,
+        # the cleaned mesh: unused and duplicate vertices gone
+        "decimate": PYTHON_BASE + MESH_BYTES_PER_FACE * faces + DECIMATE_BYTES_PER_FACE * faces,
         "uv_unwrap": PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + UNWRAP_BYTES_PER_FACE * batch,
         "bake": held_bake + BAKE_BYTES_PER_TEXEL * chunk,
         "seams": held_bake + SEAM_BYTES_PER_TEXEL * texels,
@@ -186,11 +232,14 @@ def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
     if result.peak > budget:
         step = max(peaks, key=peaks.get)
         need = suggest_budget(peaks[step], faces=faces, voxels=voxels, target=target,
-                              texture=texture, file_bytes=file_bytes) if suggest else GIB
+                              texture=texture, file_bytes=file_bytes, vertices=vertices,
+                              mesh_bytes=mesh_bytes, voxel_bytes=voxel_bytes) \
+            if suggest else GIB
         also = ("" if step in ("load", "cleanup", "decimate") else
                 " (or lower --texture-size / --decimation-target)")
-        raise BadAsset(None, f"the asset ({faces:,} faces, {voxels:,} voxels) is too large for "
-                       f"an export budget of {format_size(budget)}: its {step} step needs about "
-                       f"{format_size(peaks[step])}; it was not read",
-                       f"Give --export-budget {budget_flag(need)} or more{also}.")
+        raise AssetTooLarge(f"the asset ({faces:,} faces, {vertices:,} vertices, {voxels:,} "
+                            f"voxels) is too large for an export budget of "
+                            f"{format_size(budget)}: its {step} step needs about "
+                            f"{format_size(peaks[step])}; it was not read",
+                            f"Give --export-budget {budget_flag(need)} or more{also}.", budget)
     return result

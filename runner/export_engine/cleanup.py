@@ -84,11 +84,18 @@ def compact(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def clean(vertices: np.ndarray, faces: np.ndarray, steps=None) -> tuple[np.ndarray, np.ndarray]:
     """All of the above in order; ``steps`` (``Steps``) gets a progress event (and a cancel
-    check) between operations. Returns (vertices float32 [V', 3], faces int32 [F', 3])."""
+    check) between operations. Returns (vertices float32 [V', 3], faces int32 [F', 3]).
+    Raises ``BadAsset`` when no face is left."""
     ops = (lambda v, f: merge_vertices(v, f), lambda v, f: (v, drop_bad_faces(v, f)),
            lambda v, f: (v, drop_small_components(v, f)), compact)
     for i, op in enumerate(ops):
         vertices, faces = op(vertices, faces)
+        if not len(faces):  # the load step refuses a mesh without an area; never an argmax
+            from .errors import BadAsset  # of nothing deeper down
+
+            raise BadAsset("faces", "no face is left after the cleanup (every face repeats a "
+                           "corner or has no area)", "The decoder produced no surface: "
+                           "generate the asset again.")
         if steps is not None:
             steps.progress((i + 1) / len(ops), force=True)
     return vertices, faces

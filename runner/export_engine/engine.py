@@ -63,9 +63,9 @@ def _plan(path: Path, levers: ExportLevers):
         raise BadAsset(None, f"{path} is not a file", "Check the path of the asset (.npz).")
     budgeting.check_file(path.stat().st_size, levers.budget)  # before a byte is read
     members = inspect_asset(path)
-    plan = budgeting.plan(faces=members["faces"].shape[0], voxels=members["coords"].shape[0],
-                          target=levers.decimation_target, texture=levers.texture_size,
-                          file_bytes=path.stat().st_size, budget=levers.budget)
+    plan = budgeting.plan(**budgeting.asset_sizes(members), target=levers.decimation_target,
+                          texture=levers.texture_size, file_bytes=path.stat().st_size,
+                          budget=levers.budget)
     if plan.decimate_pieces and not has_pyfqmr():  # refused now, never a fallback
         raise PiecesUnavailable(plan.budget)
     return plan
@@ -132,7 +132,11 @@ def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: P
 
 
 def _texture_steps(asset, mesh, levers: ExportLevers, plan, steps: Steps):
+    """bake (the voxels read now), its coverage judged (``coverage.judge``: a ``warning``, or
+    ``BadAsset`` before anything is written), seams. Returns (``Baked``, voxel count, the
+    share of used texels that found a voxel)."""
     from .bake import bake
+    from .coverage import judge
     from .seams import fill
     from .voxels import SparseVoxels
 
@@ -147,9 +151,12 @@ def _texture_steps(asset, mesh, levers: ExportLevers, plan, steps: Steps):
     baked = bake(mesh.vertices, mesh.faces, mesh.uv, voxels, levers.texture_size,
                  plan.bake_chunk_texels, steps)
     del voxels
+    share = judge(baked.used, baked.used - baked.orphans, asset.boxes, steps.emit)
+    if share is not None:  # in the trace, for ``stageload summary``'s bake row
+        steps.progress(1.0, force=True, facts={"voxel_coverage": round(share, 6)})
     steps.begin("seams")
     fill(baked.channels, baked.baked)
-    return baked, count
+    return baked, count, share
 
 
 def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
@@ -166,12 +173,17 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     ``overwrite``: replace an existing ``output`` (else ``FileExistsError``).
 
     Returns ``{"output", "faces_in", "faces", "vertices", "texture_size", "alpha_mode",
-    "charts", "unwrap_batches", "utilization", "orphan_texels", "voxels", "budget",
+    "charts", "unwrap_batches", "utilization", "orphan_texels", "used_texels",
+    "voxel_coverage", "voxels", "budget",
     "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak", "decimation", "seconds",
     "step_seconds"}`` (bytes, seconds; ``decimation``: ``{"method": "one call" | "pieces",
     "pieces", "twins", …}``, the pieced path's ``piece_faces`` and ``stitched`` faces too;
-    ``twins``: the twin faces dropped after the decimation, ``decimate.drop_twin_faces``). Raises
-    ``BadAsset`` (nothing read beyond the headers when the budget refuses it),
+    ``twins``: the twin faces dropped after the decimation, ``decimate.drop_twin_faces``;
+    ``voxel_coverage``: the share, 0..1, of the ``used_texels`` — those a face covers — that
+    found a voxel, ``coverage.judge``: below 0.99 a ``warning`` event says so). Raises
+    ``BadAsset`` (nothing read beyond the headers when the budget refuses it; the voxels and
+    the mesh not lining up: from their boxes in the ``load`` step, or from the bake's coverage
+    before anything is written),
     ``PiecesUnavailable`` (the budget needs the pieced decimation and pyfqmr is missing:
     refused before reading), ``ExportCancelled``, ``ValueError`` (a bad lever),
     ``FileExistsError``; no GLB is left at ``output`` unless it returns.
@@ -189,7 +201,7 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     with tempfile.TemporaryDirectory(prefix=".export-", dir=output.parent) as work:
         loaded, mesh, normals, faces_in, decimation = _mesh_steps(path, levers, plan, steps,
                                                                   Path(work))
-    baked, voxel_count = _texture_steps(loaded, mesh, levers, plan, steps)
+    baked, voxel_count, share = _texture_steps(loaded, mesh, levers, plan, steps)
     steps.begin("write")
     written = write(output, mesh.vertices, mesh.faces, mesh.uv, normals, baked.channels,
                     baked.covered)
@@ -199,6 +211,8 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
             "alpha_mode": written["alpha_mode"], "glb_bytes": written["bytes"],
             "charts": mesh.charts, "unwrap_batches": mesh.batches,
             "utilization": round(mesh.utilization, 4), "orphan_texels": baked.orphans,
+            "used_texels": baked.used,
+            "voxel_coverage": None if share is None else round(share, 6),
             "voxels": voxel_count, "budget": plan.budget,
             "unwrap_batch_faces": plan.unwrap_batch_faces,
             "bake_chunk_texels": plan.bake_chunk_texels, "predicted_peak": plan.peak,

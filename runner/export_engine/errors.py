@@ -14,19 +14,35 @@ class BadAsset(ValueError):
     """The asset cannot be exported: ``key`` (the member, or None), ``problem`` (what is wrong),
     ``hint`` (what to do). ``kind`` is the runner's error kind; ``details`` (``{"key": key}``)
     the fields the worker adds to its ``error`` event, as ``runner export`` does for a key
-    found from the headers."""
+    found from the headers. ``title``: the message's first words."""
 
     kind = "bad_asset"
+    title = "Bad asset"
 
     def __init__(self, key: str | None, problem: str, hint: str = ""):
         where = f"{key!r}: " if key else ""
-        super().__init__(f"Bad asset: {where}{problem}")
+        super().__init__(f"{self.title}: {where}{problem}")
         self.key = key
         self.problem = problem
         self.hint = hint or ("Export the asset again with the port's save_mesh_checkpoint "
                              "(Pixal3D's --keep-asset or the port's --save-mesh).")
         self.message = str(self)
         self.details = {"key": key} if key else {}  # the error event's fields (runner.worker)
+
+
+class AssetTooLarge(BadAsset):
+    """The asset is sound but does not fit the export budget (the file, or the plan's peak of
+    a step, from its size and headers alone: nothing was read). The runner's kind stays
+    ``bad_asset`` (exit 18: what to change is the budget or the levers, for this input; see
+    runner/PROTOCOL.md), titled "Asset too large for the export budget"; ``details`` carry
+    ``budget`` (bytes) so a reader can tell it from a broken asset."""
+
+    title = "Asset too large for the export budget"
+
+    def __init__(self, problem: str, hint: str, budget: int):
+        super().__init__(None, problem, hint)
+        self.budget = budget
+        self.details = {"budget": budget}
 
 
 class BudgetTooSmall(ValueError):

@@ -28,7 +28,7 @@ import numpy as np
 
 from stageload.proclimits import CRASH_SIGNALS, cause_chain, memory_limit
 
-from .errors import ExportCancelled, StepKilled, StepOutOfMemory
+from .errors import BadAsset, ExportCancelled, StepKilled, StepOutOfMemory
 
 POLL = 0.1
 NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
@@ -49,7 +49,8 @@ def call(target: str, arrays: dict | None, params: dict, workdir: Path, steps) -
     ``Steps`` whose cancel flag is polled (``ExportCancelled`` after killing the child).
     Raises ``StepOutOfMemory`` when the child ran out of memory (it says so in its failure
     file), ``OSError`` (ENOSPC/EDQUOT, with the file it was writing) when its drive was full —
-    the runner's ``disk_full`` —, ``StepKilled`` when a signal the engine did not send ended
+    the runner's ``disk_full`` —, ``BadAsset`` when the child raised it (the same key, problem
+    and hint), ``StepKilled`` when a signal the engine did not send ended
     it, else ``RuntimeError`` with the child's last stderr lines."""
     workdir = Path(workdir)
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
@@ -92,6 +93,9 @@ def _raise_failure(target: str, proc: subprocess.Popen, err: Path, failure: Path
         said = json.loads(failure.read_text())
     except (OSError, ValueError):
         said = None
+    refused = said.get("bad_asset") if isinstance(said, dict) else None
+    if isinstance(refused, dict):  # the child found the asset bad: the same error here
+        raise BadAsset(refused.get("key"), str(refused.get("problem")), refused.get("hint") or "")
     if isinstance(said, dict) and said.get("memory") is True:
         raise StepOutOfMemory(step, f"{said.get('type')}: {said.get('message')}",
                               memory_limit())
@@ -161,6 +165,8 @@ def _write_failure(out: Path, exc: Exception) -> None:
     full = next((cur for cur in chain if isinstance(cur, OSError) and cur.errno in NO_SPACE),
                 None)
     said = {"type": type(exc).__name__, "message": str(exc), "memory": memory}
+    if isinstance(exc, BadAsset):
+        said["bad_asset"] = {"key": exc.key, "problem": exc.problem, "hint": exc.hint}
     if full is not None:  # the parent raises it again, which the runner says as disk_full
         said.update(errno=full.errno, filename=None if full.filename is None
                     else os.fsdecode(full.filename))

@@ -382,9 +382,10 @@ def try_export_native_o_voxel_glb(mesh, resolution: int, vertices, faces, glb_pa
 
 def export_fallback_texture_glb(mesh, vertices, faces, glb_path: Path, args):
     """Front-projection bake: texel (u, v) takes the base colour of the front-most voxel in its
-    column; UVs are the vertices' x, y in the unit box. Writes a GLB with a PBR base colour."""
+    column of the declared grid (``1 / voxel_size`` cells a side); UVs are the vertices' x, y
+    in the unit box. Writes a GLB with a PBR base colour."""
     import trimesh
-    res = int(round(1.0 / float(mesh.voxel_size))) // 16
+    res = int(round(1.0 / float(mesh.voxel_size)))
     coords = mesh.coords.detach().cpu().long().numpy().clip(0, res - 1)
     colour = mesh.attrs.detach().cpu().float().numpy()[:, 0:3]
     grid = np.zeros((res, res, 3), dtype=np.float32)

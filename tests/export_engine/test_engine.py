@@ -50,6 +50,14 @@ def test_y_up_moves_the_asset_z_to_gltf_y(tmp_path, small_arrays):
 
     arrays = dict(small_arrays)
     arrays["vertices"] = arrays["vertices"] * np.array([0.3, 0.3, 1.0], np.float32)
+    # voxels filling the squashed mesh's box, so they still meet its surface (coverage.py)
+    res, size = int(arrays["resolution"]), float(arrays["voxel_size"])
+    low = np.floor((arrays["vertices"].min(axis=0) + 0.5) / size).astype(int) - 1
+    high = np.ceil((arrays["vertices"].max(axis=0) + 0.5) / size).astype(int) + 1
+    axes = [np.arange(max(lo, 0), min(hi, res)) for lo, hi in zip(low, high, strict=True)]
+    arrays["coords"] = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3) \
+        .astype(np.int32)
+    arrays["attrs"] = np.full((len(arrays["coords"]), 6), 0.5, np.float32)
     path = write_npz(tmp_path / "tall.npz", **arrays)
     export_asset(path, tmp_path / "tall.glb", ExportLevers(decimation_target=4000,
                                                            texture_size=512))

@@ -50,3 +50,25 @@ def test_plot_run_keeps_substeps_out_of_the_stage_bands():
     assert [st["stage"] for st in run.stages] == ["decode", "export"]
     assert [sub["stage"] for sub in run.substeps] == ["prepare", "remesh", "write"]
     assert run.stages[1]["end"] == pytest.approx(2.2)  # export runs to the end of the trace
+
+
+def test_a_substeps_facts_from_its_progress_events_are_in_its_row():
+    """A sub-step's ``progress`` events may carry ``facts`` (what the step found: the bounded
+    export's bake says how much of the texture its voxels covered); the last ones stand, in
+    the summary and on the sub-step's text row; a fact that is not a finite number or a short
+    text is skipped, and another sub-step's facts are not taken."""
+    ev = _trace()
+    ev.insert(8, {"event": "progress", "t": 1.7, "stage": "export", "substep": "remesh",
+                  "facts": {"voxel_coverage": 0.5, "cells": 90}})
+    ev.insert(9, {"event": "progress", "t": 1.75, "stage": "export", "substep": "remesh",
+                  "facts": {"voxel_coverage": 0.99871, "bad": float("nan"), "flag": True,
+                            "long": "x" * 200, "method": "dual contouring"}})
+    ev.insert(10, {"event": "progress", "t": 1.76, "stage": "export", "substep": "prepare",
+                   "facts": {"other": 1}})
+    s = summarize(ev)
+    prepare, remesh, write = s["stages"][1]["substeps"]
+    assert remesh["facts"] == {"voxel_coverage": 0.99871, "cells": 90,
+                               "method": "dual contouring"}
+    assert prepare["facts"] == {} and write["facts"] == {}
+    row = next(line for line in format_text(s).splitlines() if "· remesh" in line)
+    assert row.endswith("voxel_coverage 0.9987  cells 90  method dual contouring"), row

@@ -19,6 +19,7 @@ import pytest
 
 from runner.export_engine import SUBSTEPS
 from stageload.pixal3d import plan_for
+from tests.pixal3d.voxel_colours import assert_shows_the_voxels
 
 
 def _run(args, env, cwd, timeout=300):
@@ -82,6 +83,39 @@ def test_a_pixal3d_run_exports_with_the_bounded_engine_in_its_own_torch_free_pro
 
 
 @pytest.mark.slow
+def test_the_kept_asset_has_its_voxels_on_the_grid_it_declares_around_its_mesh(kept):
+    """The port's convention (its ``decode_latent`` and ``_write_mesh_npz``): ``coords`` on the
+    ``resolution``³ grid with ``voxel_size`` 1 / resolution from ``origin`` −0.5, the voxels a
+    shell around the decoded surface — every vertex within two voxels of a voxel's centre."""
+    from scipy.spatial import cKDTree
+
+    folder, proc = kept
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(folder / "char.asset.npz") as data:
+        res, size = int(data["resolution"]), float(data["voxel_size"])
+        assert res == 1024 and size == pytest.approx(1 / res)
+        assert np.allclose(data["origin"], -0.5)
+        coords, vertices = data["coords"][:, -3:], data["vertices"].astype(np.float64)
+    assert coords.min() >= 0 and coords.max() < res
+    centres = -0.5 + (coords + 0.5) * size
+    away, _ = cKDTree(centres).query(vertices)
+    assert away.max() / size <= 2.0, f"a vertex is {away.max() / size:.1f} voxels from a voxel"
+
+
+@pytest.mark.slow
+def test_a_bounded_runs_glb_shows_its_assets_voxel_colours(kept):
+    """The GLB's base colour at points on its surface is the colour of the asset's voxel there
+    (not the all-black texture of voxels that miss the mesh), and the export says every used
+    texel found a voxel."""
+    folder, proc = kept
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_shows_the_voxels(folder / "char.glb", folder / "char.asset.npz", "bounded")
+    result = _events(proc)[-1]
+    assert result["info"]["export"]["voxel_coverage"] >= 0.99
+    assert not result.get("warnings")
+
+
+@pytest.mark.slow
 def test_runner_export_re_exports_the_kept_asset_with_other_levers(kept, env, repo_root):
     folder, first = kept
     assert first.returncode == 0, first.stderr[-3000:]
@@ -109,11 +143,38 @@ def test_runner_export_re_exports_the_kept_asset_with_other_levers(kept, env, re
     assert info["texture_size"] == 1024 and info["budget"] == 1 << 30
     assert abs(_faces(out) - target) <= 0.02 * target
     assert _faces(out) == info["faces"]
+    # the stand-in's surface is the blocky boundary of its latent cells, 16 voxels a step:
+    # decimated to a third, its cut corners lie more than a voxel from the voxel shell, so
+    # some texels find no voxel — the export says how many, as a warning
+    assert 0.5 <= info["voxel_coverage"] < 0.99
+    warned = [w for w in result.get("warnings", []) if "found a voxel" in w["message"]]
+    assert len(warned) == 1 and f"{info['voxel_coverage']:.2%}" in warned[0]["message"]
+    assert "runner: warning: The export's texture is" in proc.stderr
     summary = subprocess.run([sys.executable, "-m", "stageload", "summary",
                               str(out.with_suffix(".trace.jsonl"))], capture_output=True,
                              text=True, cwd=repo_root, timeout=60).stdout
     rows = [line.split()[1] for line in summary.splitlines() if line.lstrip().startswith("·")]
     assert rows == list(SUBSTEPS)
+
+
+@pytest.mark.slow
+def test_runner_export_of_the_kept_asset_shows_its_voxel_colours(kept, env, repo_root):
+    """Re-export at another texture size (the default decimation target keeps the stand-in's
+    faces): the GLB's colours are the asset's voxels', every used texel found one."""
+    folder, first = kept
+    assert first.returncode == 0, first.stderr[-3000:]
+    asset, out = folder / "char.asset.npz", folder / "again_1024.glb"
+    proc = _run(["export", asset, "-o", out, "--texture-size", "1024"], env, repo_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = _events(proc)[-1]
+    share = result["info"]["export"]["voxel_coverage"]
+    assert share >= 0.99 and not result.get("warnings")
+    assert_shows_the_voxels(out, asset, "bounded")
+    summary = subprocess.run([sys.executable, "-m", "stageload", "summary",
+                              str(out.with_suffix(".trace.jsonl"))], capture_output=True,
+                             text=True, cwd=repo_root, timeout=60).stdout
+    bake = next(line for line in summary.splitlines() if line.lstrip().startswith("· bake"))
+    assert bake.endswith(f"voxel_coverage {share:.4g}"), bake
 
 
 def _new_file_mode() -> int:
@@ -230,7 +291,7 @@ def test_port_levers_are_refused_with_the_bounded_engine_before_anything_runs(
 
 
 def _bad_asset(path, **changes):
-    arrays = {"vertices": np.zeros((4, 3), np.float32), "faces": np.array([[0, 1, 2]], np.int32),
+    arrays = {"vertices": np.zeros((3, 3), np.float32), "faces": np.array([[0, 1, 2]], np.int32),
               "coords": np.zeros((1, 3), np.int32), "attrs": np.zeros((1, 6), np.float32),
               "origin": np.zeros(3, np.float32), "voxel_size": np.float32(0.1),
               "resolution": np.int32(10)}
@@ -263,7 +324,7 @@ def test_runner_export_refuses_a_bad_asset_and_writes_nothing(tmp_path, repo_roo
     proc = _run(["export", past, "-o", out], dict(os.environ), repo_root, timeout=120)
     last = _events(proc)[-1]
     assert proc.returncode == 18 and last["kind"] == "bad_asset", proc.stderr[-2000:]
-    assert "'faces'" in last["message"] and "indexes past the 4 vertices" in last["message"]
+    assert "'faces'" in last["message"] and "indexes past the 3 vertices" in last["message"]
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if ".job-" in p]
 
 
@@ -271,7 +332,7 @@ def test_a_refused_export_leaves_nothing_but_the_trace_asked_for(tmp_path, repo_
     """A bad value only the export process finds (NaN vertices, in its ``load`` step): no GLB,
     no temporary or claim file, no default trace, not even the output folder the job made;
     with ``--trace`` that trace is kept, complete: ``hello`` first, the ``error`` last."""
-    vertices = np.zeros((4, 3), np.float32)
+    vertices = np.zeros((3, 3), np.float32)
     vertices[2, 1] = np.nan
     asset = _bad_asset(tmp_path / "nan.npz", vertices=vertices)
     out = tmp_path / "made" / "deep" / "nan.glb"

@@ -15,8 +15,8 @@ same things alive:
    sampler, or — without flex_gemm — a dense ``C × D × H × W`` float32 volume);
 6. a PBR material and a ``trimesh.Trimesh`` (the caller writes the GLB).
 
-Memory per step follows the real drivers (``_memory``). The stand-in's texture voxels sit on
-the structured-latent grid (resolution / 16), so sample points are divided by that stride.
+Memory per step follows the real drivers (``_memory``). The voxels' ``coords`` are on the
+pipeline's grid (``grid_size``, ``voxel_size = 1 / resolution``), as the real decoder's.
 """
 from __future__ import annotations
 
@@ -42,18 +42,16 @@ except ImportError:
 
 def _grid_sample_3d(feats, coords, shape, grid, mode="trilinear"):
     """Sample the sparse volume at ``grid`` points: flex_gemm's sparse sampler when it imports,
-    else the dense fallback (a zero ``B × C × D × H × W`` float32 volume filled from the voxels,
-    then nearest lookup), as the real module does. Returns [M, C]."""
+    else the real module's dense fallback (a zero ``B × C × D × H × W`` float32 volume filled
+    from the voxels). The stand-in's fallback gives the same values from the sparse voxels
+    (``standin_sparse.sparse_trilinear``, the stand-in flex_gemm's code):
+    the dense volume at the declared grid — 24 GiB at 1024 — is accounted by ``_bake``'s
+    ``_memory.Block``, never allocated. Returns [M, C]."""
     if _HAS_FLEX_GEMM:
         return _flex_grid_sample_3d(feats, coords, shape, grid, mode=mode)[0]
-    size = [int(s) for s in shape[2:5]]
-    dense = torch.zeros(int(shape[0]), int(shape[1]), *size, dtype=feats.dtype)
-    c = coords.long()
-    dense[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]] = feats
-    p = grid.reshape(-1, 3).floor().long()
-    for axis in range(3):
-        p[:, axis] = p[:, axis].clamp(0, size[axis] - 1)
-    return dense[0, :, p[:, 0], p[:, 1], p[:, 2]].T
+    from standin_sparse import sparse_trilinear
+
+    return sparse_trilinear(feats, coords, shape, grid)
 
 
 def to_glb(vertices, faces, attr_volume, coords, attr_layout: Dict[str, slice], aabb,
@@ -141,10 +139,9 @@ def _bake(out_v, out_f, out_uv, bvh, full_v, full_f, attr_volume, coords, aabb, 
         _, near, uvw = bvh.unsigned_distance(pos, return_uvw=True)
         orig = full_v.numpy()[full_f.numpy()[near.numpy()]]
         pos = (orig * uvw.numpy()[..., None]).sum(1)
-        stride = _voxel_stride(coords, grid)
-        points = torch.from_numpy((pos - aabb[0].numpy()) / vsize.numpy() / stride)
+        points = torch.from_numpy((pos - aabb[0].numpy()) / vsize.numpy())
         c4 = torch.cat([torch.zeros_like(coords[:, :1]), coords], dim=1).int()
-        shape = torch.Size([1, attr_volume.shape[1]] + [grid // stride] * 3)
+        shape = torch.Size([1, attr_volume.shape[1]] + [grid] * 3)
         attrs = np.zeros((size, size, attr_volume.shape[1]), dtype=np.float32)
         # without flex_gemm the real module builds the dense volume at the full grid
         dense = _memory.Block(0 if _HAS_FLEX_GEMM else 4 * attr_volume.shape[1] * grid ** 3)
@@ -152,15 +149,6 @@ def _bake(out_v, out_f, out_uv, bvh, full_v, full_f, attr_volume, coords, aabb, 
                                       points.reshape(1, -1, 3)).numpy()
         dense.free()
     return attrs, mask
-
-
-def _voxel_stride(coords, grid: int) -> int:
-    """Grid cells per voxel: 1 for real data; the stand-in's voxels are on the latent grid."""
-    top = int(coords.max()) + 1 if coords.numel() else grid
-    stride = 1
-    while grid // (stride * 2) >= top and stride < grid:
-        stride *= 2
-    return stride
 
 
 def _textured_mesh(out_v, out_f, out_uv, normals, attrs, mask, layout):
