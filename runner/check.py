@@ -30,9 +30,10 @@ from .cluster.auth import require_cluster_for_token
 from .cluster.check import cluster_check
 from .cluster.placement import node_argv, record_raw
 from .errors import KINDS, RunnerError, explain
+from .event_schema import make
 from .jobtrace import log
 from .option_args import add_arguments as add_table_arguments
-from .protocol import Emitter, make
+from .protocol import Emitter
 from .verdicts import backend_lines, verdict_exit_code
 from .workerproc import probe_argv
 

@@ -20,8 +20,9 @@ from typing import Any, Callable
 
 from stageload.meter import Sampler
 
+from .event_schema import make
 from .jobtrace import log
-from .protocol import make, relay
+from .protocol import relay
 from .stall import StallWatch
 
 SAMPLE_INTERVAL = 0.1

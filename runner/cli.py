@@ -13,12 +13,13 @@ from pathlib import Path
 from . import backends
 from .cancel import Cancel
 from .errors import RunnerError, explain
+from .event_schema import make
 from .job import Job
 from .jobinput import ImageInput
 from .jobrun import RUNNER_VERSION, JobRun
 from .jobtrace import log
 from .option_args import add_arguments as add_table_arguments
-from .protocol import Emitter, early_failure, make
+from .protocol import Emitter, early_failure
 
 DEFAULT_GRACE = 1.0
 """The runner's default ``--grace`` (seconds between SIGTERM and SIGKILL when stopping the

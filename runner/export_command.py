@@ -36,11 +36,11 @@ from .cli import (
     usage_failure,
 )
 from .errors import RunnerError
+from .event_schema import make
 from .job import Job
 from .jobinput import AssetInput
 from .jobrun import RUNNER_VERSION, JobRun
 from .option_args import add_arguments
-from .protocol import make
 
 EXIT_EPILOG = """\
 exit status (the last stdout line is the result or error event; every kind, and what

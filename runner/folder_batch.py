@@ -40,6 +40,7 @@ from pathlib import Path
 
 from . import backends
 from .errors import RunnerError, explain
+from .event_schema import make
 from .inputs import IMAGE_SUFFIXES
 from .job import Job, Outcome
 from .jobinput import ImageInput
@@ -52,7 +53,6 @@ from .manifest import (
     update_manifest,
 )
 from .manifest_format import MANIFEST, MANIFEST_VERSION
-from .protocol import make
 
 
 def find_images(folder: Path) -> list[Path]:

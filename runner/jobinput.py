@@ -24,12 +24,12 @@ from pathlib import Path
 from . import backends
 from .backends.bounded_export import levers
 from .errors import RunnerError
+from .event_schema import make
 from .export_engine import BadAsset
 from .export_engine.asset import inspect_asset
 from .export_engine.budget import asset_sizes, check_file, plan
 from .inputs import load_image
 from .job import WorkerJob
-from .protocol import make
 
 
 class ImageInput:

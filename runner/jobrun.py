@@ -40,6 +40,7 @@ from .cancel import Cancel, cancel_error
 from .child import Child, Supervision
 from .claims import claim_all, release_all
 from .errors import RunnerError
+from .event_schema import make
 from .job import Job, Outcome, WorkerJob, explain_warning, warning_record
 from .jobtrace import JobTrace, log, summarize_trace
 from .limits import resource_error
@@ -63,7 +64,7 @@ from .outputs import (
     temp_path,
     trace_conflict,
 )
-from .protocol import make, relay
+from .protocol import relay
 from .workerproc import judge_end, worker_argv
 
 RUNNER_VERSION = __version__

@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Callable, TextIO
 
-# Every event is made by the schema's one constructor (``make``), which checks it against its
-# declaration when the schema is strict (the tests); ``PROTOCOL_VERSION`` lives there too.
-from .event_schema import PROTOCOL_VERSION, check, make, strict  # noqa: F401
+# Every event is made by the schema's one constructor (``event_schema.make``), which checks it
+# against its declaration when the schema is strict (the tests); the version lives there too.
+from .event_schema import PROTOCOL_VERSION, check, make, strict
 
 
 def relay(stageload_event: dict) -> dict:

@@ -30,10 +30,10 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import RunnerError
+from ..event_schema import make
 from ..folder_batch import Batch, output_names
 from ..job import Outcome, explain_warning
 from ..jobtrace import log
-from ..protocol import make
 from .auth import require_cluster_for_token
 from .connect import alive_nodes, connect, parse_address, require_room, shield_stdout
 from .node import node_job

@@ -21,8 +21,8 @@ import sys
 from stageload.units import format_size
 
 from ..errors import RunnerError
+from ..event_schema import make
 from ..jobtrace import log
-from ..protocol import make
 from ..verdicts import backend_lines
 from .connect import alive_nodes, connect, shield_stdout
 

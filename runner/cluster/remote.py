@@ -14,6 +14,7 @@ from pathlib import Path
 from ..cancel import cancel_error
 from ..claims import claim_all, release_all
 from ..errors import KINDS, RunnerError
+from ..event_schema import make
 from ..job import Job, Outcome
 from ..outputs import (
     check_output,
@@ -24,7 +25,6 @@ from ..outputs import (
     temp_path,
     unwritable,
 )
-from ..protocol import make
 from .placement import GIVE_BACK, MAX_ATTEMPTS, NODE_LEVEL, next_avoid, task_options
 
 

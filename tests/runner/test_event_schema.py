@@ -13,7 +13,8 @@ import re
 import pytest
 
 from runner import event_schema as schema
-from runner.protocol import Emitter, make, relay
+from runner.event_schema import make
+from runner.protocol import Emitter, relay
 
 
 def _event(kind: schema.Kind) -> dict:
