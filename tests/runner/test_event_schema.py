@@ -137,3 +137,40 @@ def test_clean_drops_bad_fields_and_refuses_undeclared_kinds():
     for odd in ({"event": "telemetry"}, {"event": ["stage"]}, {"event": None}, {}):
         kept, notes = schema.clean(odd)
         assert kept is None and len(notes) == 1
+
+
+def test_stageloads_own_events_pass_the_schema_as_the_runner_relays_them(monkeypatch):
+    """stageload makes its events without the runner (it may not import it): the ones its
+    staged models, meter and guard make in this process — stage, ready, load, reload,
+    release, progress, the meter's sample, a guard decision — pass the relay's strict check
+    (the sample, a trace-only line, the schema's own)."""
+    import os
+
+    from torch import nn
+
+    from stageload import StagedModels
+    from stageload.guard.config import GuardConfig
+    from stageload.guard.guard import Guard
+    from stageload.meter import Sampler
+
+    monkeypatch.setenv(schema.STRICT_ENV, "1")
+    events: list[dict] = []
+    models = StagedModels({"a": lambda: nn.Linear(8, 8), "b": lambda: nn.Linear(4, 4)},
+                          {"one": ["a"], "two": ["b"]}, events=events.append)
+    models.enter("one")
+    models["a"]
+    models.progress(0.5)
+    models.enter("two")
+    models["a"]  # outside its stage: a reload
+    models.release("a")
+    models.close()
+    Sampler(os.getpid(), events.append).sample_now()
+    Guard(GuardConfig(), events.append, human=None)._decide("started", "room",
+                                                            {"available": 1, "total": 2})
+    kinds = {e["event"] for e in events}
+    assert kinds == {"stage", "ready", "load", "reload", "release", "progress", "sample", "guard"}
+    for event in events:
+        if schema.KINDS[event["event"]].stream == schema.STDOUT:
+            assert relay(event)["v"] == schema.PROTOCOL_VERSION
+        else:
+            assert schema.check(event) is event
