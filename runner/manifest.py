@@ -10,10 +10,11 @@ folder, then ``os.replace``). Readers need no lock: they see the old or the new 
 File names that are not valid UTF-8 (Python holds them with lone surrogates) are written as
 ``\\udcXX`` JSON escapes, which read back as the very same names.
 
-A manifest that cannot be read is never silently replaced: it is kept beside it (renamed) and
-rebuilt from the GLBs and traces in the folder (``runner/manifest_recovery.py``), and so is a
-missing one or one without records when the folder holds a batch's traces; one written
-by a newer runner is refused (``manifest_newer``) and left as it is.
+A manifest that cannot be read — or holds a record that is not one (``_bad_record``) — is never
+silently replaced: it is kept beside it (renamed) and rebuilt from the GLBs and traces in the
+folder (``runner/manifest_recovery.py``), and so is a missing one, one without records, or a
+record missing for an image whose trace is in the folder; one written by a newer runner is
+refused (``manifest_newer``) and left as it is.
 """
 from __future__ import annotations
 
@@ -64,7 +65,30 @@ def read_manifest(path: Path) -> dict:
                           "folder (-o).", version=version)
     if not isinstance(data.get("images", {}), dict):
         raise ManifestDamaged("its images are not a JSON object")
+    for name, entry in data.get("images", {}).items():
+        why = _bad_record(entry)
+        if why:
+            raise ManifestDamaged(f"its record for {name!r} {why}")
     return data
+
+
+RECORD_STATUSES = ("done", "failed", "cancelled")
+"""The ``status`` of a manifest record (``runner/batch.py``)."""
+
+
+def _bad_record(entry) -> str | None:
+    """What is wrong with one record of ``images`` (a batch would otherwise trust it, then
+    fail that image with ``output_exists`` on every rerun), or None. Checks what the resume
+    reads: an object, ``status`` one of ``RECORD_STATUSES``, ``image``/``output``/``trace``
+    strings or null, ``sha256`` a string or null."""
+    if not isinstance(entry, dict):
+        return f"is {type(entry).__name__} {entry!r:.40}, not an object"
+    if entry.get("status") not in RECORD_STATUSES:
+        return f"has the status {entry.get('status')!r:.40}"
+    for key in ("image", "output", "trace", "sha256"):
+        if entry.get(key) is not None and not isinstance(entry[key], str):
+            return f"has {key} {entry[key]!r:.40}, not a string"
+    return None
 
 
 def load_manifest(path: Path) -> dict:
@@ -174,15 +198,16 @@ def update_manifest(path: Path, header: dict, name: str | None = None,
     added to it as ``last_failure`` (its ``kind``, ``message``, ``hint``, ``exit_code`` and
     ``finished``). A damaged manifest
     is kept beside it and rebuilt first (``manifest_recovery.recover``); with
-    ``rebuild_missing`` (a batch opening its folder) so is a missing one or one without records
-    (``recover_records``) — not later, when the batch's own running jobs have traces there. Raises
+    ``rebuild_missing`` (a batch opening its folder) so is a missing one, one without records,
+    and the records it lacks of images whose traces are there (``recover_records``) — not
+    later, when the batch's own running jobs have traces there. Raises
     ``RunnerError`` like ``write_manifest``, and ``manifest_newer`` (touching nothing)."""
     with folder_lock(path.parent):
         try:
             data = read_manifest(path)
         except ManifestDamaged as why:
             data = recover(path, str(why))
-        if rebuild_missing and not manifest_entries(data):  # deleted, or no records
+        if rebuild_missing:  # deleted, no records, or some records lost
             data = recover_records(path, data)
         entries = manifest_entries(data)
         if name is not None:

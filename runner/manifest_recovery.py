@@ -1,8 +1,8 @@
 """A damaged batch manifest: kept beside it under a new name, and rebuilt from what the folder
 proves — each GLB whose trace ends in the ``result`` for that very GLB. A manifest that is gone
-(deleted: the natural "start clean" step) or holds no records is rebuilt the same way when the
-folder has batch traces, so the images already done are skipped rather than refused as
-``output_exists``.
+(deleted: the natural "start clean" step), holds no records, or lacks the record of an image
+whose trace is there is rebuilt (those records) the same way when the folder has batch traces,
+so the images already done are skipped rather than refused as ``output_exists``.
 
 A batch item's trace (``OUTDIR/<name>.trace.jsonl``) begins with the item's ``hello``
 (``mode: "batch_item"``, ``image``, ``output``, and — in traces of this version on —
@@ -96,11 +96,14 @@ def entry_from_trace(trace: Path) -> tuple[str, dict] | None:
     return Path(image).name, entry
 
 
-def rebuild_entries(folder: Path) -> dict:
+def rebuild_entries(folder: Path, known: frozenset[str] = frozenset()) -> dict:
     """Every entry :func:`entry_from_trace` gives for the traces in ``folder`` (by image
-    name; a ``done`` one wins over a ``failed`` one for the same image)."""
+    name; a ``done`` one wins over a ``failed`` one for the same image), leaving out the traces
+    named in ``known`` (file names a manifest's records already name: not read again)."""
     entries: dict = {}
     for trace in sorted(folder.glob(f"*{TRACE_SUFFIX}")):
+        if trace.name in known:
+            continue
         found = entry_from_trace(trace)
         if found is not None and (found[0] not in entries or found[1]["status"] == "done"):
             entries[found[0]] = found[1]
@@ -120,18 +123,26 @@ def _done_count(entries: dict) -> int:
 
 
 def recover_records(path: Path, data: dict) -> dict:
-    """``data`` (the manifest as read: ``{}`` when ``path`` does not exist, else one whose
-    ``images`` is empty) with its ``images`` rebuilt from the batch traces in ``path``'s folder
-    (:func:`rebuild_entries`), said in one stderr line; ``data`` unchanged when the folder holds
-    no batch item's trace (a new output folder). Call under the folder's lock; the caller
-    writes the result."""
-    entries = rebuild_entries(path.parent)
+    """``data`` (the manifest as read: ``{}`` when ``path`` does not exist) with the records it
+    lacks rebuilt from the batch traces in ``path``'s folder (:func:`rebuild_entries`; its own
+    records are kept as they are), said in one stderr line; ``data`` unchanged when no trace
+    there is of an image it lacks (a new output folder, an intact manifest). Call under the
+    folder's lock; the caller writes the result."""
+    images = data.get("images") if isinstance(data.get("images"), dict) else {}
+    known = frozenset(Path(e["trace"]).name for e in images.values()
+                      if isinstance(e, dict) and isinstance(e.get("trace"), str))
+    entries = {name: entry for name, entry in rebuild_entries(path.parent, known).items()
+               if name not in images}
     if not entries:
         return data
-    why = "has no image records" if data else "is missing"
+    if images:
+        why = f"had no record of {len(entries)} image(s) whose traces are there"
+    else:
+        why = "has no image records" if data else "is missing"
     _say(f"the manifest {path} {why}; rebuilt {_done_count(entries)} finished image(s) from "
          f"the GLBs and traces in {path.parent}")
-    return {**data, "version": data.get("version", MANIFEST_VERSION), "images": entries}
+    return {**data, "version": data.get("version", MANIFEST_VERSION),
+            "images": {**images, **entries}}
 
 
 def recover(path: Path, why: str) -> dict:

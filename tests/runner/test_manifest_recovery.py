@@ -27,6 +27,9 @@ def _folder(shared_images, tmp_path):
     lambda text: text[: len(text) // 2],           # cut off mid-write
     lambda text: "{\"version\": 1, \"images\": [}",  # corrupt JSON
     lambda text: "[1, 2, 3]\n",                    # JSON, but not a manifest
+    # a manifest whose one record is not a record: the others must not fail for it
+    lambda text: '{"version":1,"images":{"göblin.png":"x"}}',
+    lambda text: text.replace('"status": "done"', '"status": 5', 1),
 ])
 def test_a_damaged_manifest_is_kept_and_rebuilt_from_glbs_and_traces(rt, shared_images, tmp_path,
                                                                      damage):
@@ -112,3 +115,37 @@ def test_a_manifest_from_a_newer_version_is_refused_touching_nothing(rt, shared_
     assert "version 99" in error["message"] and "runner: manifest_newer:" in proc.stderr
     assert (out / "manifest.json").read_text() == text
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_record_missing_from_an_intact_manifest_is_rebuilt_from_its_trace(rt, finished_batch):
+    """One image's record lost (the rest intact): its GLB and trace are this batch's, so it is
+    skipped on every rerun, not failed with ``output_exists``; the other records are kept."""
+    src, out, pristine = finished_batch
+    if not pristine.exists():
+        first = rt.run(["batch", src, "-o", out], timeout=300)
+        assert first.returncode == 0, first.stderr[-3000:]
+        shutil.copytree(out, pristine)
+    shutil.rmtree(out)
+    shutil.copytree(pristine, out)
+    manifest = out / "manifest.json"
+    data = json.loads(manifest.read_text())
+    lost = data["images"].pop("one.png")
+    kept = data["images"]["two.png"]
+    manifest.write_text(json.dumps(data))
+
+    said = []
+    for _ in range(2):
+        again = rt.run(["batch", src, "-o", out], timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert {k: v["status"] for k, v in _items(again).items()} == {"one.png": "skipped",
+                                                                       "two.png": "skipped"}
+        said.append([line for line in again.stderr.splitlines() if "rebuilt" in line])
+    assert len(said[0]) == 1 and "had no record of 1 image(s)" in said[0][0] \
+        and "rebuilt 1 finished image(s)" in said[0][0], said
+    assert said[1] == [], said  # the first rerun wrote the record back: nothing more to say
+    after = json.loads(manifest.read_text())["images"]
+    assert after["two.png"] == kept  # the intact record, untouched
+    assert after["one.png"]["status"] == "done" and after["one.png"]["rebuilt"] is True
+    for key in ("output", "trace", "sha256", "options"):
+        assert after["one.png"][key] == lost[key], key
+    assert not [p for p in out.iterdir() if ".damaged-" in p.name]
