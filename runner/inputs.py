@@ -100,8 +100,11 @@ def _open_checked(path: Path) -> Image.Image:
         raise RunnerError("input_missing", f"{_name(path)} cannot be read (permission denied).",
                           "Check the file's permissions.") from None
     except Exception:  # OSError, SyntaxError, struct.error … from a format's header parser
-        raise RunnerError("image_truncated", f"{_name(path)} starts like an image but its "
-                          "header is damaged or cut short.") from None
+        err = explain(path, _name(path))  # its reader's words: unsupported, or damaged
+        if err.kind == "not_an_image":
+            err = RunnerError("image_truncated", f"{_name(path)} starts like an image but its "
+                              "header is damaged or cut short.")
+        raise err from None
 
 
 def _verify_and_load(path: Path) -> Image.Image:

@@ -66,8 +66,9 @@ def _reader_error(path: Path, prefix: bytes) -> tuple[str, Exception] | None:
 
 def explain(path: Path, name: str) -> RunnerError:
     """The error for ``path`` (named ``name`` in the message) that ``Image.open`` could not
-    identify: ``image_unsupported`` when a reader of its format recognised the file but has
-    no mode for its pixel format, ``image_truncated`` when the file has a format's signature
+    identify or open: ``image_unsupported`` when a reader of its format recognised the file but
+    has no mode for its pixel format or does not support its form (a compression, a header
+    type), ``image_truncated`` when the file has a format's signature
     but its header is damaged or cut short, else ``not_an_image``. Never raises."""
     try:
         with open(path, "rb") as fp:
@@ -78,11 +79,17 @@ def explain(path: Path, name: str) -> RunnerError:
     if found is None:
         return RunnerError("not_an_image", f"{name} is not an image Pillow can read.")
     fmt, exc = found
-    if "mode" in str(exc).lower():  # TIFF "unknown pixel mode", PNG "unknown mode" …
+    said = str(exc).lower()
+    if "mode" in said:  # TIFF "unknown pixel mode", PNG "unknown mode" …
         layout = _tiff_layout(path) if fmt == "TIFF" else None
         detail = f" ({layout})" if layout else ""
         return RunnerError("image_unsupported", f"{name} is a {fmt} image in a pixel "
                            f"format{detail} that Pillow cannot decode.", UNSUPPORTED_HINT)
+    # BMP "Unsupported BMP compression (9)" …; not "unknown": a cut TIFF directory is
+    # "unknown data organization"
+    if "unsupported" in said:
+        return RunnerError("image_unsupported", f"{name} is a {fmt} image in a form Pillow "
+                           f"cannot decode ({exc}).", UNSUPPORTED_HINT)
     return RunnerError("image_truncated", f"{name} starts like a {fmt} image but its header "
                        f"is damaged or cut short ({exc}).")
 

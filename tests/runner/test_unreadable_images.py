@@ -61,3 +61,16 @@ def test_a_cut_tiff_is_truncated_and_text_is_not_an_image(rt, tmp_path):
     fin = rt.run([text, "-o", tmp_path / "notes.glb"])
     assert fin.last()["kind"] == "not_an_image", fin.last()
     assert fin.last()["message"] == "notes.png is not an image Pillow can read."
+
+
+def test_a_bmp_in_a_compression_pillow_lacks_is_unsupported(rt, tmp_path):
+    """A BMP whose header names compression 9 (none Pillow's BMP reader decodes)."""
+    width = height = 40
+    data = bytes(width * 3 * height)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 9, 0, 2835, 2835, 0, 0)
+    bmp = tmp_path / "odd.bmp"
+    bmp.write_bytes(b"BM" + struct.pack("<IHHI", 54 + len(data), 0, 0, 54) + info + data)
+    fin = rt.run([bmp, "-o", tmp_path / "odd.glb"])
+    assert fin.returncode == 17 and fin.last()["kind"] == "image_unsupported", fin.last()
+    assert fin.last()["message"] == ("odd.bmp is a BMP image in a form Pillow cannot decode "
+                                     "(Unsupported BMP compression (9)).")
