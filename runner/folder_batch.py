@@ -246,16 +246,22 @@ class Batch:
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
         return job, digest
 
+    def item_hello(self, job: Job, index: int, digest: str | None) -> dict:
+        """The ``hello`` an image's trace begins with (``mode: "batch_item"``, its ``image``,
+        ``output``, ``trace``, ``item``, input ``sha256`` and ``options`` fingerprint): what
+        ``manifest_recovery`` rebuilds a record from."""
+        batch_hello = {k: v for k, v in self.hello.items() if k != "event"}
+        return make("hello", **{**batch_hello, "mode": "batch_item",
+                                "image": str(job.input.path), "output": str(job.output),
+                                "trace": str(job.trace), "item": index,
+                                "sha256": digest, "options": self.fingerprint})
+
     def run_image(self, job: Job, index: int, digest: str | None = None) -> Outcome:
         """Run one image's job (tagged with ``item``); a bug becomes an ``internal`` outcome
         so that the other images still run. The item's ``hello`` (the trace's first line)
         carries the input's ``sha256`` and the ``options`` fingerprint, so a damaged manifest
         can be rebuilt from the traces (``manifest_recovery``)."""
-        batch_hello = {k: v for k, v in self.hello.items() if k != "event"}
-        item_hello = make("hello", **{**batch_hello, "mode": "batch_item",
-                                      "image": str(job.input.path), "output": str(job.output),
-                                      "trace": str(job.trace), "item": index,
-                                      "sha256": digest, "options": self.fingerprint})
+        item_hello = self.item_hello(job, index, digest)
         began = time.time()
         try:
             return JobRun(job, self.emitter.emit, self.cancel, self.config,

@@ -113,7 +113,7 @@ class ClusterBatch(Batch):
         cancelled before it was placed)."""
         began = time.time()
         try:
-            outcome = RemoteJob(self, job, index).run()
+            outcome = RemoteJob(self, job, index, digest).run()
         except Exception as exc:  # a bug on this image must not stop the others
             traceback.print_exc(file=sys.stderr)
             err = RunnerError("internal", f"Unexpected {type(exc).__name__}: {exc}")

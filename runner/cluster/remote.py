@@ -6,6 +6,7 @@ same atomic, claimed writes as a local job (``runner.claims``, ``runner.outputs.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -44,8 +45,8 @@ class RemoteJob:
     :meth:`run` returns the ``Outcome`` (``extra``: ``node``, ``retries``), or None when the
     batch was cancelled before the image was placed anywhere."""
 
-    def __init__(self, batch, job: Job, index: int):
-        self.batch, self.job, self.index = batch, job, index
+    def __init__(self, batch, job: Job, index: int, digest: str | None = None):
+        self.batch, self.job, self.index, self.digest = batch, job, index, digest
         self.began = time.time()
         self.node: dict | None = None
         self.retries: list[dict] = []
@@ -213,9 +214,41 @@ class RemoteJob:
             raise unwritable(exc, output.parent, "output") from None
         commit(partial, output, self.job.overwrite)
 
+    def batch_trace(self, data: bytes) -> bytes:
+        """The node's trace as this batch's trace of the image: its ``hello`` (a single run of
+        the node's temporary ``input.png``) becomes the item's (``Batch.item_hello``: image,
+        output, ``sha256``, ``options``, so a lost manifest is rebuilt from it as for a local
+        batch), and the node's paths in the other lines the user's (``node.user_names``). A
+        trace whose first line is not a ``hello`` is kept as it came."""
+        from .node import user_names  # the node's module: it imports ray only when run
+
+        lines = data.decode("utf-8", "surrogateescape").split("\n")
+        try:
+            node_hello = json.loads(lines[0])
+        except ValueError:
+            return data
+        if not isinstance(node_hello, dict) or node_hello.get("event") != "hello":
+            return data
+        theirs = {"image": str(self.job.input.path), "output": str(self.job.output),
+                  "trace": str(self.job.resolved_trace())}
+        local = {Path(node_hello[k]): v for k, v in theirs.items()
+                 if isinstance(node_hello.get(k), str) and node_hello[k]}
+        hello = {**node_hello, **self.batch.item_hello(self.job, self.index, self.digest),
+                 "t": node_hello.get("t"), "node": self.node}
+        out = [json.dumps(hello, ensure_ascii=False)]
+        for line in lines[1:]:
+            try:
+                event = json.loads(line)
+            except ValueError:  # a blank end, or a last line cut by a kill: as it was
+                out.append(line)
+                continue
+            out.append(json.dumps(user_names(event, local), ensure_ascii=False))
+        return "\n".join(out).encode("utf-8", "surrogateescape")
+
     def write_trace(self, data: bytes | None) -> str | None:
         if data is None:
             return None
+        data = self.batch_trace(data)
         trace = self.job.resolved_trace()
         partial = trace.with_name(f".{trace.name}.partial-{os.getpid()}-{threading.get_ident()}")
         try:

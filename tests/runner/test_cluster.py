@@ -192,6 +192,28 @@ def test_a_nodes_error_names_the_users_image_not_its_temporary_file(nodes, tmp_p
         assert "image-to-mesh-node-" not in said, said
 
 
+def test_a_cluster_folder_whose_manifest_is_deleted_resumes_from_its_traces(nodes, tmp_path):
+    """The trace a node sends back is written as this batch's trace of the image (its
+    ``hello`` the item's, the user's paths throughout), so a deleted manifest is rebuilt from
+    it and the finished image skipped — not failed with ``output_exists``."""
+    src = small_images(tmp_path / "in", names=["typical_humanoid_goblin.png"])
+    out = tmp_path / "out"
+    first = batch([src, "-o", out, "--cluster", nodes.address, *JOB])
+    assert first.returncode == 0, first.stderr[-3000:]
+    trace = out / "typical_humanoid_goblin.trace.jsonl"
+    text = trace.read_text()
+    hello = json.loads(text.splitlines()[0])
+    assert hello["mode"] == "batch_item"
+    assert hello["image"] == str(src / "typical_humanoid_goblin.png")
+    assert hello["output"] == str(out / "typical_humanoid_goblin.glb") and hello["sha256"]
+    assert "input.png" not in text, text[:3000]
+    (out / "manifest.json").unlink()
+    again = batch([src, "-o", out, "--cluster", nodes.address, *JOB])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [e["status"] for e in again.events if e["event"] == "batch_item"] == ["skipped"]
+    assert "rebuilt 1 finished image(s)" in again.stderr
+
+
 def test_nodes_that_cannot_run_the_backend_are_left_out_and_named(nodes, tmp_path):
     """tester2 finding 5, on the real nodes: no node has the Pixal3D folder given, so the
     first image to reach each big node fails there with pixal3d_missing; that node is left out
