@@ -56,7 +56,8 @@ def test_a_backend_that_is_not_installed_says_so():
 def test_pixal3d_entry_options():
     entry = backends.get("pixal3d")
     assert [o.flag for o in entry.options] == ["--pixal3d-dir", "--pipeline-type", "--load",
-                                               "--keep-resident", "--prefetch", "--export-process",
+                                               "--keep-resident", "--prefetch", "--working-memory",
+                                               "--export-process",
                                                "--export-profile", "--export-engine",
                                                "--export-budget", "--keep-asset",
                                                "--decimation-target",

@@ -60,7 +60,8 @@ def test_good_values_pass_validation():
                          options={"pipeline_type": "1536_cascade", "keep_resident": "1G"})
     assert pixal3d.job_options({"load": "eager"}) == {
         "pixal3d_dir": None, "pipeline_type": "1024_cascade", "load": "eager",
-        "keep_resident": "0", "prefetch": "on", "export_process": "own", "export_profile": "port",
+        "keep_resident": "0", "prefetch": "on", "working_memory": "lean", "export_process": "own",
+        "export_profile": "port",
         "export_engine": "bounded", "export_budget": None, "keep_asset": None,
         "decimation_target": None, "remesh": None, "remesh_resolution": None,
         "allow_dense_grid_sample": None, "strict_export": None}
