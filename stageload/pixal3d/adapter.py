@@ -34,12 +34,13 @@ from torch import nn
 
 from ..events import EventSink, make_event
 from ..gpu import with_gpu_events
+from ..meter import system_memory
 from ..patching import patched
 from ..releasing import module_bytes
 from ..staged import StagedModels
 from . import knobs
 from .camera import camera_params, moge_for_port
-from .choices import PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
+from .choices import LOAD_MODES, PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
 from .direct import LoadNote, RuntimeNote
 from .eager_build import build_eager
 from .errors import EmptyMeshError, KnobRefused
@@ -47,6 +48,7 @@ from .export import ResolvedExport, port_argv
 from .fingerprint import FingerprintRecorder
 from .handover import hand_over_or_export
 from .legacy import legacy_image_to_asset
+from .mps_limit import budget_from_memory
 from .pipeline_hooks import Hooks, LatentRecorder, SamplerProgress, StageHooks
 from .plan import STAGES, keep_across_gap, plan_for
 from .port import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
@@ -118,8 +120,8 @@ class Pixal3DRun:
                  port: Optional[Port] = None, direct_to_device: bool = True,
                  port_args: Sequence[str] = (), prefetch: bool = True,
                  working_memory: str = "lean"):
-        if load not in ("staged", "eager"):
-            raise ValueError(f"load must be 'staged' or 'eager', got {load!r}")
+        if load not in LOAD_MODES:
+            raise ValueError(f"load must be one of {', '.join(LOAD_MODES)}, got {load!r}")
         self.working_memory_mode = check_mode(working_memory)
         self.working_memory = WorkingMemory(self.working_memory_mode)
         if keep_resident < 0:
@@ -164,13 +166,21 @@ class Pixal3DRun:
         # The working-memory parts first, the run's hooks around them: a lean part replaces a
         # method (get_proj_cond_shape) without calling the port's, so the stage hooks must be
         # outside it to see every pass (and load its models) before it runs.
-        unbuilt = tuple(a for a in EXTRACTOR_KEYS.values()
-                        if isinstance(getattr(self.pipeline, a, None), PendingExtractor))
-        self.working_memory = install_working_memory(self.pipeline, self.relay,
-                                                     self.working_memory_mode, emit=self.emit,
-                                                     stage=lambda: self.stage, unbuilt=unbuilt)
+        self._install_working_memory()
         self.hooks = Hooks(StageHooks(self), SamplerProgress(self), LatentRecorder(self))
         self.hooks.install(self.pipeline)
+
+    def _install_working_memory(self) -> None:
+        """``working.install`` with this run's mode, events and the MPS limit from the memory
+        available now (``mps_limit.budget_from_memory``); a staged run's extractors, still
+        placeholders, read None while it installs."""
+        unbuilt = tuple(a for a in EXTRACTOR_KEYS.values()
+                        if isinstance(getattr(self.pipeline, a, None), PendingExtractor))
+        memory = system_memory()
+        self.working_memory = install_working_memory(
+            self.pipeline, self.relay, self.working_memory_mode, emit=self.emit,
+            stage=lambda: self.stage, unbuilt=unbuilt,
+            mps_limit_bytes=budget_from_memory(memory.total, memory.available))
 
     # ------------------------------------------------------------------ events and stages
     @property

@@ -53,10 +53,13 @@ MAX_DECIMATION_TARGET = 100_000_000
 #: ``switch``), ``default`` (None: not given, the port's own), ``choices``, ``low``/``high``
 #: (inclusive range), ``unit``, ``metavar``, ``help`` (one line, no default), ``advice``
 #: (value → warning).
+#: How the models are loaded: stageload's stages, or the port's own loading (for comparison).
+LOAD_MODES = ("staged", "eager")
+
 SHARED_OPTIONS = (
     {"name": "pipeline_type", "kind": "choice", "default": DEFAULT_PIPELINE_TYPE,
      "choices": PIPELINE_TYPES, "help": "Pixal3D pipeline type", "advice": PIPELINE_ADVICE},
-    {"name": "load", "kind": "choice", "default": "staged", "choices": ("staged", "eager"),
+    {"name": "load", "kind": "choice", "default": LOAD_MODES[0], "choices": LOAD_MODES,
      "help": "staged: load each model when its stage needs it; eager: the port's own loading "
              "(for comparison)"},
     {"name": "keep_resident", "kind": "size", "default": "0", "unit": "bytes", "metavar": "SIZE",

@@ -26,7 +26,8 @@ takes them off again with ``.remove()``:
     calls ``torch.mps.empty_cache()`` on a Mac) after each conditioning pass
     (``get_proj_cond_ss``, ``get_proj_cond_shape``) and after each decoder — the port's
     ``run()`` empties only CUDA's cache.
-(d) **Metal's hard limit from the budget** (``mps_limit_bytes``, the guard's budget): see
+(d) **Metal's hard limit from the budget** (``mps_limit_bytes``: available memory less the
+    guard's default kill floor, ``mps_limit.budget_from_memory``): see
     :mod:`stageload.pixal3d.mps_limit`; a refused allocation inside ``run()`` becomes
     :class:`stageload.pixal3d.errors.StageOutOfMemory` naming the stage (the runner's
     ``out_of_memory``). Not run here (no Mac).
@@ -170,10 +171,10 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
 
     ``sink``: where the ``working_memory`` and sub-step ``stage`` events go (the run's emit).
     ``budget_bytes``: bytes of attention scores, or of a decoder chunk's hidden rows, alive at
-    once (default :data:`DEFAULT_BUDGET`, 1 GiB). ``mps_limit_bytes``: the guard's budget, set
-    as Metal's hard limit when MPS is available (None: leave it). ``stage``: a callable giving
-    the current stage for the events (e.g. ``lambda: run.stage``); None: the last stage a
-    sub-step named.
+    once (default :data:`DEFAULT_BUDGET`, 1 GiB). ``mps_limit_bytes``: the memory budget (the
+    adapter's: ``mps_limit.budget_from_memory``), set as Metal's hard limit when MPS is
+    available (None: leave it). ``stage``: a callable giving the current stage for the events
+    (e.g. ``lambda: run.stage``); None: the last stage a sub-step named.
 
     A port whose attention module (:data:`ATTENTION_MODULE`, :data:`ATTENTION_NAME`) cannot be
     found keeps its own attention, said in a ``warning`` event; a decoder without

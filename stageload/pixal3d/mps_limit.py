@@ -48,6 +48,24 @@ def mps_fraction(budget_bytes: int, recommended_bytes: int) -> Optional[float]:
     return fraction if fraction <= MAX_FRACTION else None
 
 
+#: The guard's default ``--kill-free``: it stops a run when available memory stays under 10 % of
+#: the total (docs/guard.md). The worker is not told the guard's settings, so the MPS limit keeps
+#: to the default's floor, as the prefetch's does (docs/ARCHITECTURE.md, "Prefetch").
+KILL_FREE_SHARE = 0.10
+
+
+def budget_from_memory(total: Optional[int], available: Optional[int]) -> Optional[int]:
+    """What a run may allocate through MPS before the machine falls to the guard's default kill
+    threshold: ``available − KILL_FREE_SHARE × total`` (bytes), read when the run starts — on
+    unified memory every MPS buffer comes out of that available memory. None when a figure is
+    unknown (``stageload.meter.system_memory`` gives None for what it cannot read: no limit is
+    then set, never a guessed one) or nothing would be left above the floor."""
+    if total is None or available is None or total <= 0:
+        return None
+    budget = int(available - KILL_FREE_SHARE * total)
+    return budget if budget > 0 else None
+
+
 def set_limit(budget_bytes: int) -> Optional[Callable[[], None]]:
     """Set the MPS allocator's hard limit to ``budget_bytes`` when MPS is available; returns a
     function that puts back the ratio the environment gave (or PyTorch's default), or None when

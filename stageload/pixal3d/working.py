@@ -84,7 +84,8 @@ def _options(install_part: Callable, offered: dict) -> dict:
 
 
 def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = None, *,
-            budget_bytes: Optional[int] = None, emit: Optional[Callable[..., None]] = None,
+            budget_bytes: Optional[int] = None, mps_limit_bytes: Optional[int] = None,
+            emit: Optional[Callable[..., None]] = None,
             stage: Optional[Callable[[], Optional[str]]] = None, unbuilt: tuple = (),
             parts: tuple = PARTS) -> WorkingMemory:
     """Make ``pipeline`` (the port's ``Pixal3DImageTo3DPipeline``, staged or eager) compute
@@ -93,7 +94,8 @@ def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = N
 
     ``sink``: the run's event sink, handed to each part. ``budget_bytes``: the memory the
     flow attention's chunks and the MPS high-watermark are sized from (bytes; None: the part's
-    own default); ``stage``: a callable giving the current stage's name (for the parts'
+    own default); ``mps_limit_bytes``: the MPS allocator's hard limit (bytes; None: PyTorch's
+    own, no limit of ours); ``stage``: a callable giving the current stage's name (for the parts'
     events); each passed to the parts whose ``install`` takes it. ``unbuilt``: attributes of
     ``pipeline`` that hold a placeholder until a stage builds them (a staged run's extractors):
     while a part installs they read None, so it checks them when their pass runs, not a
@@ -118,7 +120,8 @@ def install(pipeline: Any, sink: Callable[[dict], None], mode: Optional[str] = N
                          cause=cause, differs=f"how {what} are computed: the port's own way, "
                          "with its full working memory (its own result)")
                 continue
-            options = _options(module.install, {"budget_bytes": budget_bytes, "stage": stage})
+            options = _options(module.install, {"budget_bytes": budget_bytes, "stage": stage,
+                                                "mps_limit_bytes": mps_limit_bytes})
             with contextlib.ExitStack() as hidden:
                 for attr in unbuilt:
                     hidden.enter_context(patched(pipeline, attr, None))
