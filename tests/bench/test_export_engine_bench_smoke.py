@@ -4,6 +4,7 @@ traces it keeps, per-step figures read from them the way the product writes them
 sub-step that stops being measured failing the bench."""
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -38,7 +39,9 @@ def test_every_run_measured_from_its_trace(result):
     names = [x["name"] for x in r["runs"]]
     assert names == ["defaults", "budget_2g", "faces_8k", "texture_1024", "cores_1"]
     for x in r["runs"]:
-        again = bench_run.export_figures(result["out"] / f"{x['name']}.trace.jsonl")
+        kept = result["out"] / f"{x['name']}.trace.jsonl.gz"  # results keep traces compressed
+        assert not kept.with_suffix("").exists()
+        again = bench_run.export_figures(kept)
         assert again == x["export"]
         assert set(bench_run.SUBSTEPS) <= set(x["export"]["substeps"])
         assert x["export"]["peak"] > 0 and x["tree_peak"] >= x["export"]["peak"] * 0.5
@@ -54,10 +57,10 @@ def test_every_run_measured_from_its_trace(result):
 
 
 def test_a_sub_step_not_measured_fails(result, tmp_path):
-    trace = result["out"] / "defaults.trace.jsonl"
-    lines = [ln for ln in trace.read_text().splitlines()
+    every = gzip.decompress((result["out"] / "defaults.trace.jsonl.gz").read_bytes()).decode()
+    lines = [ln for ln in every.splitlines()
              if not ('"parent": "export"' in ln and '"stage": "seams"' in ln)]
-    assert len(lines) < len(trace.read_text().splitlines())
+    assert len(lines) < len(every.splitlines())
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(lines) + "\n")
     with pytest.raises(bench_run.MeasurementMissing, match="seams"):
