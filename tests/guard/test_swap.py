@@ -3,6 +3,7 @@ memory cgroup); elsewhere skipped with the reason. The decision logic itself is 
 recorded readings in test_decisions.py whatever the machine."""
 import contextlib
 import json
+import shlex
 
 import pytest
 from guard_helpers import kill_tagged, procs, run_guard
@@ -27,12 +28,13 @@ def swap_cgroup(tag):
 def test_swapping_child_is_stopped_past_the_swap_budget(env, tmp_path, swap_cgroup):
     procs_file, notes = swap_cgroup
     log = tmp_path / "guard.jsonl"
-    hog = " ".join(procs("hog", 128 * MB, 1536 * MB, 0.05))
+    hog = shlex.join(procs("hog", 128 * MB, 1536 * MB, 0.05))  # a checkout path may have spaces
     with open(tmp_path / "hog.out", "w") as hog_out:
         code, err, seconds = run_guard(
             ["--poll", "0.2", "--grace", "2", "--swap-budget", "400M", "--kill-free", "off",
              "--log", str(log)],
-            ["sh", "-c", f"echo $$ > {procs_file} && exec {hog}"], env, timeout=60, stdout=hog_out)
+            ["sh", "-c", f"echo $$ > {shlex.quote(str(procs_file))} && exec {hog}"], env,
+            timeout=60, stdout=hog_out)
     assert code == 3, f"{notes}\n{err}"
     stop = [d for d in map(json.loads, log.read_text().splitlines()) if d["state"] == "stopped"][-1]
     assert stop["state"] == "stopped"

@@ -69,10 +69,11 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
     assert subs[0]["stage"] == "handover" and subs[0]["pid"] == pids["export"]
     admissions = [e for e in trace if e.get("event") == "guard" and e.get("state") == "started"]
     assert len(admissions) == 2  # the guard admitted the export process too
-    text = subprocess.run([sys.executable, "-m", "stageload", "summary",
+    text = subprocess.run([sys.executable, "-m", "stageload", "summary", "--json",
                            str(out.with_suffix(".trace.jsonl"))],
                           capture_output=True, text=True, cwd=repo_root, timeout=60).stdout
-    rows = [line.split()[1] for line in text.splitlines() if line.lstrip().startswith("·")]
+    export_row = next(st for st in json.loads(text)["stages"] if st["stage"] == "export")
+    rows = [sub["stage"] for sub in export_row["substeps"]]  # the lean stages have their own
     assert rows == ["handover", *SUBSTEPS]
     assert out.is_file() and _job_dirs(tmp_path) == []
 
