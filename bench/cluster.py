@@ -51,6 +51,12 @@ NODE = dict(num_cpus=1, object_store_memory=80 * MB, resources={"image_to_mesh":
             memory=2048 * MB)
 
 
+def machine_facts() -> dict:
+    """What a cluster benchmark's figures were measured on: platform, CPUs, Python version."""
+    return {"platform": platform.platform(), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
 def make_images(folder: Path, side: int) -> Path:
     """12 different small pictures: six from tests/data/images, each also mirrored."""
     from PIL import Image, ImageOps
@@ -108,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench.cluster: nodes used {one['nodes_used']}, {two['nodes_used']}")
     result = {
         "bench": "cluster", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "python": platform.python_version()},
+        "machine": machine_facts(),
         "images": COUNT, "side_px": args.side, "backend": "builtin", "texture_size": 512,
         "local": local, "one_node": one, "two_nodes": two,
         "ratio_one_over_two": round(one["wall_seconds"] / two["wall_seconds"], 3),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import secrets
 import shutil
 import signal
@@ -40,6 +39,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.cluster import machine_facts
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -167,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if left:
             raise SystemExit(f"bench.cluster_auth: {left} process(es) of the head were left")
     result = {"bench": "cluster_auth", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                          "python": platform.python_version(),
-                          "load_average": round(os.getloadavg()[0], 2)},
+              "machine": {**machine_facts(), "load_average": round(os.getloadavg()[0], 2)},
               "runs": args.runs, **figures,
               "note": "driver and head on one machine (127.0.0.1)"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
