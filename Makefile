@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # installed) runs there. Python 3.11, like Blender 5.0.
 BPY5 := bpy==5.0.1
 VENV_BPY5 := .venv-bpy5
-# The extension's wheels for this machine's platform (blender_addon/wheels.txt; the tests build
+# The extension's wheels for this machine's platform (blender_addon/packaging/wheels.txt; the tests build
 # and install this platform's zip); `make build` fetches every platform's.
 DEMO_IMAGE ?= examples/goblin.png
 DEMO_OUT ?= out/demo
@@ -35,12 +35,12 @@ $(VENV_BPY5)/.installed:
 
 setup-bpy5: $(VENV_BPY5)/.installed
 
-.wheels/.host-fetched: blender_addon/wheels.txt | $(VENV)/.installed
-	$(PY) -m blender_addon.wheels --platform host
+.wheels/.host-fetched: blender_addon/packaging/wheels.txt | $(VENV)/.installed
+	$(PY) -m blender_addon.packaging.wheels --platform host
 	touch $@
 
 wheels: setup
-	$(PY) -m blender_addon.wheels
+	$(PY) -m blender_addon.packaging.wheels
 
 # IMAGE_TO_MESH_REQUIRE_BPY5: the bpy 5 tests fail (not skip) when that venv is missing.
 # ruff first (pyproject.toml: pycodestyle at 100 columns, pyflakes, isort, bugbear): seconds.
@@ -52,7 +52,7 @@ test: setup setup-bpy5 .wheels/.host-fetched
 	IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q --durations=25
 
 build: wheels
-	$(PY) -m blender_addon.build --out dist
+	$(PY) -m blender_addon.packaging.build --out dist
 
 demo: setup
 	mkdir -p $(DEMO_OUT)

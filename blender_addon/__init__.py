@@ -4,7 +4,8 @@ The add-on starts ``python -m runner`` in a separate process (never importing to
 stageload into Blender), shows its stages and memory in View3D › Sidebar › Image to Mesh, and
 imports the GLB. See docs/blender.md.
 
-Importing this package does not import ``bpy``: ``python -m blender_addon.build`` and the pure
+Importing this package does not import ``bpy``: ``python -m blender_addon.packaging.build`` and the
+pure
 modules (``state``, ``batch``, ``config``, ``process``) work in any Python. Blender calls
 :func:`register` / :func:`unregister`.
 """
@@ -12,11 +13,11 @@ modules (``state``, ``batch``, ``config``, ``process``) work in any Python. Blen
 
 def register() -> None:
     """Register preferences, settings, operators and the panel (called by Blender)."""
-    from . import addon
+    from .ui import addon
     addon.register()
 
 
 def unregister() -> None:
     """Stop any running job, then unregister everything (called by Blender on disable)."""
-    from . import addon
+    from .ui import addon
     addon.unregister()

@@ -8,7 +8,8 @@ instead of a traceback.
 import os
 import sys
 
-from .errors import RunnerError
+from meshfacts.errors import RunnerError
+
 from .protocol import early_failure
 from .stdfds import reopen_closed_std_fds
 
@@ -48,13 +49,13 @@ def main(argv=None) -> int:
         register_entry_point("runner")
         # the commands import Pillow, NumPy and psutil: only once the check above has passed
         if mode == "batch":
-            from .batch import main as command
+            from runner.commands.batch import main as command
         elif mode == "check":
-            from .check import main as command
+            from runner.commands.check import main as command
         elif mode == "export":
-            from .export_command import main as command
+            from runner.commands.export import main as command
         else:
-            from .cli import main as command
+            from runner.commands.cli import main as command
     except ImportError as exc:
         if getattr(exc, "name", None) and exc.name.split(".")[0] in _DEPENDENCIES:
             return _missing_dependency(exc, mode)

@@ -16,16 +16,16 @@ import threading
 import time
 from typing import Callable, TextIO
 
-# Every event is made by the schema's one constructor (``event_schema.make``), which checks it
+# Every event is made by the schema's one constructor (``meshfacts.events.make``), which checks it
 # against its declaration when the schema is strict (the tests); the version lives there too.
-from .event_schema import PROTOCOL_VERSION, check, make, strict
+from meshfacts.events import PROTOCOL_VERSION, check, make, strict
 
 
 def relay(stageload_event: dict) -> dict:
     """A stageload event (dict with ``event`` and ``t``) as a protocol object: the same dict
     with ``"v"`` added in front; the input is not modified. stageload cannot import the
     runner's schema (it sits below the runner), so its events are checked here, when the
-    schema is strict (``event_schema.check``: raises ``event_schema.SchemaError``)."""
+    schema is strict (``meshfacts.events.check``: raises ``SchemaError``)."""
     out = {"v": PROTOCOL_VERSION}
     out.update(stageload_event)
     out.setdefault("t", time.time())
@@ -90,7 +90,7 @@ class Emitter:
     def emit(self, obj: dict) -> dict:
         """Write ``obj`` (a dict made by ``make``/``relay``) and return it. When the schema is
         strict, ``obj`` is checked again first (fields added after ``make``, such as a batch
-        image's ``item``), raising ``event_schema.SchemaError``."""
+        image's ``item``), raising ``meshfacts.events.SchemaError``."""
         if strict():
             check(obj)
         with self._lock:
@@ -109,8 +109,8 @@ class Emitter:
         return obj
 
     def _write(self, obj: dict) -> None:
-        """Write ``obj``'s line and flush (under the lock); ``runner.console.Console`` writes
-        a person's lines here instead."""
+        """Write ``obj``'s line and flush (under the lock); ``runner.commands.console.Console``
+        writes a person's lines here instead."""
         line = dumps(obj) + "\n"
         if isinstance(self.stream, io.TextIOBase):
             self.stream.write(line)
@@ -132,7 +132,7 @@ def early_failure(err, mode: str, emitter: Emitter | None = None) -> int:
     a ``hello`` without a job (``backend``, ``image``, ``output``, ``trace`` null, ``stages``
     ``[]``; not for ``check``, whose answer is one line) and then ``error`` on stdout, the
     ``runner: KIND: message — hint`` line on stderr in between. ``err`` is a
-    ``runner.errors.RunnerError``; ``mode`` is ``single``, ``batch`` or ``check``. Returns
+    ``meshfacts.errors.RunnerError``; ``mode`` is ``single``, ``batch`` or ``check``. Returns
     ``err.exit_code``. Standard library only, so ``runner.__main__`` can use it before it has
     checked the third-party dependencies. ``emitter``: where the events go (default: an
     ``Emitter`` on stdout)."""
@@ -142,7 +142,7 @@ def early_failure(err, mode: str, emitter: Emitter | None = None) -> int:
     if mode != "check":  # check's answer is always one line: check or error (PROTOCOL.md)
         emitter.emit(make("hello", runner=__version__, pid=os.getpid(), mode=mode, backend=None,
                           image=None, output=None, trace=None, stages=[], python=sys.executable))
-    from .errors import explain
+    from meshfacts.errors import explain
 
     explain(err.fields())
     emitter.emit(make("error", **err.fields()))

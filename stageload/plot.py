@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+from meshfacts.units import format_size
+
 from .summary import Summarizer, print_quietly
 from .trace import TraceError, TraceReader, iter_lines
-from .units import format_size
 
-GIB = 1024**3  # the y axis unit (stageload.units: binary multiples, IEC labels)
+GIB = 1024**3  # the y axis unit (meshfacts.units: binary multiples, IEC labels)
 FORMATS = ("png", "svg", "pdf")  # the -o suffixes accepted; all written by matplotlib's Agg canvas
 BAND_COLOURS = ["#dbe9f6", "#fde8cf", "#dcefd9", "#f3dcec", "#e8e1f5", "#f9f3c9", "#dff3f3",
                 "#f1e0d6"]

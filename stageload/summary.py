@@ -33,9 +33,10 @@ import statistics
 import sys
 from typing import Iterable
 
+from meshfacts.units import format_size
+
 from .meter.window import StagePeaks, WindowPeak
 from .trace import TraceError, TraceReader, iter_lines
-from .units import format_size
 
 LOAD_EVENTS = ("load", "reload")
 GPU_FIELDS = ("peak", "current", "allocated")
@@ -306,7 +307,7 @@ def summarize(lines: Iterable[str | bytes | dict], source: str = "trace") -> dic
 
 # -- text -------------------------------------------------------------------------------------
 def _size(n) -> str:
-    """``n`` bytes for people (:func:`stageload.units.format_size`: ``"1.2 GiB"``); ``"–"`` for
+    """``n`` bytes for people (:func:`meshfacts.units.format_size`: ``"1.2 GiB"``); ``"–"`` for
     None."""
     return format_size(n, unknown="–")
 

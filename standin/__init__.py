@@ -9,7 +9,7 @@ signatures and control flow at commit 0be9e69a and tiny models (see ``port/READM
 Import it as ``from standin import PORT_DIR, make_weights`` from the repository root: pytest
 puts the root on ``sys.path`` (``pythonpath = ["."]`` in pyproject.toml) and ``python -m``
 does for the current folder. The port folder itself is put on ``sys.path`` by whoever imports
-the port (``stageload.pixal3d.port.open_port``, or ``make_weights`` here), as for the real one.
+the port (``stageload.pixal3d.port.open.open_port``, or ``make_weights`` here), as for the real one.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A small, exactly known asset in the port's ``save_mesh_checkpoint`` format, for the bounded
-export engine's tests and measurements (``runner/export_engine``): a bumpy sphere and the
+export engine's tests and measurements (``bounded_export``): a bumpy sphere and the
 sparse voxels of a shell around it, coloured by a smooth function of position.
 
 Not what ships; not a character (the full-size character generator is

@@ -1,16 +1,16 @@
 """Shared test settings: the repository root and the test images (tests/data/images, in the
 repository), the libSystem stand-in's fixtures (tests/macos_standin/macos_fixtures.py), and
-strict events (runner/event_schema.py)."""
+strict events (meshfacts/events.py)."""
 import os
 from pathlib import Path
 
 import pytest
 
-from runner import event_schema
+from meshfacts import events as event_schema
 
 # Every event the runner makes during the tests — in this process and in every runner, worker
 # and Blender process they start, which inherit the environment — is checked against its
-# declaration where it is made (runner/event_schema.py: an undeclared kind or field, a missing
+# declaration where it is made (meshfacts/events.py: an undeclared kind or field, a missing
 # field or one of the wrong type raises there).
 os.environ[event_schema.STRICT_ENV] = "1"
 

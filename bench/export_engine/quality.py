@@ -1,7 +1,7 @@
 """Quality of an exported GLB against the asset it came from (docs/benchmark.md, "Bounded export").
 
 Each figure is measured with code of its own, independent of the export engine's
-(``runner/export_engine``), so an error the engine makes is not made again here:
+(``bounded_export``), so an error the engine makes is not made again here:
 
 - ``face_count``: faces in the GLB against the decimation target (relative difference);
 - ``surface_distance``: two-sided distance between the GLB's surface and the asset's mesh, in
@@ -23,7 +23,7 @@ Each figure is measured with code of its own, independent of the export engine's
 Axes: the GLB is +Y up as the port's o_voxel writes it, (x, y, z)port → (x, z, −y)glb, so a
 GLB point comes back as (x, −z, y) (``to_port``). Voxel ``i`` spans ``origin + [i, i + 1) ·
 voxel_size``, its value at its centre ``i + 0.5`` (the port's flex_gemm convention; the
-engine's ``runner/export_engine/voxels.py`` states the same).
+engine's ``bounded_export/voxels.py`` states the same).
 """
 from __future__ import annotations
 

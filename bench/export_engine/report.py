@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from stageload.units import format_size
+from meshfacts.units import format_size
 
 from .quality import CHECKS, TOPOLOGY_CHECK
 from .run import REPO, SUBSTEPS

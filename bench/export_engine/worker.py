@@ -1,5 +1,5 @@
 """``python -m bench.export_engine.worker ASSET OUT.glb --target N --texture PX [--budget
-SIZE]``: the export engine (``runner.export_engine.export_asset``) in a process of its own,
+SIZE]``: the export engine (``bounded_export.export_asset``) in a process of its own,
 for ``run.py``'s ``via="worker"`` — the same engine, its sub-step events as it emits them,
 framed by the ``stage``/``ready`` events of an ``export`` stage as the runner frames them;
 without the runner's supervisor (used when ``python -m runner export`` is not available).
@@ -19,8 +19,8 @@ def _emit(event: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from runner.export_engine.engine import ExportLevers, export_asset
-    from stageload.units import parse_size
+    from bounded_export.engine import ExportLevers, export_asset
+    from meshfacts.units import parse_size
 
     p = argparse.ArgumentParser(prog="python -m bench.export_engine.worker")
     p.add_argument("asset")

@@ -7,7 +7,8 @@
 
 What runs: the stand-in port's ``get_proj_cond_shape`` (its ``DinoV3ProjFeatureExtractor``,
 ``ProjGrid`` over the whole grid, NAF through ``natten.na2d`` bound to the port's
-``_torch_na2d``) — ``--path port`` — or the same call with ``stageload.pixal3d.lean`` installed
+``_torch_na2d``) — ``--path port`` — or the same call with ``stageload.pixal3d.lean.conditioning``
+installed
 — ``--path lean`` — on the same inputs: the pass's image (``image_size``), DINOv3-L's output
 tokens (1 + 4 registers + the 16-pixel patches, 1024 channels; seeded random values standing
 for the backbone, whose own memory is not part of this measurement), NAF at its release sizes
@@ -110,8 +111,8 @@ def main(argv=None) -> int:
     import torch
 
     from stageload.meter import footprint, reset_high_water_mark
-    from stageload.pixal3d import lean
-    from stageload.pixal3d.port import open_port
+    from stageload.pixal3d.lean import conditioning as lean
+    from stageload.pixal3d.port.open import open_port
     from standin import PORT_DIR
 
     port = open_port(PORT_DIR)

@@ -1,6 +1,6 @@
 """``python -m bench.pixal3d.conditioning_memory``: the shape and texture conditioning's working
 memory at real shapes on this machine's CPU, the port's path and the lean path
-(``stageload.pixal3d.lean``) on the same inputs, each pass in its own process.
+(``stageload.pixal3d.lean.conditioning``) on the same inputs, each pass in its own process.
 
 Each case is ``bench.pixal3d.conditioning_case`` run under ``bench.own_peak`` (the child's
 ``VmHWM`` when it ends): peak over inputs = that peak - the child's footprint just before the

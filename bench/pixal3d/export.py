@@ -28,7 +28,7 @@ Checks: ``export_split_over_inprocess`` (own-process peak ÷ in-process peak, wo
 in-process − own-process peak ≥ 0.9 × the leftover (in-process − own-process
 ``ready_footprint``; 0.9 allows one sampling interval's drift); own-process peak ≤ 1.10 ×
 ``limit``; fit's peak below the default's with the GLB's faces within the peer's tolerance
-(``stageload.pixal3d.export.PEER_FACE_TOLERANCE``). ``--summary`` merges them into the main
+(``stageload.pixal3d.export.run.PEER_FACE_TOLERANCE``). ``--summary`` merges them into the main
 benchmark's ``summary.json`` (key ``export`` and ``export_split_over_inprocess``).
 """
 from __future__ import annotations
@@ -101,7 +101,7 @@ def run_mode(name: str, work: Path, env: dict, image: Path, port_dir: Path) -> d
 
 def analyse(rows: list[dict]) -> dict:
     """The checks over every round (worst round of each mode)."""
-    from stageload.pixal3d.export import PEER_FACE_TOLERANCE
+    from stageload.pixal3d.export.run import PEER_FACE_TOLERANCE
 
     by = {m: [r for r in rows if r["mode"] == m] for m in MODES}
     worst = {m: max(rs, key=lambda r: r["peak"]) for m, rs in by.items()}

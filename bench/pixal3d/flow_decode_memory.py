@@ -5,7 +5,7 @@ Cases, each in a fresh process (``bench.own_peak``: the kernel's ``VmHWM`` of th
 
 - ``attention_port`` / ``attention_lean`` — the stand-in's mirror of the port's sparse
   attention (``pixal3d.modules.sparse.attention.full_attn``, ``naive``: 2,048 queries at a
-  time, fp32, q/k/v padded copies) against ``stageload.pixal3d.lean_model.lean_attention``
+  time, fp32, q/k/v padded copies) against ``stageload.pixal3d.lean.models.lean_attention``
   (query slices sized from a 1 GiB budget), at N = 21,500 tokens, 12 heads × 128 channels,
   fp32, in the ``(q, k, v)`` form. Only the first ``--queries`` queries (2,048: one port
   chunk) are computed, against all 21,500 keys: a step's transient is one chunk's, so it is the
@@ -91,7 +91,7 @@ def _attention_case(lean: bool, queries: int) -> dict:
     import pixal3d.modules.sparse.attention.full_attn as full_attn
     from pixal3d.modules.sparse import SparseTensor, config
 
-    from stageload.pixal3d.lean_model import lean_attention
+    from stageload.pixal3d.lean.models import lean_attention
     config.set_attn_backend("naive")
     gen = torch.Generator().manual_seed(0)
     coords = torch.zeros(TOKENS, 4, dtype=torch.int32)
@@ -116,7 +116,7 @@ def _rows_case(lean: bool, rows: int) -> dict:
     from pixal3d.models.sc_vaes.sparse_unet_vae import SparseConvNeXtBlock3d
 
     from stageload import chunk_rows
-    from stageload.pixal3d.lean_model import rows_for_budget
+    from stageload.pixal3d.lean.models import rows_for_budget
     torch.manual_seed(0)
     block = SparseConvNeXtBlock3d(CHANNELS)
     torch.nn.init.normal_(block.mlp[2].weight, std=0.05)

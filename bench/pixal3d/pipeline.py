@@ -85,12 +85,12 @@ def write_weights(work: Path, scale: float) -> dict:
 def open_port_only(args) -> dict:
     """What the "alone" process imports and runs besides torch, so its runtime baseline matches
     the staged modes': the adapter and the stand-in port's modules (``open_port`` loads no
-    weights), and ``stageload.pixal3d.direct.prepare_meta_runtime()`` — the same call the
+    weights), and ``stageload.pixal3d.build.direct.prepare_meta_runtime()`` — the same call the
     adapter makes in a staged run's ``setup`` (the one-time ``torch._dynamo`` import the first
     meta-device initialiser triggers, ~70 MB). Returns that call's cost as
     ``{"seconds", "modules", "rss_bytes"}``."""
     from stageload.pixal3d import open_port
-    from stageload.pixal3d.direct import prepare_meta_runtime
+    from stageload.pixal3d.build.direct import prepare_meta_runtime
 
     if args.weights:
         env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]

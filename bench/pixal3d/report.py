@@ -6,7 +6,7 @@ and the targets. Never written by hand: ``python -m bench.pixal3d`` calls this a
 
 regenerates ``table.md`` and the block between ``<!-- bench:begin -->`` and ``<!-- bench:end -->``
 in the docs from an existing summary. Sizes print in GiB (1024³ bytes) with two decimals, through
-:func:`stageload.units.format_size`, so a column compares at a glance.
+:func:`meshfacts.units.format_size`, so a column compares at a glance.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from stageload.units import format_size
+from meshfacts.units import format_size
 
 from .modes import MODE_TITLES, MODES
 

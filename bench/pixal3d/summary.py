@@ -126,7 +126,7 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
             for x in analysis.load_transients(recs, args.interval)] for m in MODES}
     summary["double_loads"] = {m: [d for r in resident[m] for d in r["double_loads"]]
                                for m in resident}
-    # What stageload.pixal3d.direct.prepare_meta_runtime() paid in each process (the one-time
+    # What stageload.pixal3d.build.direct.prepare_meta_runtime() paid in each process (the one-time
     # torch._dynamo import a meta-device initialiser triggers): the alone process calls it to
     # set up the same runtime as a staged run's setup; eager runs never call it.
     def runtime_paid(recs):

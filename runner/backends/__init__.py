@@ -24,14 +24,13 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Callable
 
-from stageload import units
+from meshfacts import options as options_table
+from meshfacts import units
+from meshfacts.errors import RunnerError
 from stageload.pixal3d.plan import STAGES
 
-from .. import options as options_table
-from ..errors import RunnerError
-
 Option = options_table.Option
-"""A backend's own option: an entry of the options table (``runner/options.py``) — ``flag``,
+"""A backend's own option: an entry of the options table (``meshfacts/options.py``) — ``flag``,
 ``dest`` (keyword passed to ``generate``/``check``), ``help``, ``choices``, ``default`` (applied
 only when the option's backend is chosen), ``parse`` (text → value, ``ValueError`` with a
 message for a person; the supervisor calls it before anything starts), ``affects_output``
@@ -198,7 +197,7 @@ class Backend:
 
 def parse_size(value) -> int:
     """Bytes from an option value: an int, or text such as ``1G`` or ``1000000000``
-    (:func:`stageload.units.parse_size`: binary multiples, a bare number is bytes); None or
+    (:func:`meshfacts.units.parse_size`: binary multiples, a bare number is bytes); None or
     ``""`` (not given) is 0. Raises ``ValueError`` with what to write for anything else."""
     if value is None or value == "":
         return 0
@@ -238,7 +237,7 @@ BACKENDS: dict[str, Backend] = {
         # SPEC §2.5's plan; the same for both pipeline types: stageload.pixal3d.plan.STAGES
         # (torch-free), the one source.
         stages=_pixal3d_stages(),
-        # the options table's pixal3d entries (runner/options.py), the export levers among them
+        # the options table's pixal3d entries (meshfacts/options.py), the export levers among them
         options=options_table.backend_options("pixal3d"),
         # runner.backends.pixal3d.TEXTURE_SIZES (checked by a test); no --height (unit box).
         texture_sizes=options_table.choices.TEXTURE_SIZES,
@@ -246,7 +245,7 @@ BACKENDS: dict[str, Backend] = {
         height_range=None,
         install_hint="The Pixal3D backend is not installed in this version of the runner.",
         needs_torch=True,
-        # the port folder exists and holds generate_mps.py and pixal3d/ (stageload.pixal3d.port
+        # the port folder exists and holds generate_mps.py and pixal3d/ (stageload.pixal3d.port.open
         # .locate_port: files only); importing the port and its names is left to the worker.
         precheck="runner.backends.pixal3d:precheck",
         # --export-process own (default): the export stage in a process of its own

@@ -12,24 +12,25 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
+from meshfacts import options as options_table
+from meshfacts.errors import RunnerError
+from runner.backends import parse_faces, parse_size
+from runner.job import export_step as bounded_export
+from runner.job.export_step import check_options, engine
+
 # each torch-free (the supervisor imports this module for its precheck): the port check, the
 # weights check, the export levers, the stage list
 from stageload.pixal3d import check_port, open_port
+from stageload.pixal3d.build.weights import require_weights
 from stageload.pixal3d.errors import BadWeights, WeightsMissing
-from stageload.pixal3d.export import ExportOptions, export_handover
+from stageload.pixal3d.export.run import ExportOptions, export_handover
 from stageload.pixal3d.plan import STAGES  # noqa: F401  (the one stage list)
-from stageload.pixal3d.port import static_report
-from stageload.pixal3d.weights import require_weights
-
-from .. import options as options_table
-from ..errors import RunnerError
-from . import bounded_export, parse_faces, parse_size
-from .bounded_export import check_options, engine
+from stageload.pixal3d.port.open import static_report
 
 NAME = "Pixal3D (staged)"
 TEXTURE_SIZES = options_table.choices.TEXTURE_SIZES
 DEFAULT_TEXTURE_SIZE = options_table.choices.DEFAULT_TEXTURE_SIZE
-"""The port's texture sides (px) and its default, from ``stageload/pixal3d/choices.py`` through
+"""The port's texture sides (px) and its default, from ``meshfacts/choices.py`` through
 the options table."""
 #: the adapter's exception classes (stageload.pixal3d.errors) → runner error kinds; the worker
 #: looks each class of an exception's MRO up here.
@@ -55,7 +56,7 @@ def export_settings(export_profile: Optional[str] = "port", decimation_target=No
                     remesh_resolution=None, allow_dense_grid_sample=None, strict_export=None,
                     **_other):
     """The export levers as the runner passes them (strings from the command line, None = not
-    given) → ``stageload.pixal3d.export.ResolvedExport``. Raises ``RunnerError('usage')``."""
+    given) → ``stageload.pixal3d.export.run.ResolvedExport``. Raises ``RunnerError('usage')``."""
     try:
         options = ExportOptions(
             decimation_target=None if decimation_target is None else parse_faces(decimation_target),
@@ -121,7 +122,7 @@ def generate(image, output, *, had_alpha: bool, seed: int = 42,
             (``stageload.prefetch``; floor: 10 % of total memory, the guard's default
             ``--kill-free``); ``off`` does not.
         working_memory: ``lean`` (the stages' largest temporaries in bands and chunks,
-            ``stageload.pixal3d.working``) or ``port`` (the port's own computations).
+            ``stageload.pixal3d.lean.working``) or ``port`` (the port's own computations).
         device: ``mps``/``cuda``/``cpu`` (default mps when available; ``$PIXAL3D_DEVICE``).
         height_m: not supported (Pixal3D exports in its own unit box): given → usage error.
         handover: with ``export_process="own"``, the ``.npz`` path (must not exist) the decoded
@@ -193,9 +194,9 @@ def precheck(pixal3d_dir: Optional[str] = None, pipeline_type: Optional[str] = N
     """The supervisor's light check, before the guard and the trace: a port folder is found
     (``--pixal3d-dir``, else ``$PIXAL3D_DIR``, else the interpreter's own), holds
     ``generate_mps.py`` and ``pixal3d/``, and its sources have what the adapter relies on —
-    ``stageload.pixal3d.port.static_report`` (file system and ``ast`` only: no torch, no port
+    ``stageload.pixal3d.port.open.static_report`` (file system and ``ast`` only: no torch, no port
     import, no weights) —, then every weight file the plan reads is there and whole
-    (``stageload.pixal3d.weights.require_weights``: file system and safetensors headers only).
+    (``stageload.pixal3d.build.weights.require_weights``: file system and safetensors headers only).
     Raises ``RunnerError`` (``pixal3d_missing``, exit 32, or ``pixal3d_version``, exit 33,
     naming every drifted item; ``weights_missing`` 36 naming the first missing file and how to
     download the weights; ``bad_weights`` 35 naming the file and the tensor when known)."""

@@ -1,6 +1,6 @@
 """``ClusterBatch``: ``python -m runner batch DIR -o OUTDIR --cluster ADDRESS`` on the head.
 
-The same command as a local batch (``runner.folder_batch.Batch``: the folder, the output names, the
+The same command as a local batch (``runner.batch.folder.Batch``: the folder, the output names, the
 resume rules, the manifest merged under the folder's lock, ``batch_item``/``batch_done``), with
 the images run at once as Ray tasks (``runner.cluster.remote.RemoteJob``, one thread each) instead
 of one after another here. Each record in the manifest and each ``batch_item`` also carries
@@ -29,11 +29,12 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import RunnerError
-from ..event_schema import make
-from ..folder_batch import Batch, output_names
-from ..job import Outcome, explain_warning
-from ..jobtrace import log
+from meshfacts.errors import RunnerError
+from meshfacts.events import make
+from runner.batch.folder import Batch, output_names
+from runner.job.records import Outcome, explain_warning
+from runner.job.trace import log
+
 from .auth import require_cluster_for_token
 from .connect import alive_nodes, connect, parse_address, require_room, shield_stdout
 from .node import node_job

@@ -18,12 +18,12 @@ import json
 import subprocess
 import sys
 
-from stageload.units import format_size
+from meshfacts.errors import RunnerError
+from meshfacts.events import make
+from meshfacts.units import format_size
+from runner.commands.verdicts import backend_lines
+from runner.job.trace import log
 
-from ..errors import RunnerError
-from ..event_schema import make
-from ..jobtrace import log
-from ..verdicts import backend_lines
 from .connect import alive_nodes, connect, shield_stdout
 
 NODE_CHECK_TIMEOUT = 180.0
@@ -74,8 +74,9 @@ def _probe_all(ray, nodes, argv: list[str]) -> list[dict]:
 
 def summary_lines(address: str, rows: list[dict], wanted: list[str], ok: bool) -> list[str]:
     """The cluster check for a person (stderr, ``runner: check: LINE``): per node its host,
-    address, slots, memory and Python, then its backends (``runner.check.backend_lines``) or
-    why it could not be checked; then the verdict naming the nodes ready for ``wanted``."""
+    address, slots, memory and Python, then its backends
+    (``runner.commands.check.backend_lines``) or why it could not be checked; then the verdict
+    naming the nodes ready for ``wanted``."""
     lines, ready = [], []
     for row in rows:
         lines.append(f"node {row['host']} ({row['ip']}): {row['slots']} slot(s), "

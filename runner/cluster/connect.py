@@ -18,10 +18,10 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from stageload.units import format_size
+from meshfacts.errors import RunnerError
+from meshfacts.options import parse_ray_address
+from meshfacts.units import format_size
 
-from ..errors import RunnerError
-from ..options import parse_ray_address
 from . import SLOT
 from .auth import prepare, refused
 

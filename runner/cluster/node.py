@@ -11,7 +11,7 @@ However the task ends — finished, failed, cancelled (``ray.cancel`` raises Key
 here), the runner is stopped (SIGTERM: it stops its worker's group within its ``--grace``, then
 SIGKILL) and the folder removed. If the Ray worker itself is killed outright (node lost,
 ``ray.cancel(force=True)``), the runner sees its parent vanish within 0.2 s and stops its worker
-(runner/cancel.py); the folder of such a task is removed by the next task on that node
+(runner/job/cancel.py); the folder of such a task is removed by the next task on that node
 (:func:`sweep_stale_folders`).
 """
 from __future__ import annotations

@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import threading
 
-from ..errors import KINDS, RunnerError
+from meshfacts.errors import KINDS, RunnerError
+
 from . import SLOT
 
 MAX_ATTEMPTS = 3

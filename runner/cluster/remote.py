@@ -2,7 +2,7 @@
 the picture to a node (a Ray task running ``runner.cluster.node.node_job``), relay its events
 tagged with ``item`` and ``node``, place it again when its node was lost or had no room
 (``runner.cluster.placement``), and write the GLB and trace it returns into OUTDIR with the
-same atomic, claimed writes as a local job (``runner.claims``, ``runner.outputs.commit``).
+same atomic, claimed writes as a local job (``runner.job.claims``, ``runner.job.outputs.commit``).
 """
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-from ..cancel import cancel_error
-from ..claims import claim_all, release_all
-from ..errors import KINDS, RunnerError
-from ..event_schema import make
-from ..job import Job, Outcome
-from ..outputs import (
+from meshfacts.errors import KINDS, RunnerError
+from meshfacts.events import make
+from runner.job.cancel import cancel_error
+from runner.job.claims import claim_all, release_all
+from runner.job.outputs import (
     check_output,
     check_trace,
     commit,
@@ -26,6 +25,8 @@ from ..outputs import (
     temp_path,
     unwritable,
 )
+from runner.job.records import Job, Outcome
+
 from .placement import GIVE_BACK, MAX_ATTEMPTS, NODE_LEVEL, next_avoid, task_options
 
 

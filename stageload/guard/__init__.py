@@ -5,7 +5,8 @@ Public API (docs/ARCHITECTURE.md, "Guard API"; user documentation in docs/guard.
 functions ``decide_admission`` / ``Budget`` for callers that gather readings themselves.
 Importing this package imports psutil but never torch.
 """
-from ..units import format_size, parse_size
+from meshfacts.units import format_size, parse_size
+
 from .admission import Verdict, decide_admission
 from .amount import Amount, parse_amount
 from .budget import Budget

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..units import format_percent, format_size
+from meshfacts.units import format_percent, format_size
+
 from . import pressure as pressure_mod
 from .amount import Amount
 from .config import GuardConfig

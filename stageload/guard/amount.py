@@ -2,8 +2,8 @@
 
 The guard's options (``--wait-free``, ``--kill-free``, ...) take an :class:`Amount`; the size
 rules themselves (binary multiples, units required on the command line) are
-:func:`stageload.units.parse_size`'s, and every threshold prints with
-:func:`stageload.units.format_size` (``GiB``/``MiB``, 1 GiB = 1024³ bytes).
+:func:`meshfacts.units.parse_size`'s, and every threshold prints with
+:func:`meshfacts.units.format_size` (``GiB``/``MiB``, 1 GiB = 1024³ bytes).
 
 Written by hand (about 40 lines) because the rules — percent *or* size, ``off`` — are part of
 this command's user interface and no dependency of the project parses them.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..units import format_size, parse_size
+from meshfacts.units import format_size, parse_size
 
 _OFF_WORDS = {"off", "none", "no"}
 

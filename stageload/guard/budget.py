@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..units import format_percent, format_size
+from meshfacts.units import format_percent, format_size
+
 from . import pressure as pressure_mod
 from .config import GuardConfig
 

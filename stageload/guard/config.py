@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from meshfacts.units import format_size, parse_size
+
 from ..trace import TraceError, peak_from_trace
-from ..units import format_size, parse_size
 from . import pressure as pressure_mod
 from .amount import Amount, is_off, parse_amount
 

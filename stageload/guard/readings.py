@@ -7,7 +7,8 @@ a program that samples can pass its samples straight to the guard.
 """
 from __future__ import annotations
 
-from ..units import format_percent, format_size
+from meshfacts.units import format_percent, format_size
+
 from .pressure import level_name
 
 KEYS = ("available", "total", "swap", "swap_total", "pressure")

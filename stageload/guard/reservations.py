@@ -214,7 +214,8 @@ class Admission:
 def explained(verdict, readings: dict):
     """``verdict`` with `` (after N GiB reserved by K admitted job(s))`` added to a refusal's
     reason when ``readings`` carry a reservation; unchanged otherwise."""
-    from ..units import format_size
+    from meshfacts.units import format_size
+
     from .admission import Verdict
 
     if verdict.ok or not readings.get("reserved"):

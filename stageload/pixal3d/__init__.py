@@ -25,11 +25,12 @@ from .._lazy import lazy_exports
 #: submodule -> the public names it defines (imported on first use)
 _EXPORTS = {
     "stageload.pixal3d.adapter": ("Pixal3DRun",),
-    "stageload.pixal3d.staged_build": ("StagedRembg",),
-    "stageload.pixal3d.port": ("open_port", "check_port", "static_report", "locate_port", "Port"),
+    "stageload.pixal3d.build.staged": ("StagedRembg",),
+    "stageload.pixal3d.port.open": ("open_port", "check_port", "static_report", "locate_port",
+                                    "Port"),
     "stageload.pixal3d.errors": ("PortError", "PortMissing", "PortVersionError", "KnobRefused",
                                  "EmptyMeshError"),
-    "stageload.pixal3d.static": ("check_static",),
+    "stageload.pixal3d.port.static": ("check_static",),
     "stageload.pixal3d.plan": ("STAGES", "plan_for", "keep_across_gap"),
     "stageload.pixal3d.fingerprint": ("compare", "FingerprintRecorder"),
 }

@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from .choices import DEFAULT_TEXTURE_SIZE, SHARED_OPTIONS, TEXTURE_SIZES
+from meshfacts.choices import DEFAULT_TEXTURE_SIZE, SHARED_OPTIONS, TEXTURE_SIZES
 
 #: ``check`` exit statuses by the ``PortError`` subclass it reports (None: usable).
 CHECK_EXIT = {None: 0, "PortMissing": 1, "PortVersionError": 3}
@@ -33,8 +33,8 @@ CHECK_EXIT = {None: 0, "PortMissing": 1, "PortVersionError": 3}
 
 def _size(text: str) -> int:
     """argparse type for ``--keep-resident``: bytes (``1000000000``) or a size such as ``1G``
-    (:func:`stageload.units.parse_size`, binary multiples)."""
-    from ..units import parse_size
+    (:func:`meshfacts.units.parse_size`, binary multiples)."""
+    from meshfacts.units import parse_size
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     ns = _parser().parse_args(argv)
     if ns.command == "check":
-        from .port import check_port, static_report
+        from stageload.pixal3d.port.open import check_port, static_report
         report = static_report(ns.pixal3d_dir) if ns.static else check_port(ns.pixal3d_dir)
         print(json.dumps(report, indent=1))
         return CHECK_EXIT.get(report["error"], 1)
@@ -193,7 +193,7 @@ class _PortOutputToStderr:
 def _export_settings(ns):
     """The export levers of ``run`` → ``ResolvedExport``; ``PortError``-free, ``ValueError``
     for a bad combination (reported as a usage error by the caller)."""
-    from .export import ExportOptions
+    from stageload.pixal3d.export.run import ExportOptions
     return ExportOptions(decimation_target=ns.decimation_target,
                          remesh=None if ns.remesh is None else ns.remesh == "on",
                          remesh_resolution=ns.remesh_resolution,

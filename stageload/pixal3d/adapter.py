@@ -32,30 +32,31 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import nn
 
+from meshfacts.choices import LOAD_MODES, PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
+from stageload.pixal3d.build.direct import LoadNote, RuntimeNote
+from stageload.pixal3d.build.eager import build_eager
+from stageload.pixal3d.build.staged import PendingExtractor, StagedBuild
+from stageload.pixal3d.export.handover import hand_over_or_export
+from stageload.pixal3d.export.legacy import legacy_image_to_asset
+from stageload.pixal3d.export.run import ResolvedExport, port_argv
+from stageload.pixal3d.lean.mps_limit import budget_from_memory
+from stageload.pixal3d.lean.working import WorkingMemory, check_mode
+from stageload.pixal3d.lean.working import install as install_working_memory
+from stageload.pixal3d.port import knobs
+from stageload.pixal3d.port.args import given_options, port_namespace
+from stageload.pixal3d.port.open import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
+
 from ..events import EventSink, make_event
 from ..gpu import with_gpu_events
 from ..meter import system_memory
 from ..patching import patched
 from ..releasing import module_bytes
 from ..staged import StagedModels
-from . import knobs
 from .camera import camera_params, moge_for_port
-from .choices import LOAD_MODES, PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
-from .direct import LoadNote, RuntimeNote
-from .eager_build import build_eager
 from .errors import EmptyMeshError, KnobRefused
-from .export import ResolvedExport, port_argv
 from .fingerprint import FingerprintRecorder
-from .handover import hand_over_or_export
-from .legacy import legacy_image_to_asset
-from .mps_limit import budget_from_memory
 from .pipeline_hooks import Hooks, LatentRecorder, SamplerProgress, StageHooks
 from .plan import STAGES, keep_across_gap, plan_for
-from .port import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
-from .portargs import given_options, port_namespace
-from .staged_build import PendingExtractor, StagedBuild
-from .working import WorkingMemory, check_mode
-from .working import install as install_working_memory
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class Pixal3DRun:
                         if isinstance(getattr(self.pipeline, a, None), PendingExtractor))
         memory = system_memory()
         self.working_memory = install_working_memory(
-            self.pipeline, self.relay, self.working_memory_mode, emit=self.emit,
+            self.pipeline, self.relay, self.working_memory_mode,
             stage=lambda: self.stage, unbuilt=unbuilt,
             mps_limit_bytes=budget_from_memory(memory.total, memory.available))
 
@@ -319,7 +320,7 @@ class Pixal3DRun:
                  handover: Optional[os.PathLike | str] = None) -> dict:
         """One image (a PIL image or a path) → a GLB at ``output``, as the port's ``main()``.
 
-        ``export``: the export levers (``stageload.pixal3d.export``; None: the port's own).
+        ``export``: the export levers (``stageload.pixal3d.export.run``; None: the port's own).
         ``handover``: instead of exporting, release every model and write the decoded asset
         there with the port's own mesh checkpoint (``export.save_asset``; ``.npz``, must not
         exist) for an export process (``export.export_handover``); no ``export`` stage is

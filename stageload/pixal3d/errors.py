@@ -76,7 +76,7 @@ class BadWeights(PortError):
 
 class StageOutOfMemory(StageloadError, MemoryError):
     """The accelerator's allocator refused an allocation during a stage (on a Mac: Metal, at
-    the high-watermark ``stageload.pixal3d.lean_model`` sets from the memory budget).
+    the high-watermark ``stageload.pixal3d.lean.models`` sets from the memory budget).
     ``stage``: the stage (or sub-step) it happened in; ``message`` names it. A ``MemoryError``,
     so the runner reports it as ``out_of_memory``."""
 

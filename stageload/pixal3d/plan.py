@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from .choices import PIPELINE_TYPES
+from meshfacts.choices import PIPELINE_TYPES
 
 STAGES = ("setup", "preprocess", "camera", "structure", "shape_512", "shape_1024", "texture",
           "decode", "export")

@@ -75,7 +75,7 @@ def _picture(path: str | os.PathLike, resolution: int, fill: float):
     from PIL import Image
 
     from runner.backends.builtin.matte import compute_matte
-    from runner.inputs import load_image
+    from runner.images.reading import load_image
 
     image, info = load_image(path)
     matte = compute_matte(image, had_alpha=info.had_alpha)
@@ -96,7 +96,7 @@ def build_asset(picture: str | os.PathLike, resolution: int = 1024, *,
     """Build a character-shaped asset from ``picture`` on a ``resolution`` grid.
 
     Args:
-        picture: an image file the runner accepts (``runner.inputs.load_image``).
+        picture: an image file the runner accepts (``runner.images.reading.load_image``).
         resolution: voxels per axis (16 to 2048; the port's grids are 512, 1024, 1536).
         fill, depth_scale, relief: the body (``body.body_field``).
         coords_layout: ``"xyz"`` (``[N, 3]``, the port's) or ``"bxyz"`` (``[N, 4]``, batch 0).
@@ -108,7 +108,7 @@ def build_asset(picture: str | os.PathLike, resolution: int = 1024, *,
         An :class:`Asset`.
 
     Raises:
-        ValueError: an argument out of range. ``runner.errors.RunnerError``: a picture the
+        ValueError: an argument out of range. ``meshfacts.errors.RunnerError``: a picture the
         runner refuses. ``EmptyMatteError``: no character in it.
     """
     if not 16 <= resolution <= 2048:

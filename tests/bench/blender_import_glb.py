@@ -1,5 +1,5 @@
 """Run with a bpy interpreter: ``python blender_import_glb.py GLB`` imports the GLB with the
-add-on's importer (blender_addon/importer.py, the real bpy module) into a factory scene and
+add-on's importer (blender_addon/ui/importer.py, the real bpy module) into a factory scene and
 prints one JSON line: the object's world bounding box (metres, Blender's Z-up axes), its
 base colour image's size, and whether a metallic-roughness texture feeds the material."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import bpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository's blender_addon
-from blender_addon import importer
+from blender_addon.ui import importer
 
 bpy.ops.wm.read_factory_settings(use_empty=True)
 coll = importer.ensure_collection(bpy.context.scene)

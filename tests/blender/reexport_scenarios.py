@@ -35,7 +35,7 @@ def _draw_reexport() -> dict:
 
 def _poll() -> list:
     """Whether Re-export can run now, and why not (the sentence the panel shows)."""
-    return [bpy.ops.image_to_mesh.reexport.poll(), mod("operators").reexport_unavailable(
+    return [bpy.ops.image_to_mesh.reexport.poll(), mod("ui.operators").reexport_unavailable(
         bpy.context)]
 
 
@@ -56,7 +56,7 @@ def _generate(work: Path, image: str, facts: dict):
     """Generate with the stand-in Pixal3D and the asset kept: the imported object."""
     s = bpy.context.scene.image_to_mesh
     s.image, s.backend, s.texture_size, s.keep_asset = image, "pixal3d", "512", True
-    ctl = mod("controller").CONTROLLER
+    ctl = mod("ui.controller").CONTROLLER
     before = set(bpy.data.objects)
     facts["generate"] = sorted(bpy.ops.image_to_mesh.generate())
     facts["generate_finished"] = drive(240)
@@ -86,8 +86,8 @@ def sc_reexport(zip_path, work, image, pixal3d_dir, big_asset):
     facts = install(zip_path, work)
     prefs = addon_prefs()
     prefs.output_dir, prefs.pixal3d_dir = str(work / "out"), pixal3d_dir
-    ctl = mod("controller").CONTROLLER
-    imp = mod("importer")
+    ctl = mod("ui.controller").CONTROLLER
+    imp = mod("ui.importer")
     facts["draw_nothing_selected"] = _draw_reexport()
     facts["poll_nothing_selected"] = _poll()
     source = _generate(work, image, facts)
@@ -177,7 +177,7 @@ def sc_placement(zip_path, work):
     must not count."""
     work = Path(work)
     facts = install(zip_path, work)
-    imp, ctl = mod("importer"), mod("controller")
+    imp, ctl = mod("ui.importer"), mod("ui.controller")
 
     def cube(x: float, asset: str):
         bpy.ops.mesh.primitive_cube_add(size=2.0, location=(x, 1.0, 0.5))

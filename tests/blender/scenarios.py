@@ -112,7 +112,7 @@ def settings(image: str, texture: str = "512", seed: int = 7):
 
 def drive(timeout: float, on_tick=None) -> bool:
     """Call the registered timer callback like Blender's event loop would, until it stops."""
-    tick = mod("controller").tick
+    tick = mod("ui.controller").tick
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if not bpy.app.timers.is_registered(tick):
@@ -127,7 +127,7 @@ def drive(timeout: float, on_tick=None) -> bool:
 
 
 def object_facts(obj) -> dict:
-    imp = mod("importer")
+    imp = mod("ui.importer")
     img = imp.base_color_image(obj)
     return {
         "name": obj.name, "type": obj.type,
@@ -151,18 +151,18 @@ def sc_register(zip_path, work):
     facts["token_file_subtype"] = addon_prefs().bl_rna.properties["cluster_token_file"].subtype
     facts["scene_settings"] = hasattr(bpy.context.scene, "image_to_mesh")
     facts["installed_files"] = sorted(os.listdir(work / "repo" / "image_to_mesh"))
-    facts["runtime"] = str(mod("config").runtime_dir())
+    facts["runtime"] = str(mod("runner_client.config").runtime_dir())
     facts["interpreters"] = {b: [i.python, list(i.extra_path), i.why]
                              if not isinstance(i, str) else i
-                             for b, i in mod("preferences").check_plan(addon_prefs())}
+                             for b, i in mod("ui.preferences").check_plan(addon_prefs())}
     facts["sys_executable"] = sys.executable
-    site = mod("preferences").wheel_site_packages()
+    site = mod("ui.preferences").wheel_site_packages()
     facts["wheel_site_entries"] = sorted(os.listdir(site)) if site else None
-    facts["output_dir"] = str(mod("preferences").output_dir(addon_prefs()))
+    facts["output_dir"] = str(mod("ui.preferences").output_dir(addon_prefs()))
     # The timer's redraw tags only the sidebar (UI) region of each 3D View (real screen data:
     # the bpy module keeps the factory window, though it never draws it).
     areas = [a for w in bpy.context.window_manager.windows for a in w.screen.areas]
-    facts["redraw_tagged"] = mod("controller")._redraw()
+    facts["redraw_tagged"] = mod("ui.controller")._redraw()
     facts["view3d_areas"] = sum(a.type == "VIEW_3D" for a in areas)
     facts["regions_per_view3d"] = [len(a.regions) for a in areas if a.type == "VIEW_3D"]
     facts["torch_in_blender"] = "torch" in sys.modules
@@ -196,7 +196,7 @@ def sc_generate(zip_path, work, image):
     bpy.context.scene.cursor.location = cursor
     before = set(o.name for o in bpy.data.objects)
     result = bpy.ops.image_to_mesh.generate()
-    ctl = mod("controller")
+    ctl = mod("ui.controller")
     facts["result"] = sorted(result)
     facts["timer_registered"] = bpy.app.timers.is_registered(ctl.tick)
     facts["running_after_start"] = ctl.CONTROLLER.running
@@ -234,19 +234,19 @@ def sc_generate(zip_path, work, image):
     # The memory chart of the last run.
     chart = bpy.ops.image_to_mesh.open_chart()
     facts["chart_result"] = sorted(chart)
-    png = mod("operators").chart_path(ctl.CONTROLLER.last_trace)
+    png = mod("ui.operators").chart_path(ctl.CONTROLLER.last_trace)
     facts["chart_png"] = str(png)
     facts["chart_loaded"] = any(Path(bpy.path.abspath(i.filepath)) == png
                                 for i in bpy.data.images)
     # The preferences' Check button, answered by the real `runner check`.
     bpy.ops.image_to_mesh.check()
-    prefs_mod = mod("preferences")
+    prefs_mod = mod("ui.preferences")
     end = time.monotonic() + 120
     while time.monotonic() < end and prefs_mod.check_poll() is not None:
         time.sleep(0.1)
     facts["check_report"] = addon_prefs().check_report
     # A second Generate never overwrites the first result.
-    facts["second_output_free"] = str(mod("config").free_output_paths(work / "out",
+    facts["second_output_free"] = str(mod("runner_client.config").free_output_paths(work / "out",
                                                                       Path(image).stem)[0])
     # ... and its object is named like its file (…_2), at the cursor like the first.
     before = set(o.name for o in bpy.data.objects)
@@ -264,9 +264,9 @@ def sc_zero_setup(zip_path, work, image):
     before_import = {m: m in sys.modules for m in ("scipy", "trimesh", "PIL", "psutil", "torch")}
     settings(image, texture="512", seed=3)
     before = set(o.name for o in bpy.data.objects)
-    facts["preflight"] = mod("preferences").preflight_error(bpy.context)
+    facts["preflight"] = mod("ui.preferences").preflight_error(bpy.context)
     facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
-    ctl = mod("controller")
+    ctl = mod("ui.controller")
     facts["argv0"] = ctl.CONTROLLER.job.argv[0] if ctl.CONTROLLER.job else None
     facts["env_pythonpath"] = (ctl.CONTROLLER.job.env.get("PYTHONPATH")
                                if ctl.CONTROLLER.job else None)
@@ -299,11 +299,11 @@ def sc_undo(zip_path, work, image):
     facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     facts["finished"] = drive(120)
     facts["after_import"] = _names()
-    name = mod("controller").CONTROLLER.last_object
+    name = mod("ui.controller").CONTROLLER.last_object
     obj = bpy.data.objects[name]
     facts["imported"] = object_facts(obj)
     facts["materials"] = [s.material.name for s in obj.material_slots if s.material]
-    img = mod("importer").base_color_image(obj)
+    img = mod("ui.importer").base_color_image(obj)
     facts["texture_name"] = img.name if img else None
     facts["undo"] = sorted(bpy.ops.ed.undo())
     facts["after_undo"] = _names()
@@ -323,11 +323,11 @@ def sc_uninstall(zip_path, work, image):
     settings(image, texture="512")
     user_dir = bpy.utils.extension_path_user(PKG, create=True)
     addon_prefs().output_dir = os.path.join(user_dir, "output")
-    facts["inside_user_dir"] = mod("preferences").preflight_error(bpy.context)
+    facts["inside_user_dir"] = mod("ui.preferences").preflight_error(bpy.context)
     addon_prefs().output_dir = ""  # the default
     facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     facts["finished"] = drive(120)
-    ctl = mod("controller").CONTROLLER
+    ctl = mod("ui.controller").CONTROLLER
     facts["output"], facts["trace"] = ctl.state.output, ctl.state.trace
     facts["extension_user_dir"] = user_dir
     facts["uninstall"] = sorted(bpy.ops.extensions.package_uninstall(
@@ -371,7 +371,7 @@ def sc_output_dir(zip_path, work, image):
     add-on are refused before anything spawns; ``//`` in a saved file becomes an absolute folder
     next to it, where the runner writes. Also: an image path that is a folder."""
     facts = install(zip_path, work)
-    ctl, prefs = mod("controller"), mod("preferences")
+    ctl, prefs = mod("ui.controller"), mod("ui.preferences")
     addon_dir = work / "repo" / "image_to_mesh"
     settings(image)
 
@@ -399,7 +399,7 @@ def sc_output_dir(zip_path, work, image):
     (work / "scenes").mkdir()
     bpy.ops.wm.save_as_mainfile(filepath=str(work / "scenes" / "shot.blend"))
     addon_prefs().output_dir = "//renders"
-    facts["saved_resolved"] = str(mod("preferences").output_dir(addon_prefs()))
+    facts["saved_resolved"] = str(mod("ui.preferences").output_dir(addon_prefs()))
     facts["saved"] = press()
     facts["saved_argv_output"] = str(ctl.CONTROLLER.spec.output) if ctl.CONTROLLER.spec else None
     facts["saved_finished"] = drive(120)
@@ -415,7 +415,7 @@ def sc_cancel(zip_path, work, image):
     settings(image, texture="1024")
     before = set(o.name for o in bpy.data.objects)
     bpy.ops.image_to_mesh.generate()
-    ctl = mod("controller")
+    ctl = mod("ui.controller")
     tick = ctl.tick
     # Run until the worker has begun a stage: the job is really mid-run.
     end = time.monotonic() + 60
@@ -456,7 +456,7 @@ def sc_batch(zip_path, work, folder):
     facts["cursor"] = list(cursor)
     before = set(o.name for o in bpy.data.objects)
     facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
-    ctl = mod("controller")
+    ctl = mod("ui.controller")
     facts["finished"] = drive(240)
     facts["items"] = [[i.image.name, i.status] for i in ctl.CONTROLLER.batch.items]
     facts["progress_text"] = ctl.CONTROLLER.batch.progress_text()
@@ -481,7 +481,7 @@ def sc_batch_resume(zip_path, work, folder):
     s = settings("", texture="512")
     s.batch_folder = folder
     bpy.context.scene.cursor.location = (0.0, 0.0, 0.0)
-    ctl = mod("controller").CONTROLLER
+    ctl = mod("ui.controller").CONTROLLER
     facts["first"] = sorted(bpy.ops.image_to_mesh.batch())
     facts["first_finished"] = drive(240, on_tick=lambda: ctl.batch.items and ctl.running
                                       and ctl.cancel())
@@ -504,13 +504,13 @@ def sc_bad_interpreter(zip_path, work, image):
     facts = install(zip_path, work)
     addon_prefs().python = str(work / "no-such-venv" / "bin" / "python")
     settings(image)
-    facts["preflight"] = mod("preferences").preflight_error(bpy.context)
+    facts["preflight"] = mod("ui.preferences").preflight_error(bpy.context)
     try:
         facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
     except RuntimeError as exc:  # operator errors are raised in background mode
         facts["result"] = ["CANCELLED"]
         facts["raised"] = str(exc)
-    ctl = mod("controller")
+    ctl = mod("ui.controller")
     v = ctl.CONTROLLER.state.view()
     facts["panel_error"] = v.error_text
     facts["status"] = v.status
@@ -530,7 +530,7 @@ def start_until_worker(image) -> list[int]:
     """Press Generate and tick until the runner has started its worker; the process ids."""
     settings(image, texture="1024")
     bpy.ops.image_to_mesh.generate()
-    tick = mod("controller").tick
+    tick = mod("ui.controller").tick
     end = time.monotonic() + 60
     while time.monotonic() < end and len(descendant_pids()) < 2:
         tick()
@@ -542,7 +542,7 @@ def sc_disable_while_running(zip_path, work, image):
     facts = install(zip_path, work)
     addon_prefs().output_dir = str(work / "out")
     tree = start_until_worker(image)
-    ctl = mod("controller")
+    ctl = mod("ui.controller")
     facts["processes_before"] = len(tree)
     t0 = time.monotonic()
     facts["disable_result"] = sorted(bpy.ops.preferences.addon_disable(module=PKG))
@@ -609,7 +609,7 @@ class RecordingLayout:
 def sc_draw(zip_path, work, fixture):
     """Draw the panel and the preferences in each state the UI can be in."""
     install(zip_path, work)
-    ctl = mod("controller").CONTROLLER
+    ctl = mod("ui.controller").CONTROLLER
     panel_cls = bpy.types.VIEW3D_PT_image_to_mesh
     draws = {}
 
@@ -652,9 +652,9 @@ def sc_draw(zip_path, work, fixture):
     export_argv = {}
     for engine in ("port", "bounded"):
         s.export_engine = engine
-        export_argv[engine] = mod("job").JobSpec(
+        export_argv[engine] = mod("runner_client.job_spec").JobSpec(
             image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
-            settings=mod("job").settings_from(s, addon_prefs())).argv("/py")
+            settings=mod("runner_client.job_spec").settings_from(s, addon_prefs())).argv("/py")
     pipeline_items = {i.identifier: i.name for i in
                       s.bl_rna.properties["pipeline_type"].enum_items}
     s.backend = "builtin"
@@ -695,7 +695,7 @@ def sc_importer(zip_path, work):
                        transform=trimesh.transformations.translation_matrix((0.5, 0, 0)))
     glb = work / "parts.glb"
     glb.write_bytes(scene.export(file_type="glb"))
-    imp = mod("importer")
+    imp = mod("ui.importer")
     before = set(bpy.data.objects)
     coll = imp.ensure_collection(bpy.context.scene)
     obj = imp.import_glb(glb, "parts", (2.0, 3.0, 4.0), coll, {"backend": "x", "seed": 1,
@@ -738,10 +738,10 @@ def sc_cluster_batch(zip_path, work, folder, address):
     prefs.output_dir, prefs.cluster = str(work / "out"), address
     s = settings("", texture="512")
     s.batch_folder = folder
-    ctl = mod("controller").CONTROLLER
-    facts["generate_argv"] = mod("job").JobSpec(
+    ctl = mod("ui.controller").CONTROLLER
+    facts["generate_argv"] = mod("runner_client.job_spec").JobSpec(
         image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
-        settings=mod("operators").make_launch(bpy.context).settings).argv("/py")
+        settings=mod("ui.operators").make_launch(bpy.context).settings).argv("/py")
     facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
     facts["argv"] = list(ctl.job.argv) if ctl.job is not None else None
     arrivals, lines_seen = [], []
@@ -780,15 +780,15 @@ def sc_cluster_refused(zip_path, work, folder):
     prefs.output_dir, prefs.cluster = str(work / "out"), "head-without-port"
     s = settings("", texture="512")
     s.batch_folder = folder
-    ops = mod("operators")
-    ctl = mod("controller").CONTROLLER
+    ops = mod("ui.operators")
+    ctl = mod("ui.controller").CONTROLLER
     try:  # an operator that reports an ERROR raises in background mode
         facts["bad_result"] = sorted(bpy.ops.image_to_mesh.batch())
     except RuntimeError as exc:
         facts["bad_result"], facts["bad_report"] = ["CANCELLED"], str(exc)
     facts["bad_error"] = (ctl.state.error or {}).get("message")
     facts["bad_panel"] = _draw_panel_log()
-    facts["generate_argv"] = mod("job").JobSpec(
+    facts["generate_argv"] = mod("runner_client.job_spec").JobSpec(
         image=work / "a.png", output=work / "a.glb", trace=work / "a.jsonl",
         settings=ops.make_launch(bpy.context).settings).argv("/py")
     prefs.cluster = "127.0.0.1:9"

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from blender_addon import wheels
-from blender_addon.state import human_bytes
+from blender_addon.packaging import wheels
+from blender_addon.runner_client.state import human_bytes
 
 pytestmark = pytest.mark.blender
 HERE = Path(__file__).parent
@@ -49,7 +49,7 @@ def bpy5_python() -> Path:
 @pytest.fixture(scope="module")
 def built_zip(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(out),
+    proc = subprocess.run([PY, "-m", "blender_addon.packaging.build", "--out", str(out),
                            "--platform", HOST_PLATFORM], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon import build, wheels
+from blender_addon.packaging import build, wheels
 
 REPO = Path(__file__).resolve().parents[2]
 ADDON = REPO / "blender_addon"
@@ -30,7 +30,7 @@ def blender_ext_cli() -> Path:
 
 
 def test_build_writes_a_zip_blender_validates(tmp_path):
-    proc = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(tmp_path),
+    proc = subprocess.run([PY, "-m", "blender_addon.packaging.build", "--out", str(tmp_path),
                            "--platform", "linux-x64"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -70,8 +70,8 @@ def test_build_writes_a_zip_blender_validates(tmp_path):
 
 
 def test_build_without_fetched_wheels_names_the_command(tmp_path):
-    with pytest.raises(build.BuildError, match="python -m blender_addon.wheels --platform "
-                                               "windows-x64"):
+    with pytest.raises(build.BuildError, match="python -m blender_addon.packaging.wheels "
+                                               "--platform windows-x64"):
         build.build(tmp_path / "dist", "windows-x64", wheel_cache=tmp_path / "empty")
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
 
@@ -118,13 +118,14 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_addon_never_imports_torch_runner_or_stageload():
-    for f in ADDON.glob("*.py"):
+    for f in ADDON.rglob("*.py"):
         assert not _imports(f) & {"torch", "runner", "stageload", "numpy"}, f.name
 
 
 def test_pure_modules_load_without_bpy():
-    code = ("import sys, blender_addon, blender_addon.build, blender_addon.state, "
-            "blender_addon.batch, blender_addon.config, blender_addon.process; "
+    code = ("import sys, blender_addon, blender_addon.packaging.build, "
+            "blender_addon.runner_client.state, blender_addon.runner_client.batch_state, "
+            "blender_addon.runner_client.config, blender_addon.runner_client.process; "
             "print(sorted(m for m in ('bpy', 'torch', 'runner', 'stageload') if m in sys.modules))")
     proc = subprocess.run([PY, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon import job, option_views
-from blender_addon.config import ConfigError
-from blender_addon.nodes import NodeBoard
-from blender_addon.runtime_facts import options
+from blender_addon.runner_client import job_spec as job
+from blender_addon.runner_client import option_views
+from blender_addon.runner_client.config import ConfigError
+from blender_addon.runner_client.facts import options
+from blender_addon.runner_client.nodes import NodeBoard
 
 from .test_addon import bpy5_python, built_zip, scenario  # noqa: F401  (built_zip: a fixture)
 
@@ -88,7 +89,7 @@ def test_a_token_file_that_is_not_a_file_is_said_where_it_is_typed(tmp_path):
     disables it on any ``cluster_problem``); nothing is said without a cluster address."""
     from types import SimpleNamespace
 
-    from blender_addon.preferences import cluster_problem
+    from blender_addon.ui.preferences import cluster_problem
 
     token = tmp_path / "auth_token"
     prefs = SimpleNamespace(cluster="10.0.0.5:6379", cluster_token_file=str(token))
@@ -103,8 +104,8 @@ def test_a_token_file_that_is_not_a_file_is_said_where_it_is_typed(tmp_path):
 def test_the_cluster_address_is_checked_where_it_enters():
     """The preference's value goes through the table's check (the runner's own, so the two
     never disagree); a bad one stops a batch with what to give, never Generate."""
+    from meshfacts.errors import RunnerError
     from runner.cluster.connect import parse_address
-    from runner.errors import RunnerError
 
     for good in GOOD:
         assert _settings(cluster=good).cluster == good

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon import events
-from blender_addon.process import BAD_LINE, EOF, EVENT, RunnerProcess, runner_env
-from blender_addon.state import FAILED, IMPORTING, RUNNING, JobState
+from blender_addon.runner_client import events
+from blender_addon.runner_client.process import BAD_LINE, EOF, EVENT, RunnerProcess, runner_env
+from blender_addon.runner_client.state import FAILED, IMPORTING, RUNNING, JobState
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -199,7 +199,7 @@ def test_the_runners_warning_is_shown_with_the_job():
 
 def _declared_events() -> list[dict]:
     """One event of every kind the runner's event schema declares (its own example)."""
-    from blender_addon import runtime_facts
+    from blender_addon.runner_client import facts as runtime_facts
 
     schema = runtime_facts.schema
     return [{"v": schema.PROTOCOL_VERSION, "event": kind.name, "t": 2.0, **kind.example}
@@ -211,7 +211,7 @@ def test_every_kind_the_runner_can_emit_passes_the_addons_reader(ev):
     """Each kind the schema declares (every event the product can emit) is read whole by the
     add-on — no field dropped — and applying it, in a single job or a cluster batch, never
     raises."""
-    from blender_addon.nodes import NodeBoard
+    from blender_addon.runner_client.nodes import NodeBoard
 
     kept, notes = events.clean(ev)
     assert (kept, notes) == (ev, [])
@@ -225,7 +225,7 @@ def test_every_kind_the_runner_can_emit_passes_the_addons_reader(ev):
 
 _READ = textwrap.dedent("""
     import json, sys
-    from blender_addon import events
+    from blender_addon.runner_client import events
     for line in sys.stdin:
         kept, notes = events.clean(json.loads(line))
         print(json.dumps([kept is not None, notes]))
@@ -234,15 +234,15 @@ _READ = textwrap.dedent("""
 
 def test_a_kind_added_to_the_schema_alone_is_read_and_an_undeclared_one_refused(tmp_path):
     """A copy of the add-on and its runtime files (the checkout layout) whose
-    runner/event_schema.py — and nothing else — declares one more kind: the add-on's reader
+    meshfacts/events.py — and nothing else — declares one more kind: the add-on's reader
     accepts that kind, checks its fields' types, and still refuses a kind nobody declared."""
     import shutil
     import subprocess
 
-    for part in ("blender_addon", "runner", "stageload"):
+    for part in ("blender_addon", "meshfacts", "runner", "stageload"):
         shutil.copytree(REPO / part, tmp_path / part,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    schema_file = tmp_path / "runner" / "event_schema.py"
+    schema_file = tmp_path / "meshfacts" / "events.py"
     schema_file.write_text(schema_file.read_text(encoding="utf-8") + textwrap.dedent("""
         declare("made_up", STDOUT, {"rows": INT}, {"label": TEXT}, {"rows": 3})
     """), encoding="utf-8")

@@ -141,7 +141,7 @@ def test_headless_runs_from_the_unpacked_extension(tmp_path):
     import zipfile
 
     dist = tmp_path / "dist"
-    built = subprocess.run([PY, "-m", "blender_addon.build", "--out", str(dist),
+    built = subprocess.run([PY, "-m", "blender_addon.packaging.build", "--out", str(dist),
                             "--platform", "linux-x64"], cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
@@ -153,8 +153,8 @@ def test_headless_runs_from_the_unpacked_extension(tmp_path):
     assert proc.returncode == 11
     assert proc.stderr.strip().splitlines() == [
         f"image-to-mesh: error: Input image not found: {tmp_path / 'nope.png'}"]
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import image_to_mesh.config as c; "
-            "print(c.runtime_dir())")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "import image_to_mesh.runner_client.config as c; print(c.runtime_dir())")
     where = subprocess.run([PY, "-c", code, str(ext.parent)], capture_output=True, text=True,
                            timeout=60)
     assert where.stdout.strip() == str(ext / "runtime")
@@ -240,7 +240,8 @@ import sys
 import time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-import bpy, headless
+import bpy
+from blender_addon.background import cli as headless
 out = Path(sys.argv[2])
 bpy.ops.wm.read_factory_settings(use_empty=True)
 scene = bpy.context.scene
@@ -417,7 +418,7 @@ def test_headless_says_when_the_worker_stalls_and_resumes(tmp_path, shared_image
         while worker is None and time.monotonic() < deadline:
             for child in psutil.Process(proc.pid).children(recursive=True):
                 try:
-                    if "runner.worker" in " ".join(child.cmdline()):
+                    if "runner.worker.run" in " ".join(child.cmdline()):
                         worker = child
                 except psutil.Error:
                     continue

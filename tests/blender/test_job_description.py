@@ -1,5 +1,6 @@
-"""The add-on's views of the options table (runner/options.py, issue 19): the panel's and the
-preferences' properties, the job description (blender_addon/job.py) and headless.py's arguments
+"""The add-on's views of the options table (meshfacts/options.py, issue 19): the panel's and the
+preferences' properties, the job description (blender_addon/runner_client/job_spec.py) and
+headless.py's arguments
 are made from the table, checked both ways; a made-up entry shows up in all of them with no
 other edit; headless runs pass their export and guard settings to the runner."""
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon import job, option_views
-from blender_addon.runtime_facts import options
+from blender_addon.runner_client import job_spec as job
+from blender_addon.runner_client import option_views
+from blender_addon.runner_client.facts import options
 
 REPO = Path(__file__).resolve().parents[2]
 HEADLESS = REPO / "blender_addon" / "headless.py"
@@ -29,8 +31,8 @@ PANEL_FACTS = """
 import json, os, sys, traceback
 try:
     import bpy
-    from blender_addon import addon, panel, preferences
-    from blender_addon.runtime_facts import options
+    from blender_addon.ui import addon, panel, preferences
+    from blender_addon.runner_client.facts import options
     addon.register()
     facts = {}
     for cls, where in ((panel.ImageToMeshSettings, "scene"),
@@ -95,7 +97,7 @@ def test_panel_and_preference_properties_are_the_tables():
 def test_job_settings_check_values_like_the_runner():
     """JobSettings refuses what the runner refuses (choices, ranges, kinds) and normalises an
     enum's text; its command line parses with the runner's own parser to the same values."""
-    from runner.cli import build_parser
+    from runner.commands.cli import build_parser
 
     settings = job.JobSettings(backend="pixal3d", texture_size="2048", decimation_target=5000,
                                remesh=False, export_profile="fit", swap_budget_gb=0,
@@ -115,7 +117,7 @@ def test_job_settings_check_values_like_the_runner():
 
 MADE_UP = """
 import json, sys
-from blender_addon.runtime_facts import options
+from blender_addon.runner_client.facts import options
 made_up = options.Option("wobble_factor", "how much the made-up lever wobbles", kind="int",
                          low=1, high=9, unit="wobbles", metavar="N", backends=("pixal3d",),
                          panel=options.Panel("Wobble", section="export", default=3))
@@ -129,7 +131,8 @@ if what == "panel":
     import os, traceback
     try:
         import bpy
-        from blender_addon import addon, job, panel
+        from blender_addon.runner_client import job_spec as job
+        from blender_addon.ui import addon, panel
         addon.register()
         p = panel.ImageToMeshSettings.bl_rna.properties["wobble_factor"]
         s = bpy.context.scene.image_to_mesh
@@ -184,8 +187,8 @@ def test_headless_passes_its_export_and_guard_settings_to_the_runner(tmp_path, s
     guard settings:
     the runner gets them (recorded by the interpreter), parses them (it fails for the missing
     Pixal3D-mac folder, not for a usage error) and headless exits with the runner's status."""
-    from runner.cli import build_parser
-    from runner.errors import KINDS
+    from meshfacts.errors import KINDS
+    from runner.commands.cli import build_parser
 
     fake, record = _recording_python(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PIXAL3D_DIR"}
@@ -224,7 +227,7 @@ def test_an_export_job_passes_only_what_runner_export_takes():
     """The add-on's export job (``job.JobSpec`` kind ``export``, the Re-export) with every
     setting away from its default parses with ``python -m runner export``'s own parser: the
     bounded engine's levers and the guard's options, nothing of a run's."""
-    from runner.export_command import build_parser
+    from runner.commands.export import build_parser
 
     settings = job.JobSettings(backend="pixal3d", texture_size="512", decimation_target=4000,
                                export_budget="1G", export_profile="fit", remesh=False,
@@ -248,9 +251,9 @@ def test_the_panel_offers_every_texture_size_the_runner_takes():
     """Generate and Re-export share the scene's texture property: its items are every side the
     Pixal3D backend and ``runner export`` take (4096 among them, as the README's re-export
     example uses), each accepted by the add-on's check and passed to ``runner export``."""
+    from bounded_export import TEXTURE_SIZES
     from runner import backends
-    from runner.export_command import build_parser
-    from runner.export_engine import TEXTURE_SIZES
+    from runner.commands.export import build_parser
 
     opt = options.get("texture_size")
     name, kw = option_views.property_spec(opt)
@@ -269,7 +272,7 @@ def test_the_panel_offers_every_texture_size_the_runner_takes():
 WRAP = """
 import json, os, sys
 import bpy
-from blender_addon.preferences import wrap_label
+from blender_addon.ui.preferences import wrap_label
 
 class Layout:
     lines = []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon.batch import BatchRun
-from blender_addon.state import (
+from blender_addon.runner_client.batch_state import BatchRun
+from blender_addon.runner_client.state import (
     CANCELLED,
     DONE,
     FAILED,
@@ -18,7 +18,7 @@ from blender_addon.state import (
     WAITING,
     JobState,
 )
-from blender_addon.status import NEXT, Status
+from blender_addon.runner_client.status import NEXT, Status
 
 
 def test_jobstate_has_no_setattr_and_its_status_is_not_assigned():

@@ -14,9 +14,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from blender_addon import config, job
-from blender_addon.batch import BatchRun
-from blender_addon.process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
+from blender_addon.runner_client import config
+from blender_addon.runner_client import job_spec as job
+from blender_addon.runner_client.batch_state import BatchRun
+from blender_addon.runner_client.process import (
+    BAD_LINE,
+    EOF,
+    EVENT,
+    RunnerProcess,
+    SpawnError,
+    runner_env,
+)
 
 PY = sys.executable
 
@@ -95,7 +103,7 @@ def test_runner_env_puts_the_runtime_first_and_never_inherits_pythonpath(tmp_pat
 def test_a_stale_pythonpath_in_blender_does_not_reach_the_runner(tmp_path):
     """A package on Blender's PYTHONPATH that shadows one the runner imports (a broken
     ``psutil``) would break the runner; with runner_env the real runner still answers."""
-    from blender_addon.process import run_quick
+    from blender_addon.runner_client.process import run_quick
 
     stale = tmp_path / "stale"
     (stale / "psutil").mkdir(parents=True)
@@ -168,7 +176,7 @@ def test_choose_interpreter_per_backend(tmp_path):
 
 
 def test_runtime_in_a_checkout_is_the_repository():
-    repo = Path(config.__file__).resolve().parents[1]
+    repo = Path(config.__file__).resolve().parents[2]
     assert config.runtime_dir() == repo
 
 
@@ -251,8 +259,9 @@ def test_batch_bookkeeping(tmp_path):
 
 
 def test_job_command_line_parses_with_the_runner_parser(tmp_path):
-    """The add-on's command line against the runner's own parser (runner.cli.build_parser)."""
-    from runner.cli import build_parser
+    """The add-on's command line against the runner's own parser
+    (runner.commands.cli.build_parser)."""
+    from runner.commands.cli import build_parser
 
     spec = job.JobSpec(image=tmp_path / "gob lin é.png", output=tmp_path / "o.glb",
                        trace=tmp_path / "o.trace.jsonl", overwrite=True,
@@ -271,7 +280,7 @@ def test_job_command_line_parses_with_the_runner_parser(tmp_path):
 
 
 def test_batch_command_line_parses_with_the_runners_batch_parser(tmp_path):
-    from runner.batch import build_parser
+    from runner.commands.batch import build_parser
 
     spec = job.JobSpec(image=tmp_path, output=tmp_path, trace=tmp_path,
                        settings=job.JobSettings(seed=3, texture_size=512))
@@ -286,7 +295,7 @@ def test_batch_command_line_parses_with_the_runners_batch_parser(tmp_path):
 def test_check_summary_from_the_real_runner(tmp_path):
     """`runner check` with the .venv, and with a bare venv that lacks the project's packages
     (what a Mac user gets from /usr/bin/python3): both answers become clear text."""
-    from blender_addon.process import run_quick
+    from blender_addon.runner_client.process import run_quick
 
     runtime = config.runtime_dir()
     rc, out, err = run_quick([PY, "-m", "runner", "check"], runner_env(runtime), cwd=runtime)
@@ -358,9 +367,10 @@ def test_a_relative_pixal3d_folder_reaches_the_runner_as_an_absolute_path(tmp_pa
 
 
 def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp_path):
-    """The Export sub-panel's levers on the runner's own command line (runner.cli.build_parser);
-    at the runner's defaults none is passed; a value the runner would refuse is refused here."""
-    from runner.cli import build_parser
+    """The Export sub-panel's levers on the runner's own command line
+    (runner.commands.cli.build_parser); at the runner's defaults none is passed; a value the
+    runner would refuse is refused here."""
+    from runner.commands.cli import build_parser
 
     def spec(**export):
         return job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",

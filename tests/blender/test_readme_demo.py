@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from runner.outputs import default_trace_path
+from runner.job.outputs import default_trace_path
 
 
 def _demo_recipe(repo_root: Path) -> str:

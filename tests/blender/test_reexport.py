@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.export_engine import SUBSTEPS
+from bounded_export import SUBSTEPS
 from standin import PORT_DIR, make_weights
 from standin.sphere_asset import make_sphere_asset
 from tests.blender.test_addon import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon.state import (
+from blender_addon.runner_client.state import (
     CANCELLED,
     DONE,
     FAILED,
@@ -28,9 +28,9 @@ def load(name):
 
 
 def test_human_units_are_the_projects_one_byte_formatter():
-    """The panel prints sizes exactly as stageload.units does (the guard, summary and chart):
+    """The panel prints sizes exactly as meshfacts.units does (the guard, summary and chart):
     binary multiples labelled KiB/MiB/GiB, so one peak reads as one figure everywhere."""
-    from stageload.units import format_size
+    from meshfacts.units import format_size
 
     for n in (0, 1536, 391311360, 44.2 * 1024**3, -2 * 1024**2, 445_000_000):
         assert human_bytes(n) == format_size(n)
@@ -167,7 +167,7 @@ def _export_run():
     ("Export in a process of its own", `stage` `parent`, `memory.substep`) orders them: the
     model stages in the worker, a second guard waiting/started pair, then `export` (another
     pid) with its sub-steps. Sizes in bytes, times in seconds."""
-    from stageload.pixal3d.export_steps import SUBSTEPS
+    from stageload.pixal3d.export.steps import SUBSTEPS
     from stageload.pixal3d.plan import plan_for
 
     names = list(plan_for("1024_cascade"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon.state import JobState
+from blender_addon.runner_client.state import JobState
 
 FIX = Path(__file__).parent / "fixtures"
 

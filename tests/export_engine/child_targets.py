@@ -1,4 +1,4 @@
-"""Targets for ``runner.export_engine.stoppable.call`` in the child-failure tests (imported by
+"""Targets for ``bounded_export.stoppable.call`` in the child-failure tests (imported by
 the child as ``tests.export_engine.child_targets``: the repository root is on its path)."""
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def small_arrays(small_asset) -> dict:
 @pytest.fixture(scope="session")
 def small_export(small_asset, tmp_path_factory):
     """The small asset exported at 8,000 faces and a 512² texture: (info, events, path)."""
-    from runner.export_engine import ExportLevers, export_asset
+    from bounded_export import ExportLevers, export_asset
 
     out = tmp_path_factory.mktemp("glb") / "sphere.glb"
     events: list = []

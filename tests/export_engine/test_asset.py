@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from runner.export_engine import BadAsset, ExportLevers, export_asset
-from runner.export_engine.asset import inspect_asset, load_asset
+from bounded_export import BadAsset, ExportLevers, export_asset
+from bounded_export.asset import inspect_asset, load_asset
 
 from .conftest import write_npz
 
@@ -125,7 +125,7 @@ def test_a_30_gb_file_is_refused_without_reading_it(tmp_path):
 def test_a_budget_below_the_minimum_is_a_bad_lever_not_a_bad_asset(small_asset, tmp_path):
     """Below ``MIN_BUDGET`` the budget itself is wrong (whatever the asset): a ``ValueError``
     (``BudgetTooSmall``, the runner's ``usage``) whose hint names the minimum, not 2G."""
-    from runner.export_engine.errors import BudgetTooSmall
+    from bounded_export.errors import BudgetTooSmall
 
     out = tmp_path / "x.glb"
     with pytest.raises(BudgetTooSmall, match="below the engine's minimum of 256.0 MiB") as info:
@@ -214,7 +214,7 @@ def test_the_load_steps_voxel_check_holds_one_block_not_the_voxels(tmp_path):
     import tracemalloc
     import zipfile
 
-    from runner.export_engine.asset import STREAM_ROWS, check_voxels
+    from bounded_export.asset import STREAM_ROWS, check_voxels
 
     n = 40 * STREAM_ROWS  # 2.6 M voxels: attrs 63 MB, coords 42 MB
     rng = np.random.default_rng(0)

@@ -19,9 +19,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from runner.export_engine import BadAsset, ExportLevers, export_asset
-from runner.export_engine import budget as budgeting
-from runner.export_engine.asset import inspect_asset
+from bounded_export import BadAsset, ExportLevers, export_asset
+from bounded_export import budget as budgeting
+from bounded_export.asset import inspect_asset
 
 from .conftest import write_npz
 
@@ -155,12 +155,12 @@ def test_an_empty_selection_in_cleanup_is_a_bad_asset_from_its_child_process(tmp
     """Were the load step's check ever passed by a mesh cleanup empties, cleanup says so:
     ``BadAsset`` in its child process (``stoppable``), raised again in the export process
     with the same key and text — not the child's traceback as a ``RuntimeError``."""
-    from runner.export_engine.stoppable import call
+    from bounded_export.stoppable import call
 
     faces = small_arrays["faces"].copy()
     faces[:, 1] = faces[:, 0]  # every face repeats a corner
     path = write_npz(tmp_path / "repeats.npz", **{**small_arrays, "faces": faces})
     with pytest.raises(BadAsset, match="no face is left after the cleanup") as info:
-        call("runner.export_engine.cleanup:clean_file", None,
+        call("bounded_export.cleanup:clean_file", None,
              {"asset": str(path), "out": str(tmp_path / "cleaned.npz")}, tmp_path, None)
     assert info.value.key == "faces" and info.value.hint

@@ -16,9 +16,9 @@ import time
 import psutil
 import pytest
 
-from runner.export_engine.errors import StepKilled, StepOutOfMemory
-from runner.export_engine.steps import Steps
-from runner.export_engine.stoppable import call
+from bounded_export.errors import StepKilled, StepOutOfMemory
+from bounded_export.steps import Steps
+from bounded_export.stoppable import call
 
 TARGETS = "tests.export_engine.child_targets"
 
@@ -64,7 +64,7 @@ def test_a_full_drive_in_the_child_is_disk_full_naming_the_step(tmp_path):
     traceback before."""
     import errno
 
-    from runner.worker import _classify
+    from runner.worker.run import _classify
     with pytest.raises(OSError) as caught:
         call(f"{TARGETS}:write_to_a_full_drive", None, {"path": "/dev/full", "nbytes": 1 << 16},
              tmp_path, _steps("decimate"))
@@ -139,7 +139,7 @@ def test_runner_export_says_a_killed_step_child_in_one_line_without_a_traceback(
         assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
         for proc in psutil.Process(sup.pid).children(recursive=True):
             try:
-                if "runner.export_engine.stoppable" in proc.cmdline():
+                if "bounded_export.stoppable" in proc.cmdline():
                     victim = proc
             except psutil.Error:
                 pass

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from runner.export_engine import BadAsset, ExportLevers, export_asset
+from bounded_export import BadAsset, ExportLevers, export_asset
 
 from .conftest import write_npz
 

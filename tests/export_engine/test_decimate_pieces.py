@@ -1,4 +1,4 @@
-"""The decimation in pieces (``runner/export_engine/pieces.py``): the pieces' borders are kept
+"""The decimation in pieces (``bounded_export/pieces.py``): the pieces' borders are kept
 exactly (pyfqmr's ``preserve_border``), so the stitched mesh has no crack — a closed input
 stays closed and an open one keeps its border edges —, the final pass reaches the target, the
 budget takes the pieces only when one call does not fit and says so, and a cancel stops a
@@ -12,9 +12,9 @@ import numpy as np
 import psutil
 import pytest
 
-from runner.export_engine import BadAsset, ExportCancelled, budget
-from runner.export_engine.pieces import decimate_in_pieces, decimate_locked, split, stitch
-from runner.export_engine.steps import Steps
+from bounded_export import BadAsset, ExportCancelled, budget
+from bounded_export.pieces import decimate_in_pieces, decimate_locked, split, stitch
+from bounded_export.steps import Steps
 from standin.sphere_asset import sphere_mesh
 
 
@@ -191,8 +191,8 @@ def _runner(args, cwd, stderr=None):
 def test_the_plan_of_the_test_budget_takes_pieces(pieced):
     """The asset written (its real counts and size, read as the engine reads them) takes the
     pieces at the test budget and one call at the default budget."""
-    from runner.export_engine.asset import inspect_asset
-    from stageload.units import parse_size
+    from bounded_export.asset import inspect_asset
+    from meshfacts.units import parse_size
 
     asset, size, pieces = pieced
     members = inspect_asset(asset)
@@ -292,8 +292,8 @@ def test_a_budget_that_needs_pieces_is_refused_without_pyfqmr(monkeypatch, tmp_p
     ``has_pyfqmr`` is patched: this venv has pyfqmr."""
     import dataclasses
 
-    from runner.export_engine import ExportLevers, engine, export_asset
-    from runner.export_engine.errors import PiecesUnavailable
+    from bounded_export import ExportLevers, engine, export_asset
+    from bounded_export.errors import PiecesUnavailable
     from standin.sphere_asset import make_sphere_asset
 
     asset = make_sphere_asset(tmp_path / "s.npz", subdivisions=3, resolution=32)

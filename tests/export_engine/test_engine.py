@@ -8,9 +8,9 @@ import numpy as np
 import psutil
 import pytest
 
-from runner.export_engine import SUBSTEPS, ExportCancelled, ExportLevers, export_asset
-from runner.export_engine.asset import load_asset
-from runner.export_engine.voxels import SparseVoxels
+from bounded_export import SUBSTEPS, ExportCancelled, ExportLevers, export_asset
+from bounded_export.asset import load_asset
+from bounded_export.voxels import SparseVoxels
 
 from .glbread import read_glb, surface_samples, texel_lookup
 

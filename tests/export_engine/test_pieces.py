@@ -3,11 +3,11 @@ rasteriser, the patches and the packer, the seam fill, the budget's piece sizes.
 import numpy as np
 import pytest
 
-from runner.export_engine import BadAsset, budget
-from runner.export_engine.raster import chunks
-from runner.export_engine.seams import fill
-from runner.export_engine.unwrap import batches, patches, shelf_pack
-from runner.export_engine.voxels import SparseVoxels
+from bounded_export import BadAsset, budget
+from bounded_export.raster import chunks
+from bounded_export.seams import fill
+from bounded_export.unwrap import batches, patches, shelf_pack
+from bounded_export.voxels import SparseVoxels
 
 
 def linear_voxels(res=8, missing=()):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from meshfacts.units import format_size
 from stageload.guard import (
     Amount,
     Budget,
@@ -19,7 +20,6 @@ from stageload.guard import (
     parse_amount,
 )
 from stageload.trace import TraceError, peak_from_trace
-from stageload.units import format_size
 
 DATA = Path(__file__).resolve().parent / "data"
 GB = 1024**3

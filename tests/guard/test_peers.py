@@ -119,7 +119,7 @@ def test_the_runner_declares_its_own_entry_point():
 def test_register_entry_point_refuses_a_dotted_or_empty_name():
     from stageload.guard import register_entry_point
 
-    for bad in ("", "runner.worker", None):
+    for bad in ("", "runner.worker.run", None):
         with pytest.raises(ValueError, match="top-level module name"):
             register_entry_point(bad)
 
@@ -135,7 +135,7 @@ def test_guard_entry_points_are_recognised_but_their_commands_are_not(monkeypatc
     assert looks_like_guard(["python3", "-u", "-m", "runner", "img.png", "-o", "a.glb",
                              "--busy", "runner"])
     assert looks_like_guard([py, "-m", "runner", "batch", "a.png"])
-    assert not looks_like_guard([py, "-m", "runner.worker", "3"])  # the command a runner starts
+    assert not looks_like_guard([py, "-m", "runner.worker.run", "3"])  # the command a runner starts
     assert not looks_like_guard([py, "-m", "stageload", "summary", "t.jsonl"])
     assert not looks_like_guard(["sleep", "33"])
     assert not looks_like_guard(["sh", "-c", "python -m runner x"])

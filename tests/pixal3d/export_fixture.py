@@ -50,7 +50,7 @@ def _run(argv) -> dict:
     from o_voxel import postprocess
     from pixal3d.utils import o_voxel_native_export as bridge
 
-    from stageload.pixal3d.export_steps import ExportSteps
+    from stageload.pixal3d.export.steps import ExportSteps
 
     events = []
     from stageload.meter import high_water_mark

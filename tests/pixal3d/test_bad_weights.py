@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from stageload.pixal3d.direct import (
+from stageload.pixal3d.build.direct import (
     METHOD_PORT,
     check_checkpoint,
     load_checked,
@@ -157,7 +157,7 @@ def test_the_adapters_remaining_fallback_is_a_warning_event(tmp_path):
     """The adapter's loader of one pipeline model (the real ``StagedBuild.model_loader`` on a
     bare run): the direct path's fallback to the port's loader is a ``warning`` event."""
     from stageload.events import make_event
-    from stageload.pixal3d.staged_build import StagedBuild
+    from stageload.pixal3d.build.staged import StagedBuild
 
     torch.manual_seed(0)
     save_file({k: v.contiguous() for k, v in _Table().state_dict().items()},

@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
-from runner.export_engine import SUBSTEPS
+from bounded_export import SUBSTEPS
 from stageload.pixal3d import plan_for
 from tests.pixal3d.voxel_colours import assert_shows_the_voxels
 

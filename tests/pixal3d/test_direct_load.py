@@ -1,4 +1,4 @@
-"""The adapter's direct loader (``stageload.pixal3d.direct``) against the port's own
+"""The adapter's direct loader (``stageload.pixal3d.build.direct``) against the port's own
 ``pixal3d.models.from_pretrained`` on the stand-in port: the same module bit for bit, no draw
 from the CPU generator, weights allocated once (process high-water mark, in a subprocess), and
 the fallback to the port's loader for a model whose computed buffer would stay on meta."""
@@ -14,14 +14,14 @@ import pytest
 import torch
 from torch import nn
 
-from stageload.pixal3d.direct import (
+from stageload.pixal3d.build.direct import (
     METHOD_META,
     METHOD_PORT,
     load_port_model,
     meta_tensors,
     parameters_on_meta,
 )
-from stageload.pixal3d.port import open_port
+from stageload.pixal3d.port.open import open_port
 
 PIPELINE_MODELS = ("sparse_structure_flow_model", "sparse_structure_decoder",
                    "shape_slat_flow_model_512", "shape_slat_flow_model_1024", "shape_slat_decoder",
@@ -169,7 +169,7 @@ _PROBE = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import torch
     import pixal3d.models as M
-    from stageload.pixal3d.direct import load_port_model, parameters_on_meta
+    from stageload.pixal3d.build.direct import load_port_model, parameters_on_meta
     # warm up: build a tiny one the same way first, so the baseline includes what torch imports
     # or sets up once per process (the first meta tensor imports torch's meta kernels, ~70 MB)
     with (parameters_on_meta() if sys.argv[3] == "direct" else torch.device("cpu")):

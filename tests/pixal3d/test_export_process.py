@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from stageload.pixal3d import plan_for
-from stageload.pixal3d.export_steps import SUBSTEPS
+from stageload.pixal3d.export.steps import SUBSTEPS
 
 
 def _run(args, env, cwd, timeout=300):
@@ -166,7 +166,7 @@ def test_cancel_during_export_stops_the_export_process_and_removes_the_job_folde
 
 
 def test_export_admission_uses_the_export_peak_of_the_need_from_trace(tmp_path):
-    from runner.jobrun import export_need
+    from runner.job.run import export_need
     from stageload.guard import GuardConfig
 
     trace = tmp_path / "earlier.jsonl"

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from stageload.pixal3d.export import (
+from stageload.pixal3d.export.run import (
     PEER_FACE_TOLERANCE,
     ExportOptions,
     ExportRefused,
     check_export,
     dense_grid_sample_bytes,
 )
-from stageload.pixal3d.export_steps import SUBSTEPS, remesh_limit_supported
+from stageload.pixal3d.export.steps import SUBSTEPS, remesh_limit_supported
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -124,7 +124,7 @@ def test_options_resolve_profile_and_refuse_bad_values():
 
 
 def test_an_o_voxel_without_the_hooked_names_still_exports_with_fewer_substeps():
-    from stageload.pixal3d.export_steps import ExportSteps
+    from stageload.pixal3d.export.steps import ExportSteps
 
     calls = []
     bare = types.ModuleType("bare_postprocess")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from stageload.pixal3d import Pixal3DRun
-from stageload.pixal3d.hub_loads import load_camera_estimator
+from stageload.pixal3d.build.hub_loads import load_camera_estimator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,8 +98,8 @@ CHILD = """
 import gc, json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from moge.model.v2 import MoGeModel
-from stageload.pixal3d.direct import prepare_meta_runtime
-from stageload.pixal3d.hub_loads import load_camera_estimator
+from stageload.pixal3d.build.direct import prepare_meta_runtime
+from stageload.pixal3d.build.hub_loads import load_camera_estimator
 
 def rss(field):
     with open("/proc/self/status") as f:

@@ -1,5 +1,6 @@
-"""Lean conditioning (stageload.pixal3d.lean) against the computations it replaces, on the
-stand-in port (its NAF, ``_torch_na2d`` and ``ProjGrid`` mirror the real ones; tiny sizes):
+"""Lean conditioning (stageload.pixal3d.lean.conditioning) against the computations it
+replaces, on the stand-in port (its NAF, ``_torch_na2d`` and ``ProjGrid`` mirror the real ones;
+tiny sizes):
 
 - the banded upsampler equals natten-mps's reference ``na2d`` (a third-party pure-PyTorch
   neighbourhood attention) on NAF's resized keys and values; natten-mps refuses values wider
@@ -24,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from stageload.pixal3d import lean
-from stageload.pixal3d.port import open_port
+from stageload.pixal3d.lean import conditioning as lean
+from stageload.pixal3d.lean import sampled
+from stageload.pixal3d.port.open import open_port
 from standin import weights_module
 
 REL = 1e-5
@@ -117,7 +119,7 @@ def test_a_failed_precondition_warns_and_keeps_the_ports_result(port):
 @pytest.mark.parametrize("image, out, low, layers", [(64, 32, 8, 2), (48, 48, 12, 1),
                                                      (200, 25, 5, 2)])
 def test_banded_image_encoder_gives_nafs_keys_and_queries(port, image, out, low, layers):
-    from stageload.pixal3d import lean_encoder
+    from stageload.pixal3d.lean import encoder as lean_encoder
     naf = weights_module().build_naf({"dim": 32, "heads_attn": 4, "heads_rope": 4,
                                       "kernel_size": 5, "img_layers": layers})
     x = torch.rand(1, 3, image, image, generator=torch.Generator().manual_seed(5))
@@ -152,7 +154,7 @@ def _pass(pipeline, extractor, resolution, n=1500, seed=3):
 def test_lean_pass_features_equal_the_ports(pipeline, monkeypatch):
     extractor = pipeline.image_cond_model_tex_1024
     ported = _pass(pipeline, extractor, 64)
-    monkeypatch.setattr(lean, "VOXEL_CHUNK", 300)  # several chunks of voxels
+    monkeypatch.setattr(sampled, "VOXEL_CHUNK", 300)  # several chunks of voxels
     events = []
     handle = lean.install(pipeline, events.append, stage=lambda: "texture")
     try:

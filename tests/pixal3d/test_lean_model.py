@@ -1,4 +1,4 @@
-"""Lean working memory in the flow models and decoders (``stageload.pixal3d.lean_model``) on
+"""Lean working memory in the flow models and decoders (``stageload.pixal3d.lean.models``) on
 the stand-in port's real pipeline object: the sliced attention gives the port's ``naive``
 numbers bit for bit, the decoders in row chunks the same meshes and voxels, sub-steps and one
 ``working_memory`` event per tool reach the sink, remove() restores everything, and a refused
@@ -11,8 +11,10 @@ import importlib
 import pytest
 import torch
 
-from stageload.pixal3d import Pixal3DRun, lean_model, mps_limit
+from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.errors import StageOutOfMemory
+from stageload.pixal3d.lean import models as lean_model
+from stageload.pixal3d.lean import mps_limit
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +132,7 @@ def test_conditioning_and_sampling_substeps_and_remove(run, rgb_image, monkeypat
 
 def test_a_refused_metal_allocation_names_the_stage():
     """MPS cannot run here: a stand-in ``run`` raises the MPS allocator's own wording."""
-    from runner.worker import _classify
+    from runner.worker.run import _classify
 
     class Pipeline:
         def run(self):

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from stageload.pixal3d import Pixal3DRun, compare
-from stageload.pixal3d.static import check_static
+from stageload.pixal3d.port.static import check_static
 
 OLD_MAIN = '''def main():
     args = parse_args()

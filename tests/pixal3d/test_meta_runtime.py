@@ -16,8 +16,8 @@ _PROBE = textwrap.dedent("""
     import json, sys, time
     standin, path, mode = sys.argv[1:4]
     import torch
-    from stageload.pixal3d.port import open_port
-    from stageload.pixal3d.direct import load_port_model, prepare_meta_runtime
+    from stageload.pixal3d.port.open import open_port
+    from stageload.pixal3d.build.direct import load_port_model, prepare_meta_runtime
     port = open_port(standin)
     note = None
     if mode == "prepared":

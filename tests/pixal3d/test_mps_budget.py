@@ -1,16 +1,15 @@
 """The MPS allocator's hard limit comes from the memory the run starts with: what is available
 then, less the guard's default kill floor (10 % of total). The arithmetic and its unknowns, and
 that a lean run hands the figure to the part that sets it. Setting it needs MPS (a Mac): not
-run here; lean_model's own tests cover the limit's call with a stand-in refusal."""
+run here; tests/pixal3d/test_lean_model.py covers the limit's call with a stand-in refusal."""
 from __future__ import annotations
-
-import inspect
 
 import pytest
 
 from stageload.meter import system_memory
-from stageload.pixal3d import working
-from stageload.pixal3d.mps_limit import KILL_FREE_SHARE, budget_from_memory
+from stageload.pixal3d import Pixal3DRun
+from stageload.pixal3d.lean import working
+from stageload.pixal3d.lean.mps_limit import KILL_FREE_SHARE, budget_from_memory
 
 GiB = 1024**3
 
@@ -32,10 +31,21 @@ def test_this_machines_figures_give_a_budget_below_what_is_available():
     assert budget is not None and 0 < budget < memory.available
 
 
-def test_a_lean_run_offers_the_limit_to_the_part_that_sets_it():
-    from stageload.pixal3d import lean_model
+def test_a_lean_run_hands_the_limit_to_the_part_that_sets_it(monkeypatch, standin_dir,
+                                                             standin_weights):
+    """The limit itself is set only on MPS (not here): what is checked is that ``working``
+    hands it on — a spy around the real ``models.install``, which still runs."""
+    from stageload.pixal3d.lean import models as lean_model
 
-    assert "mps_limit_bytes" in inspect.signature(lean_model.install).parameters
-    offered = {"budget_bytes": None, "stage": None, "mps_limit_bytes": 5 * GiB}
-    assert working._options(lean_model.install, offered)["mps_limit_bytes"] == 5 * GiB
-    assert "mps_limit_bytes" in inspect.signature(working.install).parameters
+    given = []
+    real = lean_model.install
+    monkeypatch.setattr(lean_model, "install", lambda *a, **kw: given.append(kw) or real(*a, **kw))
+    run = Pixal3DRun(standin_dir, device="cpu", load="eager", working_memory="port")
+    try:
+        run.hooks.remove()  # the pipeline alone
+        done = working.install(run.pipeline, None, "lean", mps_limit_bytes=5 * GiB)
+        assert done.installed == ["conditioning", "models"]
+        assert given and given[0]["mps_limit_bytes"] == 5 * GiB
+        done.remove()
+    finally:
+        run.close()

@@ -1,5 +1,5 @@
 """Every input kind through one job run: a Pixal3D run on the stand-in port and ``python -m
-runner export`` of the asset it kept both run ``runner.jobrun.JobRun.run`` (with an
+runner export`` of the asset it kept both run ``runner.job.run.JobRun.run`` (with an
 ``ImageInput`` and an ``AssetInput``), and each process of either job checks the export levers
 once — where they enter it: the supervisor (the command line, or the backend's precheck), the
 model process (its own options check) and the export process (``export_asset``, the engine's
@@ -24,7 +24,7 @@ import os
 def _note(what):
     with open(os.environ["ONE_RUN_COUNTS"], "a", encoding="utf-8") as f:
         f.write(f"{os.getpid()} {what}\n")
-from runner.export_engine import engine as _engine
+from bounded_export import engine as _engine
 _check = _engine.ExportLevers.check
 def _counted_check(self):
     _note("levers")
@@ -32,7 +32,7 @@ def _counted_check(self):
 _engine.ExportLevers.check = _counted_check
 '''
 SUPERVISOR = COUNT + r'''
-from runner import jobrun as _jobrun
+from runner.job import run as _jobrun
 _run = _jobrun.JobRun.run
 def _noted_run(self):
     _note("jobrun " + type(self.job.input).__name__)

@@ -18,9 +18,10 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from stageload.pixal3d import Pixal3DRun, knobs
-from stageload.pixal3d.direct import build_with_cpu_retry
+from stageload.pixal3d import Pixal3DRun
+from stageload.pixal3d.build.direct import build_with_cpu_retry
 from stageload.pixal3d.errors import EmptyMeshError, KnobRefused
+from stageload.pixal3d.port import knobs
 
 SEED = 3
 
@@ -177,7 +178,7 @@ def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights,
     assert "empty mesh" in err.value.message and "--steps 1" in err.value.hint
     assert not (tmp_path / "out.glb").exists()
     from runner.backends import pixal3d as backend
-    from runner.worker import _classify
+    from runner.worker.run import _classify
     assert (_classify(err.value, backend).kind, _classify(err.value, backend).exit_code) == \
         ("empty_mesh", 46)
 
@@ -187,7 +188,7 @@ import importlib, json, sys
 import huggingface_hub.errors as errors
 from huggingface_hub.errors import (EntryNotFoundError, LocalEntryNotFoundError,
                                     RepositoryNotFoundError)
-from stageload.pixal3d.direct import with_bare_fallback
+from stageload.pixal3d.build.direct import with_bare_fallback
 # httpx / httpx2 / requests
 http = importlib.import_module(errors.Response.__module__.split(".")[0])
 try:

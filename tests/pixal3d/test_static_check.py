@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from stageload.pixal3d import known
-from stageload.pixal3d.static import check_static, scan
+from stageload.pixal3d.port import known
+from stageload.pixal3d.port.static import check_static, scan
 
 CMD = [sys.executable, "-m", "stageload.pixal3d", "check", "--static", "--pixal3d-dir"]
 
@@ -46,7 +46,7 @@ def test_the_standin_passes_names_the_commit_and_imports_neither_torch_nor_the_p
     code, report = _check(standin_dir)
     assert code == 0, report
     assert report["ok"] and report["matches"] == "0be9e69a" and report["drift"] == []
-    probe = ("import sys, json; from stageload.pixal3d.port import static_report; "
+    probe = ("import sys, json; from stageload.pixal3d.port.open import static_report; "
              f"r = static_report({str(standin_dir)!r}); "
              "print(json.dumps([r['ok'], sorted(m for m in sys.modules if m.split('.')[0] in "
              "('torch', 'generate_mps', 'pixal3d', 'numpy'))]))")

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from stageload.pixal3d.weights import plan_files, safetensors_problem
+from stageload.pixal3d.build.weights import plan_files, safetensors_problem
 
 
 def _runner(args, env, cwd, timeout=120):

@@ -5,7 +5,7 @@ The GLB is read by the glTF specification (``tests.export_engine.glbread``, not 
 library that wrote it); its points are taken back to the asset's frame with each engine's own
 output transform, so a GLB in the wrong place fails too:
 
-- ``bounded`` (``runner/export_engine/glb.py``): glTF's Y-up from the asset's Z-up, (x, y, z)
+- ``bounded`` (``bounded_export/glb.py``): glTF's Y-up from the asset's Z-up, (x, y, z)
   → (x, z, −y);
 - ``port`` (the stand-in o_voxel's ``to_glb``, then the bridge's default ``pixal3d`` output
   transform, diag(−1, 1, −1)): (x, y, z) → (−x, z, y).

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from runner.errors import KINDS
+from meshfacts.errors import KINDS
 
 SENTINEL = b"not touched by the runner\n"
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from runner.folder_batch import output_names
+from runner.batch.folder import output_names
 
 
 @pytest.mark.slow

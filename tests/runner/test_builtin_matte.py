@@ -167,7 +167,7 @@ def test_palette_transparency_with_an_opaque_border_is_keyed(characters, tmp_pat
     """An opaque background with a few transparent pixels (a palette image's transparent index):
     the alpha outlines nothing, so the background is keyed from the border, as without alpha —
     not a full-frame slab."""
-    from runner.inputs import load_image
+    from runner.images.reading import load_image
 
     rgba = characters.get("typical_humanoid_goblin.png", next(iter(characters.values())))
     path = tmp_path / "palette_transparent.png"

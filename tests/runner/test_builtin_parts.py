@@ -215,8 +215,8 @@ def test_depth_follows_width():
 
 
 def test_error_kinds_are_known_to_the_runner():
-    """The runner maps these exceptions to error events by kind (runner/errors.py KINDS)."""
-    errors = pytest.importorskip("runner.errors")
+    """The runner maps these exceptions to error events by kind (meshfacts/errors.py KINDS)."""
+    errors = pytest.importorskip("meshfacts.errors")
     import runner.backends.builtin as builtin
 
     for cls in (EmptyMatteError, BackgroundNotPlainError):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runner.outputs import sweep_stale_partials
+from runner.job.outputs import sweep_stale_partials
 
 
 def _job_processes(rt, live) -> list:

@@ -31,8 +31,8 @@ def test_check_reports_python_torch_devices_backends(rt):
 def test_check_for_a_backend_that_cannot_run(rt, tmp_path, monkeypatch):
     """pixal3d without a usable port folder: `check --backend pixal3d` says no, why and what to
     do (exit 31); a run with it fails with a documented kind before any weights are read."""
+    from meshfacts.errors import KINDS
     from runner import backends
-    from runner.errors import KINDS
 
     monkeypatch.delenv("PIXAL3D_DIR", raising=False)
     empty = tmp_path / "no port here"
@@ -200,7 +200,7 @@ def test_check_accepts_another_backends_good_options(rt, tmp_path):
 def test_check_says_on_stderr_what_it_found(rt, tmp_path, monkeypatch):
     """Tester's report 2026-12-01 item 9: `runner check` tells a person on stderr (its stdout
     stays the one JSON line the add-on's Check parses, blender_addon/config.summarize_check)."""
-    from blender_addon import config
+    from blender_addon.runner_client import config
 
     monkeypatch.delenv("PIXAL3D_DIR", raising=False)
     missing = tmp_path / "no such folder"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-from runner.claims import claim_all, claim_path, release_all, sweep_stale_claims
-from runner.errors import RunnerError
+from meshfacts.errors import RunnerError
+from runner.job.claims import claim_all, claim_path, release_all, sweep_stale_claims
 
 THREADS = 8
 SECONDS = 1.5

@@ -13,9 +13,9 @@ import signal
 import pytest
 from PIL import Image
 
-from runner.errors import KINDS, RunnerError
-from runner.inputs import probe_image
-from runner.memory import MemoryTracker
+from meshfacts.errors import KINDS, RunnerError
+from runner.images.reading import probe_image
+from runner.job.memory import MemoryTracker
 
 HUMAN = re.compile(r"^runner: (\w+): (.+) — (.+)$", re.MULTILINE)
 
@@ -113,7 +113,7 @@ def test_the_success_line_says_how_the_export_decimated():
     """``decimation_words`` reads the result's ``info.export.decimation`` (the bounded export
     engine's facts; the pieced path end to end: tests/export_engine/test_decimate_pieces.py)
     and says nothing for a result without them or with a bad shape."""
-    from runner.cli import decimation_words
+    from runner.commands.cli import decimation_words
 
     def final(decimation):
         return {"event": "result", "info": {"export": {"decimation": decimation}}}

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.batch import build_parser
-from runner.cli import guard_config
+from meshfacts.errors import RunnerError
 from runner.cluster.batch import ClusterBatch
 from runner.cluster.connect import NodeInfo, parse_address, require_room
 from runner.cluster.placement import (
@@ -22,7 +21,8 @@ from runner.cluster.placement import (
     task_options,
 )
 from runner.cluster.remote import RemoteJob
-from runner.errors import RunnerError
+from runner.commands.batch import build_parser
+from runner.commands.cli import guard_config
 
 
 def _argv(args: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ TRIALS = 12
 # descheduled under load is (the window the issue's trials hit by chance, made certain).
 _HELD_AFTER_CHECK = """
 import time
-import runner.outputs as outputs
+import runner.job.outputs as outputs
 _check_trace = outputs.check_trace
 def _held(*args, **kwargs):
     path = _check_trace(*args, **kwargs)

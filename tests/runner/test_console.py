@@ -1,6 +1,7 @@
-"""The runner's stdout for a person (``runner/console.py``): the real ``python -m runner`` with
-its stdout on a pseudo-terminal (``os.openpty``) prints progress lines and no JSON; ``--json``
-there, and a pipe always, give the protocol's events; a batch prints one line per image."""
+"""The runner's stdout for a person (``runner/commands/console.py``): the real ``python -m
+runner`` with its stdout on a pseudo-terminal (``os.openpty``) prints progress lines and no
+JSON; ``--json`` there, and a pipe always, give the protocol's events; a batch prints one line
+per image."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import subprocess
 import threading
 import time
 
-from runner.console import ProgressView, batch_line, guard_words
+from runner.commands.console import ProgressView, batch_line, guard_words
 
 from .conftest import PY, REPO, env, run_runner
 

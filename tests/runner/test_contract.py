@@ -4,8 +4,8 @@ import re
 import subprocess
 import sys
 
+from meshfacts.errors import KINDS, RunnerError
 from runner import backends
-from runner.errors import KINDS, RunnerError
 
 
 def test_protocol_table_matches_errors_py(repo_root):
@@ -77,7 +77,7 @@ def test_backend_exception_kinds():
     import types
 
     from runner.backends import pixal3d as backend
-    from runner.worker import _classify
+    from runner.worker.run import _classify
     from stageload.pixal3d.errors import (
         EmptyMeshError,
         KnobRefused,
@@ -107,8 +107,9 @@ def test_backend_exception_kinds():
 
 
 def test_supervisor_modules_do_not_import_torch():
-    code = ("import sys, runner.__main__, runner.cli, runner.jobrun, runner.batch, "
-            "runner.check, runner.inputs, runner.outputs, stageload.guard, stageload.meter, "
+    code = ("import sys, runner.__main__, runner.commands.cli, runner.job.run, "
+            "runner.commands.batch, runner.commands.check, runner.images.reading, "
+            "runner.job.outputs, stageload.guard, stageload.meter, "
             "stageload.trace, stageload.summary; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -126,7 +127,7 @@ def test_worker_output_never_reaches_stdout(rt):
     import json
     import os
 
-    code = ("import os, sys, runner.worker as w\n"
+    code = ("import os, sys, runner.worker.run as w\n"
             "fd = int(sys.argv[1])\n"
             "w.main(['--events-fd', str(fd), '--probe'])\n"
             "print('STRAY PRINT')\n"

@@ -1,7 +1,7 @@
 """The input image is decoded once per job: the supervisor's probe decodes and checks it, and
 the worker takes the decoded pixels from its stdin with what the probe learnt instead of
 opening the file again. Counted in the real processes by the test hook, which wraps the one
-decoding function (``runner.inputs._verify_and_load``); the GLB is the one a worker that
+decoding function (``runner.images.reading._verify_and_load``); the GLB is the one a worker that
 decodes the file itself makes (the same bytes)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .conftest import PY, REPO, env
 
 COUNT = r'''
 import os
-from runner import inputs as _inputs
+from runner.images import reading as _inputs
 _decode = _inputs._verify_and_load
 def _counted(path):
     with open(os.environ["DECODE_COUNTS"], "a", encoding="utf-8") as f:
@@ -45,7 +45,7 @@ def test_the_image_is_decoded_once_per_job(tmp_path, shared_images):
     # the control: a worker that decodes the file itself (its job without the probe's facts)
     # makes the same GLB
     again = tmp_path / "b.glb"
-    code = ("import sys, runner.worker as w, runner.job as j\n"
+    code = ("import sys, runner.worker.run as w, runner.job.records as j\n"
             "real = j.WorkerJob.from_json\n"
             "def plain(text):\n"
             "    import dataclasses\n"

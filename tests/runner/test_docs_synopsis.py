@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import batch, cli, export_command
+from runner.commands import batch, cli
+from runner.commands import export as export_command
 
 REPO = Path(__file__).resolve().parents[2]
 

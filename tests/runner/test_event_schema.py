@@ -1,4 +1,4 @@
-"""The one event schema (runner/event_schema.py): every kind the product emits is declared with
+"""The one event schema (meshfacts/events.py): every kind the product emits is declared with
 its fields' types, matches runner/PROTOCOL.md, and is checked where it is made in the tests.
 
 The real runner's events are checked by every test that starts one (tests/conftest.py makes the
@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from runner import event_schema as schema
-from runner.event_schema import make
+from meshfacts import events as schema
+from meshfacts.events import make
 from runner.protocol import Emitter, relay
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runner.errors import KINDS
-from runner.worker import _classify
+from meshfacts.errors import KINDS
+from runner.worker.run import _classify
 
 
 def _cpu_allocator_error() -> RuntimeError:

@@ -1,10 +1,10 @@
-"""runner.inputs in-process: each bad input of SPEC §3 gets its own kind; each odd but valid
+"""runner.images.reading in-process: each bad input of SPEC §3 gets its own kind; each odd but valid
 input is normalised to 8-bit RGBA the right way (values checked, not just the mode)."""
 import numpy as np
 import pytest
 
-from runner.errors import KINDS, RunnerError
-from runner.inputs import MIN_SIDE, load_image
+from meshfacts.errors import KINDS, RunnerError
+from runner.images.reading import MIN_SIDE, load_image
 
 
 @pytest.mark.parametrize("name, kind", [

@@ -113,11 +113,11 @@ def test_help_names_sizes_and_gives_each_default_once(repo_root, command):
 
 def test_run_and_check_help_list_the_exit_statuses(repo_root):
     """`runner --help` ends with the exit statuses, grouped; every group is real (each code a
-    kind of runner/errors.py, or 0) and every kind a single run can end with is listed (5,
+    kind of meshfacts/errors.py, or 0) and every kind a single run can end with is listed (5,
     batch_failed, is batch only). The same for check's own list, against the kinds it uses."""
     import re
 
-    from runner.errors import KINDS
+    from meshfacts.errors import KINDS
 
     known = {k.exit_code for k in KINDS.values()} | {0}
     export = {0, 1, 2, 3, 4, 11, 18, 20, 21, 22, 23, 34, 39, 40, 41, 42, 47, 48, 130}

@@ -1,4 +1,4 @@
-"""``runner.jobrun.JobRun`` and ``runner.child.Child`` as a second process of a job would use
+"""``runner.job.run.JobRun`` and ``runner.job.child.Child`` as a second process of a job would use
 them (an export process after the worker): each child is a real subprocess started by the
 job's guard, its events relayed or kept, its tree sampled, one after the other."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from runner.cancel import Cancel
-from runner.child import Child
-from runner.job import Job
-from runner.jobinput import ImageInput
-from runner.jobrun import JobRun
+from runner.job.cancel import Cancel
+from runner.job.child import Child
+from runner.job.inputs import ImageInput
+from runner.job.records import Job
+from runner.job.run import JobRun
 from stageload.guard import GuardConfig
 
 # A child that writes one relayed event and one private event (the worker's own worker_done,

@@ -1,5 +1,6 @@
 """The worker is the Linux OOM killer's choice among a job's processes: it raises its own
-``oom_score_adj`` (runner/oom.py) and nobody lowers anyone's. A real runner job whose worker has
+``oom_score_adj`` (runner/worker/oom.py) and nobody lowers anyone's. A real runner job whose worker
+has
 grown past the supervisor, held at its exit so its ``/proc`` files can be read while it lives."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.oom import WORKER_OOM_SCORE_ADJ, volunteer_for_oom_killer
+from runner.worker.oom import WORKER_OOM_SCORE_ADJ, volunteer_for_oom_killer
 
 from .conftest import PY, REPO, env
 

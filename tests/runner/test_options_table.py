@@ -1,4 +1,4 @@
-"""The options table (runner/options.py, issue 19) against each view made from it, both ways:
+"""The options table (meshfacts/options.py, issue 19) against each view made from it, both ways:
 every entry is on the command lines that should take it and nowhere else, every option those
 command lines take is an entry (or one of the few plumbing options named here), the backend
 registry's options are the table's, the options shared with ``python -m stageload.pixal3d run``
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import backends, options
+from meshfacts import options
+from runner import backends
 
 REPO = Path(__file__).resolve().parents[2]
 #: Options of the runner's command lines that are not job settings (paths, plumbing).
@@ -25,7 +26,7 @@ PLUMBING = {"run": {"-h", "-o", "--trace", "--overwrite", "--cancel-on-stdin-eof
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
-    from runner import batch, check, cli
+    from runner.commands import batch, check, cli
 
     if command == "check":
         captured = {}
@@ -113,7 +114,7 @@ def test_values_round_trip_through_the_runner_parser():
 def test_guard_entries_reach_the_guard_as_set():
     """The add-on's guard settings (table entries of group guard) become guard options whose
     parsed values are the settings (percent, GiB, seconds, pattern)."""
-    from blender_addon import option_views
+    from blender_addon.runner_client import option_views
     from stageload.guard.config import GuardConfig, add_guard_arguments
 
     values = {"wait_free_percent": 40.0, "kill_free_percent": 0.0, "swap_budget_gb": 6.0,
@@ -133,8 +134,8 @@ def test_guard_entries_reach_the_guard_as_set():
 def test_stageload_run_shares_the_pixal3d_entries():
     """`python -m stageload.pixal3d run` takes every shared entry with the table's choices and
     default (it reads choices.SHARED_OPTIONS; the runner's entries are built from them)."""
+    from meshfacts.choices import SHARED_OPTIONS
     from stageload.pixal3d import __main__ as cli
-    from stageload.pixal3d.choices import SHARED_OPTIONS
 
     run = next(a for a in cli._parser()._actions
                if isinstance(a, argparse._SubParsersAction)).choices["run"]
@@ -151,24 +152,24 @@ def test_stageload_run_shares_the_pixal3d_entries():
 
 def test_figures_are_written_once():
     """The decimation limit and the 1536_cascade advice each appear once in source
-    (stageload/pixal3d/choices.py); every view reads them from there. (A line giving 100,000,000
+    (meshfacts/choices.py); every view reads them from there. (A line giving 100,000,000
     for another figure, e.g. a header limit in bytes, is not the decimation limit.)"""
     limit, advice = re.compile(r"(?<![\d_,])100[_,]?000[_,]?000(?![\d_,])"), "catastrophic shatter"
     found = {"limit": [], "advice": []}
-    for part in ("runner", "stageload", "blender_addon"):
+    for part in ("meshfacts", "runner", "stageload", "bounded_export", "blender_addon"):
         for path in (REPO / part).rglob("*.py"):
             text = path.read_text("utf-8")
             rel = str(path.relative_to(REPO))
             found["limit"] += [rel for line in text.splitlines()
                                if "decimation" in line.lower() and limit.search(line)]
             found["advice"] += [rel] * text.count(advice)
-    assert found == {"limit": ["stageload/pixal3d/choices.py"],
-                     "advice": ["stageload/pixal3d/choices.py"]}
+    assert found == {"limit": ["meshfacts/choices.py"],
+                     "advice": ["meshfacts/choices.py"]}
 
 
 MADE_UP = """
 import sys
-from runner import options
+from meshfacts import options
 made_up = options.Option("wobble_factor", "how much the made-up lever wobbles", kind="int",
                          low=1, high=9, unit="wobbles", metavar="N", backends=("pixal3d",),
                          commands=options.JOB_AND_CHECK,
@@ -222,8 +223,8 @@ def test_export_levers_name_the_engines_that_take_them():
     """Each export lever's ``engines`` (what the add-on's Export sub-panel shows and passes for
     the chosen engine) agrees with the runner's own check: a lever the runner refuses with an
     engine at any value is marked as not applying to it, so the add-on never sends it."""
-    from runner.backends.bounded_export import ENGINES, check_options
-    from runner.errors import RunnerError
+    from meshfacts.errors import RunnerError
+    from runner.job.export_step import ENGINES, check_options
 
     assert options.ENGINES == ENGINES == tuple(options.get("export_engine").choices)
     levers = [o for o in options.table() if o.panel is not None and
@@ -242,7 +243,7 @@ def test_export_levers_name_the_engines_that_take_them():
     assert {"remesh", "remesh_resolution", "export_profile", "export_process",
             "export_budget"} <= refused_somewhere
     # the port's grid-sample and fallback switches act in the port's export only
-    # (stageload/pixal3d/export.py); the bounded engine has neither
+    # (stageload/pixal3d/export/run.py); the bounded engine has neither
     for name in ("allow_dense_grid_sample", "strict_export"):
         assert options.get(name).engines == ("port",)
     with pytest.raises(ValueError, match="unknown export engines"):
@@ -255,8 +256,8 @@ def test_working_memory_is_a_pixal3d_choice_from_the_table_to_every_view():
     run/batch/check command lines, in ``python -m stageload.pixal3d run``, the panel's main
     section (the Pixal3D settings) and headless; the add-on passes ``port`` and leaves the
     runner's default (lean) unsaid, and never sends it with the built-in backend."""
-    from blender_addon import option_views
-    from runner.errors import RunnerError
+    from blender_addon.runner_client import option_views
+    from meshfacts.errors import RunnerError
     from stageload.pixal3d import __main__ as cli
 
     opt = options.get("working_memory")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from runner.errors import KINDS
-from runner.worker import _classify
+from meshfacts.errors import KINDS
+from runner.worker.run import _classify
 
 SENTINEL = b"not touched by the runner\n"
 

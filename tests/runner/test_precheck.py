@@ -77,7 +77,7 @@ def test_precheck_reads_only_the_file_system(tmp_path):
     code = (
         "import json, sys\n"
         "from runner import backends\n"
-        "from runner.errors import RunnerError\n"
+        "from meshfacts.errors import RunnerError\n"
         "b = backends.get('pixal3d')\n"
         "out = {'good': b.run_precheck({'pixal3d_dir': sys.argv[1]})}\n"
         "try:\n"

@@ -39,7 +39,7 @@ def test_too_few_open_files_is_resource_limit(character, tmp_path, files, repo_r
 @needs_prlimit
 def test_thread_start_failure_names_the_process_limit(repo_root):
     code = ("import json\n"
-            "from runner.limits import resource_error\n"
+            "from runner.job.limits import resource_error\n"
             "err = resource_error([RuntimeError(\"can't start new thread\")], 'The worker')\n"
             "print(json.dumps(err.fields()))\n")
     proc = subprocess.run([PRLIMIT, "--nproc=4000", sys.executable, "-c", code],

@@ -1,5 +1,5 @@
 """One peak, one stage (issue 15 item 4): the live ``memory`` events the runner sends the add-on
-(``runner.memory.MemoryTracker``) and ``stageload summary`` read one trace by one stage-window
+(``runner.job.memory.MemoryTracker``) and ``stageload summary`` read one trace by one stage-window
 rule, so the panel and the summary give each stage the same peak and blame the same stage (or
 none) for the run's peak.
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from blender_addon.state import JobState
-from runner.memory import MemoryTracker
+from blender_addon.runner_client.state import JobState
+from runner.job.memory import MemoryTracker
 from stageload.summary import summarize
 from stageload.trace import TraceReader, iter_lines
 

@@ -9,7 +9,7 @@ import sys
 
 HOLD = ("import sys, time\n"
         "from pathlib import Path\n"
-        "from runner.claims import Claim\n"
+        "from runner.job.claims import Claim\n"
         "Claim(Path(sys.argv[1])).take()\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n")

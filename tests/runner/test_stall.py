@@ -3,7 +3,7 @@ gets a ``stalled`` event (why ``stopped``) and, after SIGCONT, a ``resumed`` one
 ends normally; with ``--stall-timeout`` it ends as ``stalled`` (exit 49) with nothing left
 running; a worker that sleeps without CPU time or events is ``stalled`` (why ``idle``). The
 thresholds (10 s stopped, 60 s idle) are lowered through the supervisor's start-up hook
-(``runner.stall`` constants) so the tests need not wait a minute; every event is recorded."""
+(``runner.job.stall`` constants) so the tests need not wait a minute; every event is recorded."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,8 @@ import time
 
 import psutil
 
-FAST = "import runner.stall as s; s.STOPPED_AFTER = 1.0; s.IDLE_AFTER = 3.0; s.CHECK_EVERY = 0.2\n"
+FAST = ("import runner.job.stall as s; s.STOPPED_AFTER = 1.0; s.IDLE_AFTER = 3.0; "
+        "s.CHECK_EVERY = 0.2\n")
 
 
 def _stop_worker_at_first_stage(live):
@@ -81,7 +82,7 @@ def test_an_event_from_a_stalled_child_is_resumed_before_the_next_look():
     ``stalled`` then the job's events and ``result``, never ``resumed``. An event from the
     stalled child now publishes ``resumed`` at once, in order, once. A real process, really
     stopped; the watch's clock is the test's, so the stop lasts past STOPPED_AFTER at once."""
-    from runner import stall
+    from runner.job import stall
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     published, now = [], [0.0]

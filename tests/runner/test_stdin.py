@@ -30,9 +30,9 @@ def test_runner_inside_a_shell_while_read_loop(rt, shared_images, tmp_path):
 
 def test_addon_command_line_asks_for_the_stdin_cancel(tmp_path):
     """The add-on closes stdin to cancel, so its command line must opt in
-    (blender_addon/config.py)."""
-    from blender_addon import job
-    from runner.cli import build_parser
+    (blender_addon/runner_client/config.py)."""
+    from blender_addon.runner_client import job_spec as job
+    from runner.commands.cli import build_parser
 
     spec = job.JobSpec(image=tmp_path / "a.png", output=tmp_path / "a.glb",
                        trace=tmp_path / "a.trace.jsonl")

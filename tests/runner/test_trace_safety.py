@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from runner.errors import RunnerError
-from runner.jobtrace import JobTrace
-from runner.outputs import check_trace, failed_runs_trace
+from meshfacts.errors import RunnerError
+from runner.job.outputs import check_trace, failed_runs_trace
+from runner.job.trace import JobTrace
 
 
 def _digest(path) -> str:

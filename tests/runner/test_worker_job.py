@@ -1,4 +1,4 @@
-"""``runner.job.WorkerJob``: the worker's job as a typed record — what the supervisor makes
+"""``runner.job.records.WorkerJob``: the worker's job as a typed record — what the supervisor makes
 round-trips through JSON unchanged, anything else is refused naming the field, and a real
 worker given a job it cannot read answers with one ``internal`` error event, not a traceback."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from runner.job import WorkerJob
+from runner.job.records import WorkerJob
 
 BASE = {"backend": "builtin", "image": "/in/a.png", "output": "/out/.a.partial.glb"}
 
@@ -80,9 +80,10 @@ def test_text_that_is_not_a_worker_job_is_refused(text, named):
 def test_a_worker_given_an_unreadable_job_sends_one_internal_error(rt):
     read_fd, write_fd = os.pipe()
     job = json.dumps({**BASE, "stage": "export", "handover": "/x.npz"})  # the old dict form
-    proc = subprocess.Popen([sys.executable, "-m", "runner.worker", "--events-fd", str(write_fd),
-                             "--job", job], pass_fds=(write_fd,), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=rt.env(), start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "runner.worker.run", "--events-fd",
+                             str(write_fd), "--job", job], pass_fds=(write_fd,),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rt.env(),
+                            start_new_session=True)
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
         events = [json.loads(line) for line in pipe]

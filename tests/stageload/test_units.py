@@ -1,4 +1,4 @@
-"""The one size parser and byte formatter (stageload.units), and that every place that reads or
+"""The one size parser and byte formatter (meshfacts.units), and that every place that reads or
 shows a size uses them: the guard's options, the runner's --keep-resident (as the runner refuses
 it: a usage error, exit 2), stageload.pixal3d's --keep-resident, and the summary's text."""
 import ast
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stageload.units import MAX_SIZE, format_percent, format_size, parse_size
+from meshfacts.units import MAX_SIZE, format_percent, format_size, parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -99,24 +99,25 @@ def _calls_to(module: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module:
             names |= {a.name for a in node.names
                       if node.module.endswith("units")
-                      or (a.name == "units" and node.module == "stageload")}
+                      or (a.name == "units" and node.module == "meshfacts")}
     return names
 
 
 @pytest.mark.parametrize("path", ["runner/backends/__init__.py", "stageload/pixal3d/__main__.py",
                                   "stageload/summary.py", "stageload/plot.py",
                                   "stageload/guard/config.py", "stageload/guard/amount.py",
-                                  "stageload/pixal3d/export.py"])
-def test_every_size_reader_and_writer_uses_stageload_units(path):
+                                  "stageload/pixal3d/export/run.py"])
+def test_every_size_reader_and_writer_uses_the_one_units_module(path):
     """Each place that reads or shows sizes imports the parser or the formatter."""
     assert _calls_to(ROOT / path) & {"parse_size", "format_size", "units"}, path
 
 
 def test_no_other_size_helper_keeps_its_own_multiples():
-    """No module in runner/ or stageload/ defines its own size helper (a second copy drifts)."""
+    """No module of the product defines its own size helper (a second copy drifts)."""
     helpers = {"parse_size", "format_size", "gb", "_bytes", "_size"}
     own = [str(p.relative_to(ROOT))
-           for pkg in ("runner", "stageload") for p in (ROOT / pkg).rglob("*.py")
+           for pkg in ("runner", "stageload", "bounded_export", "meshfacts")
+           for p in (ROOT / pkg).rglob("*.py")
            if p.name != "units.py" and any(
                isinstance(n, ast.FunctionDef) and n.name in helpers
                and any(m in ast.unparse(n) for m in MULTIPLE_SPELLINGS)

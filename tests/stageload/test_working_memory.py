@@ -193,8 +193,8 @@ def test_query_chunk_for_budget_formula_and_errors():
 
 def test_the_event_passes_the_add_on_checks():
     """The ``working_memory`` event a tool sends is what the add-on's reader accepts
-    (blender_addon/events.py), and a wrong field there is dropped with a note."""
-    from blender_addon.events import clean
+    (blender_addon/runner_client/events.py), and a wrong field there is dropped with a note."""
+    from blender_addon.runner_client.events import clean
 
     events = []
     module = nn.LayerNorm(4)

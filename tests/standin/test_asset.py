@@ -63,7 +63,7 @@ def test_closed_outward_upright_surface(small):
 
 def test_slabs_stitch_to_the_one_call_surface():
     from runner.backends.builtin.matte import compute_matte
-    from runner.inputs import load_image
+    from runner.images.reading import load_image
 
     image, info = load_image(GOBLIN)
     field = body_field(compute_matte(image, had_alpha=info.had_alpha), 64, rgba=np.asarray(image))

@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
-from ...event_schema import make
+from meshfacts.events import make
+
 from .errors import BackgroundNotPlainError, BuiltinBackendError, EmptyMatteError
 from .export import build_mesh, write_glb
 from .grid import DEFAULT_MAX_CELLS, make_grid
@@ -36,7 +37,7 @@ __all__ = [
 NAME = "Silhouette inflation (built-in)"
 #: the stage plan, in order.
 STAGES = ("matte", "shape", "texture", "export")
-#: exception class name → the runner's error kind (runner/errors.py); each class also carries
+#: exception class name → the runner's error kind (meshfacts/errors.py); each class also carries
 #: the same ``kind`` attribute and a ``hint``.
 ERRORS = {
     "EmptyMatteError": EmptyMatteError.kind,

@@ -1,0 +1,1 @@
+"""Building the installable extension zips and fetching the wheels they bundle."""

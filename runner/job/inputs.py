@@ -1,0 +1,174 @@
+"""What a job starts from. Each kind checks itself where it enters and says what worker job it
+makes; ``runner.job.run.JobRun`` runs any of them through the same steps:
+
+- ``ImageInput``: an image file a backend turns into a mesh (``python -m runner IMAGE``, each
+  image of a batch). Entering: the backend is looked up and its cheap precheck run
+  (``Backend.run_precheck``: files and folders only); the image is decoded and checked
+  (``runner.images.reading.probe_image``) and its facts published as ``input``. The worker runs the
+  backend (mode ``whole``, or ``model`` when the backend exports in a process of its own).
+- ``AssetInput``: a saved asset (``.npz``: a Pixal3D run's ``--keep-asset``, the port's
+  ``--save-mesh``) turned into a GLB by the bounded export engine (``python -m runner
+  export``). Entering: the levers are checked once, when the input is made
+  (:meth:`AssetInput.enter`, on the command line); the asset's size and headers against the
+  budget's plan (no array read), published as ``asset``. The worker is the export process
+  (mode ``export``, no backend: it calls the engine). An asset refused for what it holds
+  (``bad_asset``) leaves nothing behind: no default trace, no folder the job made.
+
+A batch's folder is the third way in (``runner.batch.folder.Batch.images``): it makes one
+``ImageInput`` per image.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bounded_export import BadAsset
+from bounded_export.asset import inspect_asset
+from bounded_export.budget import asset_sizes, check_file, plan
+from meshfacts.errors import RunnerError
+from meshfacts.events import make
+from runner import backends
+from runner.images.reading import load_image
+from runner.job.export_step import levers
+from runner.job.records import WorkerJob
+
+
+class ImageInput:
+    """An image file (``path``, as given) for a backend."""
+
+    noun = "image"
+    """The input in messages (``outputs.trace_conflict``)."""
+    refused_kinds: tuple[str, ...] = ()
+    """Error kinds after which the job leaves nothing behind (none: a failed run's trace
+    stays, so the same command can tell what happened)."""
+    process = ("worker", "the worker")
+    """The child's name (``runner.job.child.Child``) and how messages name it."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.facts: dict | None = None
+        self.pixels: bytes | None = None
+
+    def backend(self, job) -> backends.Backend:
+        """The job's backend after the cheap checks: known (else ``usage``), installed (else
+        ``backend_unavailable``), its precheck passed (e.g. ``pixal3d_missing``)."""
+        try:
+            backend = backends.get(job.backend)
+        except KeyError as exc:
+            raise RunnerError("usage", str(exc.args[0])) from None
+        if not backend.installed():
+            raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
+                              "installed here.", backend.install_hint or None)
+        backend.run_precheck(job.options)  # cheap: files and folders only
+        return backend
+
+    def check(self, job) -> tuple[dict, list[str]]:
+        """Decode and check the image (``load_image``, absolute as in ``hello``): the
+        ``input`` event with its facts (``ImageInfo``) and the notes on what was converted.
+        The decoded pixels are kept for the worker (:meth:`handover_pixels`): the image is
+        decoded once per job. Raises ``RunnerError`` with the image's kind (``not_an_image``,
+        ``image_truncated`` …)."""
+        image, info = load_image(self.path.absolute())
+        try:
+            self.pixels = image.tobytes()
+        finally:
+            image.close()
+        self.facts = info.as_dict()
+        return make("input", **self.facts), list(info.notes)
+
+    def handover_pixels(self) -> bytes | None:
+        """The decoded RGBA pixels for the worker's stdin, once (they are not kept after)."""
+        pixels, self.pixels = self.pixels, None
+        return pixels
+
+    def worker_mode(self, backend, job) -> str:
+        """``model`` when the backend exports in a process of its own, else ``whole``."""
+        return "model" if backend.splits_export(job.options) else "whole"
+
+    def worker_job(self, backend, job, mode: str, output: Path,
+                   handover: str | None) -> WorkerJob:
+        """The worker's job in ``mode``, writing to ``output`` (the partial GLB): the
+        backend's own options as given."""
+        return WorkerJob(
+            backend=backend.name, image=str(self.path.absolute()), output=str(output),
+            seed=job.seed, texture_size=job.texture_size, height_m=job.height_m, mode=mode,
+            handover=handover, probed=self.facts if mode != "export" else None,
+            options={o.dest: job.options[o.dest] for o in backend.options
+                     if job.options.get(o.dest) is not None})
+
+
+class AssetInput:
+    """A saved asset (``path``) and the export levers it is exported with (``chosen``:
+    ``bounded_export.ExportLevers``, checked); make it with :meth:`enter`."""
+
+    noun = "asset"
+    refused_kinds = ("bad_asset",)
+    """The asset cannot be exported as it is (found from its headers before the trace opens,
+    or from its values in the export process's ``load`` step): the job leaves nothing."""
+    process = ("export", "the export process")
+    stages = ("export",)
+    """The job's stage plan: one stage."""
+
+    def __init__(self, path: Path | str, chosen):
+        self.path = Path(path)
+        self.chosen = chosen
+
+    @classmethod
+    def enter(cls, path: Path | str, texture_size=None, decimation_target=None,
+              export_budget=None) -> AssetInput:
+        """The asset at ``path`` with the runner's lever values (None: the engine's default),
+        checked now — the one check of the levers in this process. Raises
+        ``RunnerError('usage')`` naming a bad value (e.g. a budget below 256M)."""
+        return cls(path, levers(texture_size, decimation_target, export_budget))
+
+    def backend(self, job) -> None:
+        """No backend: the export process calls the engine itself."""
+        return None
+
+    def handover_pixels(self) -> None:
+        """No pixels: the export process reads the asset itself."""
+        return None
+
+    def check(self, job) -> tuple[dict, list[str]]:
+        """The ``asset`` event with the asset's facts (``check_asset``); no notes."""
+        return make("asset", **check_asset(self.path, self.chosen)), []
+
+    def worker_mode(self, backend, job) -> str:
+        return "export"
+
+    def worker_job(self, backend, job, mode: str, output: Path,
+                   handover: str | None) -> WorkerJob:
+        """The export process's job: from the asset (its hand-over) to ``output`` with the
+        chosen levers; the engine announces the one-stage plan itself."""
+        chosen = self.chosen
+        options = {"decimation_target": chosen.decimation_target, "stages": list(self.stages)}
+        if chosen.budget is not None:
+            options["export_budget"] = chosen.budget
+        return WorkerJob(backend=None, image=None, output=str(output), mode="export",
+                         texture_size=chosen.texture_size,
+                         handover=str(self.path.expanduser().absolute()), options=options)
+
+
+def check_asset(path: Path, chosen) -> dict:
+    """The ``asset`` event's facts (``path``, ``bytes``, ``faces``, ``vertices``, ``voxels``,
+    ``predicted_peak``) after the cheap checks — the file's size and headers, and the budget's
+    plan for the levers ``chosen`` (``ExportLevers``, already checked), no array read. Raises
+    ``RunnerError`` ``input_missing`` or ``bad_asset`` (the engine's message, naming the
+    key)."""
+    path = path.expanduser().absolute()
+    if not path.exists():
+        raise RunnerError("input_missing", f"The asset {path} does not exist.",
+                          "Check the path of the asset (.npz).")
+    try:
+        if not path.is_file():
+            raise BadAsset(None, f"{path} is not a file")
+        check_file(path.stat().st_size, chosen.budget)
+        members = inspect_asset(path)
+        faces, voxels = members["faces"].shape[0], members["coords"].shape[0]
+        predicted = plan(**asset_sizes(members), target=chosen.decimation_target,
+                         texture=chosen.texture_size, file_bytes=path.stat().st_size,
+                         budget=chosen.budget).peak
+    except BadAsset as err:  # its details: the key at fault, or the budget it does not fit
+        raise RunnerError("bad_asset", err.message, err.hint, **err.details) from None
+    return {"path": str(path), "bytes": path.stat().st_size, "faces": faces,
+            "vertices": members["vertices"].shape[0], "voxels": voxels,
+            "predicted_peak": predicted}

@@ -1,0 +1,49 @@
+"""The body of a lean ``get_proj_cond_shape`` pass (see :mod:`.conditioning`): the port's
+steps in the port's order — move the extractor when ``low_vram``, the pass's grid resolution, the
+extractor's own ``forward``, the active voxels' features as a ``SparseTensor`` with zeros for
+``neg_cond``, the extractor back to the CPU — with the extractor's ``proj_grid`` and
+``naf_model`` swapped for the lean stand-ins for the duration of its ``forward`` (the port
+itself swaps ``proj_grid`` around a pass the same way)."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from stageload.pixal3d.lean.sampled import LazyNAF, SampledProjGrid
+
+
+def lean_cond_shape(pipeline, extractor, image, coords, camera_angle_x, distance, mesh_scale,
+                    grid_resolution_override=None, sink=None) -> dict:
+    """``{"cond": {"global", "proj"}, "neg_cond": {...}}`` as the port's
+    ``get_proj_cond_shape`` returns it, ``proj`` holding ``[N, proj_channels]`` features at
+    ``coords`` ``[N, 4]`` (batch 0)."""
+    device = pipeline.device
+    if pipeline.low_vram:
+        extractor.to(device)
+    resolution = extractor.grid_resolution if grid_resolution_override is None \
+        else int(grid_resolution_override)
+    c = coords.long()
+    flat = (c[:, 1] * resolution + c[:, 2]) * resolution + c[:, 3]
+    port_grid = extractor.proj_grid
+    grid = type(port_grid)(grid_resolution=resolution,
+                           image_resolution=port_grid.image_resolution).to(device)
+    kept = (extractor.grid_resolution, port_grid, extractor.naf_model)
+    try:
+        extractor.grid_resolution = resolution
+        extractor.proj_grid = SampledProjGrid(grid, flat)
+        if getattr(extractor, "use_naf_upsample", False):
+            extractor.naf_model = LazyNAF(kept[2], sink)
+        z_global, z_proj = extractor(
+            image, camera_angle_x=torch.tensor([camera_angle_x], device=device),
+            distance=torch.tensor([distance], device=device),
+            mesh_scale=torch.tensor([mesh_scale], device=device))
+    finally:
+        extractor.grid_resolution, extractor.proj_grid, extractor.naf_model = kept
+    feats = z_proj[0]
+    if pipeline.low_vram:
+        extractor.cpu()
+    sparse = sys.modules[type(pipeline).__module__].SparseTensor
+    return {"cond": {"global": z_global, "proj": sparse(feats=feats, coords=coords)},
+            "neg_cond": {"global": torch.zeros_like(z_global),
+                         "proj": sparse(feats=torch.zeros_like(feats), coords=coords)}}

@@ -1,0 +1,120 @@
+"""What a lean conditioning pass hands the port's extractor in place of its ``naf_model`` and
+``proj_grid``: NAF's output left uncomputed (:class:`LazyMap`), computed only at the pixels that
+the projection's bilinear samples of the active voxels read (:class:`SampledProjGrid`)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from stageload.pixal3d.lean import attention as la
+from stageload.pixal3d.lean import checks
+from stageload.pixal3d.lean import encoder as lean_encoder
+from stageload.pixal3d.lean.report import fallback
+
+#: active voxels whose NAF pixels are computed together (4 corners each: at most 16,384 pixels,
+#: 64 MiB of 1024-channel values)
+VOXEL_CHUNK = 4096
+
+
+def kernel_of(upsampler) -> tuple:
+    """NAF\'s upsampler\'s kernel as (height, width)."""
+    ks = upsampler.kernel_size
+    return (ks, ks) if isinstance(ks, int) else tuple(ks)
+
+
+class LazyMap:
+    """NAF's output not computed: what :meth:`at` needs to compute it at chosen pixels.
+    ``queries``: the query map [B, C, H, W], or a :class:`.encoder.Encoded` that gives
+    the queries at pixels."""
+
+    def __init__(self, upsampler, queries, keys, values, size):
+        self.upsampler, self.queries, self.keys, self.values = upsampler, queries, keys, values
+        self.shape = (values.shape[0], values.shape[1]) + tuple(size)
+
+    def at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """NAF's output at pixels (rows, cols) ``[P]`` each: ``[B, P, C]``."""
+        h, w = self.shape[-2:]
+        hl, wl = self.keys.shape[-2:]
+        if isinstance(self.queries, torch.Tensor):
+            q_pixels = self.queries[:, :, rows, cols].transpose(1, 2)
+        else:
+            q_pixels = self.queries.queries_at(rows, cols).transpose(1, 2)
+        cells = (rows // (h // hl)) * wl + cols // (w // wl)
+        return la.upsample_at(q_pixels, cells, self.keys, self.values,
+                              self.upsampler.num_heads, kernel_of(self.upsampler))
+
+
+class LazyNAF(nn.Module):
+    """Stands in for the extractor's ``naf_model`` during a lean pass: NAF's image encoder
+    runs in bands (:mod:`.encoder`; as written, with a ``warning``, when it is not the
+    encoder read), its keys are pooled band by band, and the upsampler's attention is left to
+    the sampled projection (a :class:`LazyMap`)."""
+
+    def __init__(self, naf: nn.Module, sink=None):
+        super().__init__()
+        self.naf = naf
+        self.sink = sink
+
+    def forward(self, image, features, output_size, *args, **kwargs):
+        naf = self.naf
+        problem = lean_encoder.problem(naf.image_encoder)
+        if problem is None and (type(naf.query_encoder).__name__, type(naf.key_encoder).__name__
+                                ) != ("QueryEncoder", "KeyEncoder"):
+            problem = "NAF's query or key encoder is not the identity / average pool read"
+        size = _encoder_size(image.shape[-2:], output_size)
+        if problem is None and not lean_encoder.encodable(size, output_size):
+            problem = f"the encoder's {size} map does not pool to {tuple(output_size)} by blocks"
+        if problem is None:
+            encoded = lean_encoder.encode(naf.image_encoder, image, output_size)
+            keys = encoded.keys(features.shape[-2:])
+            return LazyMap(naf.upsampler, encoded, keys, features, output_size)
+        fallback(self.sink, f"NAF's image encoder runs as written (more memory): {problem}",
+                  problem)
+        x = naf.image_encoder(image, output_size=output_size)
+        return LazyMap(naf.upsampler, naf.query_encoder(x), naf.key_encoder(x, features),
+                        features, output_size)
+
+
+def _encoder_size(size, output_size) -> tuple:
+    """The map size ``ImageEncoder.forward`` encodes at (it shrinks images over 4x the
+    output)."""
+    (h, w), (oh, ow) = size, output_size
+    if h > 4 * oh or w > 4 * ow:
+        return (min(h, 4 * oh, 4 * ow), min(w, 4 * ow, 4 * oh))
+    return (h, w)
+
+
+class SampledProjGrid(nn.Module):
+    """Stands in for the extractor's ``proj_grid`` during a lean pass: the port's own
+    ``ProjGrid`` built at the pass's resolution with ``grid_points`` cut to the active voxels
+    (``flat`` = x * R^2 + y * R + z, the order ``get_proj_cond_shape`` reshapes by). A tensor
+    map is sampled by the port's ``forward``; NAF's :class:`LazyMap` is computed only at the
+    corners the same bilinear samples read (their coordinates taken from the port's own
+    projection, see :func:`.checks.sample_points`)."""
+
+    def __init__(self, grid: nn.Module, flat: torch.Tensor):
+        super().__init__()
+        self.grid = grid
+        self.grid.grid_points = grid.grid_points[flat.to(grid.grid_points.device)]
+
+    def forward(self, features_map, camera_angle_x, distance, mesh_scale, transform_matrix=None,
+                BHWC=True):
+        if not isinstance(features_map, LazyMap):
+            return self.grid(features_map, camera_angle_x, distance, mesh_scale,
+                             transform_matrix, BHWC=BHWC)
+        points = checks.sample_points(self.grid, features_map.shape, camera_angle_x, distance,
+                                      mesh_scale, transform_matrix)
+        b, c, h, w = features_map.shape
+        k = points.shape[1]
+        out = features_map.values.new_empty(b, k, c)
+        for i in range(b):
+            for k0 in range(0, k, VOXEL_CHUNK):  # a chunk's pixels only, never all at once
+                rows, cols, weights = la.bilinear_corners(points[i, k0:k0 + VOXEL_CHUNK], h, w)
+                pixels, inverse = torch.unique(rows * w + cols, return_inverse=True)
+                values = features_map.at(pixels // w, pixels % w)[i]
+                weights = weights.to(values.dtype)
+                acc = values[inverse[:, 0]] * weights[:, :1]
+                for corner in range(1, 4):
+                    acc += values[inverse[:, corner]] * weights[:, corner:corner + 1]
+                out[i, k0:k0 + VOXEL_CHUNK] = acc
+        return out
