@@ -71,8 +71,9 @@ SHARED_OPTIONS = (
              "operating system's file cache (no footprint; skipped when memory is short)"},
     {"name": "working_memory", "kind": "choice", "default": DEFAULT_WORKING_MEMORY,
      "choices": WORKING_MEMORY,
-     "help": "lean: the conditioning's NAF upsampling in bands and its projection at the "
-             "active voxels only, the flow model's attention and the decoders' rows in chunks "
+     "help": "lean: the conditioning's projection at the active voxels only and NAF's "
+             "output only at the pixels they read (whole, in bands, where the port needs the "
+             "map), the flow model's attention and the decoders' rows in chunks "
              "(docs/pixal3d.md, Working memory); port: the port's own computations"},
     {"name": "export_profile", "kind": "choice", "default": "port",
      "choices": ("port", *PROFILES),

@@ -93,8 +93,9 @@ class Pixal3DRun:
             files per model from ``prefetch_files.model_files``); default True. Eager loads
             everything in setup.
         working_memory: ``"lean"`` (default) installs the lean working memory on the pipeline
-            (``working.install``: NAF upsampling in bands, the projection at the active voxels,
-            attention and decoder rows in chunks); ``"port"`` keeps the port's own
+            (``working.install``: the projection at the active voxels and NAF's output at
+            the pixels they read — whole, in bands, where the port needs the map —, attention
+            and decoder rows in chunks); ``"port"`` keeps the port's own
             computations exactly.
 
     Runs the port's own entry points where it has them (0be9e69a: ``load_pipeline`` →

@@ -128,10 +128,12 @@ def test_honoured_options_reach_the_ports_own_functions(honoured):
 def test_every_honoured_switch_is_accepted_and_left_to_the_port(standin_dir, standin_weights,
                                                                 monkeypatch, name, load):
     """Honoured switches are read by the port's own code where the adapter runs it: setting one
-    refuses nothing in either mode (the effects of four are checked above)."""
-    monkeypatch.setenv(name, "1")
+    refuses nothing in either mode (the effects of four are checked above; the device switches,
+    which name a device, in test_lean_says_why.py)."""
+    value = "cpu" if name.endswith("_DEVICE") else "1"
+    monkeypatch.setenv(name, value)
     Pixal3DRun(standin_dir, device="cpu", load=load).close()
-    assert os.environ[name] == "1"  # the adapter does not rewrite it
+    assert os.environ[name] == value  # the adapter does not rewrite it
 
 
 def test_progress_arrives_once_per_sampler_step(honoured):

@@ -1,9 +1,9 @@
-"""Preconditions of the lean conditioning (:mod:`.lean`), checked on the live objects, and the
-byte estimates its ``working_memory`` events carry.
+"""Preconditions of the lean conditioning (:mod:`.conditioning`), checked on the live objects,
+and the byte estimates its ``working_memory`` events carry.
 
 Each ``*_problem`` function returns None when the lean path may run, else one line saying what
 does not hold (it becomes a ``warning`` event and the port's path runs). What is checked, from
-NAF and the port as read (see :mod:`.lean`): NAF's layer names (``image_encoder``,
+NAF and the port as read (see :mod:`.conditioning`): NAF's layer names (``image_encoder``,
 ``query_encoder``, ``key_encoder``, ``upsampler``); the upsampler is a ``CrossAttention`` with
 ``num_heads`` and an odd ``kernel_size`` whose ``_resize`` repeats each low-resolution value
 over its ``r x r`` block with heads split ``b (n d) h w`` (probed: that is what
@@ -14,13 +14,17 @@ integer multiple of the input, the kernel fitting the input grid; the projection
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import Optional
+from typing import Mapping, Optional
 
 import torch
 
 NAF_LAYERS = ("image_encoder", "query_encoder", "key_encoder", "upsampler")
 PASS_ARGS = ("camera_angle_x", "distance", "mesh_scale", "grid_resolution_override")
+#: The port's diagnostic switches that move NAF's output between devices
+#: (``image_conditioned_proj.py`` at 809cf5f5): the sampled pass then makes the map whole.
+DEVICE_SWITCHES = ("PIXAL3D_NAF_DEVICE", "PIXAL3D_PROJ_GRID_DEVICE")
 #: The port's ``_torch_na2d`` gathers this many queries' neighbourhoods at a time.
 PORT_QUERY_CHUNK = 2048
 
@@ -113,6 +117,14 @@ def sample_points(grid, map_shape, camera_angle_x, distance, mesh_scale, transfo
     return seen[0]
 
 
+def device_switches(environ: Optional[Mapping[str, str]] = None) -> list[str]:
+    """``NAME=value`` for each of :data:`DEVICE_SWITCHES` set (not empty) in ``environ``
+    (default ``os.environ``), as the port reads them (stripped)."""
+    environ = os.environ if environ is None else environ
+    return [f"{name}={environ[name].strip()}" for name in DEVICE_SWITCHES
+            if environ.get(name, "").strip()]
+
+
 def pipeline_problem(pipeline) -> Optional[str]:
     """Why ``pipeline`` cannot take the lean conditioning at all."""
     if not callable(getattr(pipeline, "get_proj_cond_shape", None)):
@@ -122,8 +134,64 @@ def pipeline_problem(pipeline) -> Optional[str]:
     return None
 
 
-def extractor_problem(extractor) -> Optional[str]:
-    """Why one extractor's pass cannot run lean (NAF loaded or not: checked when present)."""
+def pipeline_pass_problem(pipeline) -> Optional[str]:
+    """Why the pipeline's own state does not let a lean pass run as the port's would: the
+    pass reads ``pipeline.device`` (where the port puts the pass's tensors) and
+    ``pipeline.low_vram`` (whether it moves the extractor there and back)."""
+    device = getattr(pipeline, "device", None)
+    if not isinstance(device, (torch.device, str)):
+        return f"pipeline.device is {type(device).__name__}, not a device"
+    if not isinstance(getattr(pipeline, "low_vram", False), bool):
+        return "pipeline.low_vram is not True or False"
+    return None
+
+
+def _pair(value) -> Optional[tuple]:
+    """``value`` as (int, int) of positive ints, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        return tuple(value)
+    return None
+
+
+def naf_sizes(extractor) -> tuple[Optional[tuple], Optional[int]]:
+    """The extractor's NAF output size ``naf_target_size`` (h, w) and its patch grid side
+    ``patch_number``, each None when absent or not positive whole numbers."""
+    patches = getattr(extractor, "patch_number", None)
+    ok = isinstance(patches, int) and not isinstance(patches, bool) and patches > 0
+    return _pair(getattr(extractor, "naf_target_size", None)), patches if ok else None
+
+
+def banded_problem(extractor) -> Optional[str]:
+    """Why NAF's upsampling cannot be computed from the low-resolution keys and values for this
+    extractor at all — in bands or at chosen pixels (None: it can, or the extractor does not
+    upsample with NAF). Checks NAF (when loaded) and the output's ratio to the patch grid."""
+    if not getattr(extractor, "use_naf_upsample", False):
+        return None
+    naf = getattr(extractor, "naf_model", None)
+    if naf is not None:
+        problem = naf_problem(naf)
+        if problem:
+            return problem
+    target, patches = naf_sizes(extractor)
+    if target is None or patches is None:
+        return "the extractor's naf_target_size or patch_number is missing or not whole numbers"
+    if target[0] % patches or target[1] % patches:
+        return f"NAF output {target} is not an integer multiple of {patches}x{patches}"
+    if naf is not None and max(_kernel(naf.upsampler)) > patches:
+        return f"NAF's kernel does not fit the {patches}x{patches} patch grid"
+    return None
+
+
+def sampled_problem(extractor) -> Optional[str]:
+    """Why the projection cannot be sampled at the active voxels only (the port's
+    ``ProjGrid`` restricted to their points, its sample coordinates read from the module's
+    ``sample_features``)."""
+    resolution = getattr(extractor, "grid_resolution", None)
+    if not isinstance(resolution, int) or isinstance(resolution, bool) or resolution < 1:
+        return "the extractor's grid_resolution is not a whole number"
     grid = getattr(extractor, "proj_grid", None)
     if grid is None or not hasattr(grid, "grid_points") or not hasattr(grid,
                                                                        "image_resolution"):
@@ -135,43 +203,55 @@ def extractor_problem(extractor) -> Optional[str]:
         type(grid)(grid_resolution=2, image_resolution=grid.image_resolution)
     except Exception as exc:  # the port builds it so in get_proj_cond_shape; we must too
         return f"{type(grid).__name__}(grid_resolution=, image_resolution=) failed: {exc}"
-    if getattr(extractor, "use_naf_upsample", False):
-        naf = getattr(extractor, "naf_model", None)
-        if naf is not None:
-            problem = naf_problem(naf)
-            if problem:
-                return problem
-        target, patches = extractor.naf_target_size, extractor.patch_number
-        if target[0] % patches or target[1] % patches:
-            return f"NAF output {target} is not an integer multiple of {patches}x{patches}"
-        if naf is not None and max(_kernel(naf.upsampler)) > patches:
-            return f"NAF's kernel does not fit the {patches}x{patches} patch grid"
     return None
 
 
-def pass_problem(extractor, image, coords, kwargs) -> Optional[str]:
-    """Why this ``get_proj_cond_shape`` call cannot run lean."""
+def extractor_problem(extractor) -> Optional[str]:
+    """Why one extractor's pass cannot run lean (NAF loaded or not: checked when present)."""
+    return banded_problem(extractor) or sampled_problem(extractor)
+
+
+def pass_problem(pipeline, extractor, image, coords, kwargs) -> Optional[str]:
+    """Why this ``get_proj_cond_shape`` call cannot run the sampled pass (its NAF checked
+    apart: :func:`banded_problem`)."""
     unknown = sorted(set(kwargs) - set(PASS_ARGS))
     if unknown:
         return f"get_proj_cond_shape was given {', '.join(unknown)}, which it does not know"
     if not isinstance(image, list) or len(image) != 1:
-        return "the lean pass takes one image"
+        count = len(image) if isinstance(image, (list, tuple)) else "a tensor of"
+        return f"the sampled pass takes one image, this call has {count} images"
     if coords.dim() != 2 or coords.shape[1] != 4 or bool((coords[:, 0] != 0).any()):
         return "coords must be [N, 4] with batch index 0"
-    return extractor_problem(extractor)
+    return pipeline_pass_problem(pipeline) or sampled_problem(extractor)
 
 
 def port_pass_bytes(extractor, resolution: int, coords) -> int:
-    """Bytes the port's pass holds that the lean one does not, estimated: the whole grid's
-    projected features (low- and high-resolution and their concatenation, less the kept rows),
-    and with NAF its full output map and :func:`port_upsample_bytes`."""
-    c = int(getattr(extractor, "embed_dim", 0))
-    grid = resolution ** 3 - int(coords.shape[0])
+    """Bytes the port's pass holds at its peak beyond what the lean one holds, estimated from
+    the port's tensors in the order the port makes and frees them
+    (``image_conditioned_proj.py`` at 809cf5f5, ``forward``):
+
+    1. the low-resolution projection over the whole grid, ``[1, R³, C]``, made first and kept;
+    2. NAF: its output map ``[1, C, H, W]`` and the attention's temporaries
+       (:func:`port_upsample_bytes`), freed when NAF returns;
+    3. the high-resolution projection over the whole grid and the concatenation (two more
+       ``[1, R³, C]`` and one ``[1, R³, 2C]``) while the output map is held.
+
+    The peak is the larger of (1 + 2) and (1 + 3): NAF's temporaries are gone before the
+    grid's features exist (≈ 20.8 GiB for the texture pass at 1024² against ≈ 8 GiB after).
+    The lean pass holds the active voxels' ``[N, 2C]`` rows, taken off. Without NAF: the whole
+    grid's ``[1, R³, C]`` less the kept rows."""
+    c = int(getattr(extractor, "embed_dim", 0) or 0)
+    grid = resolution ** 3
+    kept = 4 * int(coords.shape[0]) * c
     naf = getattr(extractor, "naf_model", None)
-    if not getattr(extractor, "use_naf_upsample", False) or naf is None:
-        return 4 * grid * c
-    h, w = extractor.naf_target_size
-    cq = int(getattr(getattr(naf, "image_encoder", None), "out_channels", c))
+    target, _ = naf_sizes(extractor)
+    if not getattr(extractor, "use_naf_upsample", False) or naf is None or target is None:
+        return 4 * grid * c - kept
+    h, w = target
+    cq = int(getattr(getattr(naf, "image_encoder", None), "out_channels", c) or c)
     q = torch.empty(1, cq, h, w, device="meta")
     v = torch.empty(1, c, 1, 1, device="meta")
-    return 4 * grid * c * 4 + 4 * c * h * w + port_upsample_bytes(q, q, v)
+    low, naf_map = 4 * grid * c, 4 * c * h * w
+    during_naf = low + naf_map + port_upsample_bytes(q, q, v)
+    after_naf = low + naf_map + 4 * grid * c * 3
+    return max(during_naf, after_naf) - 2 * kept

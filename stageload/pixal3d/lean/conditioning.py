@@ -15,17 +15,31 @@ Two tools, each announced by a ``working_memory`` event (fields: ``stage``, ``ta
 
 - :func:`banded_upsampler` (``tool="banded_upsampler"``): any NAF-like ``CrossAttention``
   (``forward(q, k, v)``, ``num_heads``, ``kernel_size``, ``_resize``) computes its whole output
-  in bands of low-resolution rows (``lean_attention.upsample_banded``).
+  in bands of low-resolution rows (``attention.upsample_banded``).
 - :func:`install` (``tool="sampled_projection"``): the pipeline's ``get_proj_cond_shape`` runs
   the extractor's own ``forward`` with its ``proj_grid`` restricted to the active voxels' grid
   points and NAF's output computed only at the pixels those points' bilinear samples read
-  (``lean_attention.upsample_at``).
+  (``attention.upsample_at``).
 
-Preconditions (:mod:`.lean_checks`) are checked at install and again when a pass runs (NAF is
-loaded lazily in staged mode). Where one fails the port's own path runs and a ``warning`` event
-says why; nothing changes silently. NAF's image encoder runs layer by layer in row bands
-(:mod:`.lean_encoder`: two 128-channel maps per stack instead of several; its pooled, rotated
-map is never made whole). What stays as in the port: DINOv3 and the low-resolution projection.
+Preconditions (:mod:`.checks`) are checked at install and again when a pass runs (NAF is
+loaded lazily in staged mode). Each pass takes the leanest path whose preconditions hold, and
+every path but the first sends a ``warning`` naming the one that failed:
+
+1. the sampled pass (above);
+2. where only the sampled pass's own preconditions fail (more than one image, arguments it
+   does not know, a projection it cannot restrict), the port's pass with
+   :func:`banded_upsampler` on NAF's upsampler for the call: NAF's output whole, in bands
+   (4 GiB at 1024², against the port's ≈ 20 GiB of attention temporaries), the projection over
+   the whole grid as the port computes it (``fallback: banded_upsampler``);
+3. where NAF itself is not what lean reads (its layers, its resize, an output that is not an
+   integer multiple of the patch grid, a kernel that does not fit), the port's own pass
+   (``fallback: port_conditioning``).
+
+Where the port uses NAF's output as a tensor in the sampled pass (its ``PIXAL3D_NAF_DEVICE`` /
+``PIXAL3D_PROJ_GRID_DEVICE`` switches move it), the map is made whole in bands at that point
+(:class:`.sampled.LazyMap`, a ``warning``). NAF's image encoder runs layer by layer in row bands
+(:mod:`.encoder`: two 128-channel maps per stack instead of several; its pooled, rotated map is
+never made whole). What stays as in the port: DINOv3 and the low-resolution projection.
 """
 from __future__ import annotations
 
@@ -37,7 +51,7 @@ from stageload.hooks import around_call
 from stageload.pixal3d.lean import attention as la
 from stageload.pixal3d.lean import checks
 from stageload.pixal3d.lean.cond_pass import lean_cond_shape
-from stageload.pixal3d.lean.report import Handle, announce, fallback
+from stageload.pixal3d.lean.report import DIFFERS_WHOLE, Handle, announce, fallback
 from stageload.pixal3d.lean.sampled import kernel_of
 
 EXTRACTORS = ("image_cond_model_shape_512", "image_cond_model_shape_1024",
@@ -95,14 +109,15 @@ def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = 
     ``Pixal3DImageTo3DPipeline``): its ``get_proj_cond_shape`` (``stageload.hooks.around_call``
     on the instance; install it before the stage hooks, which must run around it) computes the
     projected features only at the active voxels and NAF's output only at the pixels their
-    bilinear samples read. The result dict has the port's
+    bilinear samples read (or, where a precondition fails, the next path of the module
+    docstring's list). The result dict has the port's
     structure (``cond``/``neg_cond``, ``global`` and a ``SparseTensor`` ``proj`` of the port's
     class) with features equal to the port's to fp32 rounding.
 
     ``sink``: ``working_memory`` events (one per extractor the first time its pass runs lean)
     and ``warning`` events (a pass that runs the port's path, and why). ``stage``: a callable
     giving the current stage name for the events (or None). Preconditions
-    (:mod:`.lean_checks`) are checked now — the pipeline's (when one fails nothing is installed
+    (:mod:`.checks`) are checked now — the pipeline's (when one fails nothing is installed
     and the handle is inactive) and each extractor's (a ``warning`` per failing one) — and again
     when each pass runs, NAF included (staged runs load it late). Returns a :class:`Handle`
     whose ``remove()`` restores ``get_proj_cond_shape``."""
@@ -120,26 +135,73 @@ def install(pipeline, sink=None, stage: Optional[Callable[[], Optional[str]]] = 
 
     def get_proj_cond_shape(call, image_cond_model, image, coords, *args, **kwargs):
         given = {**defaults, **dict(zip(checks.PASS_ARGS, args, strict=False)), **kwargs}
-        if (getattr(image_cond_model, "use_naf_upsample", False)
-                and getattr(image_cond_model, "naf_model", None) is None):
-            image_cond_model._load_naf()  # what the port's forward would do first
-        problem = (f"{len(args)} positional arguments after coords" if len(args) > 4
-                   else checks.pass_problem(image_cond_model, image, coords, given))
         name = _name(pipeline, image_cond_model)
+        problem = _load_naf(image_cond_model) or checks.banded_problem(image_cond_model)
         if problem:
             fallback(sink, f"{name} runs as the port computes it: {problem}", problem)
             return call(image_cond_model, image, coords, *args, **kwargs)
+        problem = (f"{len(args)} positional arguments after coords" if len(args) > 4
+                   else checks.pass_problem(pipeline, image_cond_model, image, coords, given))
+        if problem:
+            return _banded_pass(call, name, image_cond_model, (image, coords) + args, kwargs,
+                                problem, sink, stage)
         if id(image_cond_model) not in announced:
             announced.add(id(image_cond_model))
-            resolution = given.get("grid_resolution_override") or image_cond_model.grid_resolution
-            announce(sink, stage() if stage is not None else None, f"{name}.conditioning",
-                   "sampled_projection", int(coords.shape[0]),
-                   checks.port_pass_bytes(image_cond_model, int(resolution), coords),
-                   "projection at the active voxels; NAF at the pixels their samples read")
+            _announce(sink, stage, name, image_cond_model, given, coords)
         return lean_cond_shape(pipeline, image_cond_model, image, coords, **given, sink=sink)
 
     hook = around_call(pipeline, "get_proj_cond_shape", get_proj_cond_shape)
     return Handle(hook.remove, True)
+
+
+def _announce(sink, stage, name: str, extractor, given: dict, coords) -> None:
+    """The ``working_memory`` event of an extractor's first sampled pass; with the port's
+    device switches set, NAF's whole output (which the port moves) is taken off the saving."""
+    resolution = int(given.get("grid_resolution_override") or extractor.grid_resolution)
+    saved = checks.port_pass_bytes(extractor, resolution, coords)
+    note = "projection at the active voxels; NAF at the pixels their samples read"
+    switches = checks.device_switches()
+    target, _ = checks.naf_sizes(extractor)
+    if switches and getattr(extractor, "use_naf_upsample", False) and target is not None:
+        saved -= 4 * int(getattr(extractor, "embed_dim", 0) or 0) * target[0] * target[1]
+        note = (f"projection at the active voxels; NAF's whole output in bands, which "
+                f"{' and '.join(switches)} moves between devices")
+    announce(sink, stage() if stage is not None else None, f"{name}.conditioning",
+             "sampled_projection", int(coords.shape[0]), saved, note)
+
+
+def _load_naf(extractor) -> Optional[str]:
+    """Load the extractor's NAF the port's way (its ``_load_naf``, which its ``forward`` calls
+    first) when it upsamples with one and has none yet; why that cannot be done, or None."""
+    if not getattr(extractor, "use_naf_upsample", False) \
+            or getattr(extractor, "naf_model", None) is not None:
+        return None
+    load = getattr(extractor, "_load_naf", None)
+    if not callable(load):
+        return "the extractor has no _load_naf to load NAF the port's way"
+    load()
+    return None
+
+
+def _banded_pass(call, name: str, extractor, args: tuple, kwargs: dict, problem: str, sink,
+                 stage) -> dict:
+    """The port's own pass with :func:`banded_upsampler` on NAF's upsampler for its duration
+    (the port's pass without NAF where the extractor has none), and the ``warning`` that
+    says so."""
+    naf = getattr(extractor, "naf_model", None) \
+        if getattr(extractor, "use_naf_upsample", False) else None
+    if naf is None:
+        fallback(sink, f"{name} runs as the port computes it: {problem}", problem)
+        return call(extractor, *args, **kwargs)
+    fallback(sink, f"{name} runs the port's pass with NAF's upsampling in bands (NAF's whole "
+                   f"output and the projection over the whole grid, not only the active "
+                   f"voxels): {problem}", problem, kind="banded_upsampler",
+             differs=DIFFERS_WHOLE)
+    handle = banded_upsampler(naf.upsampler, sink, stage() if stage is not None else None)
+    try:
+        return call(extractor, *args, **kwargs)
+    finally:
+        handle.remove()
 
 
 def _check_extractors(pipeline, sink) -> None:

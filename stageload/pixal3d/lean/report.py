@@ -27,13 +27,26 @@ SOURCE = ("stageload.pixal3d.lean.conditioning (--working-memory lean; docs/pixa
           "Working memory)")
 #: ``differs`` of a lean fallback's warning: the output is the port's own.
 DIFFERS = "nothing in the output: the port's own computation runs, with its working memory"
+#: ``differs`` where lean computes NAF's whole output in bands instead of at the sampled pixels.
+DIFFERS_WHOLE = ("nothing in the output: NAF's whole output is computed in bands (the same "
+                 "arithmetic); the pass holds that map, not the port's attention temporaries")
 
 
-def fallback(sink, message: str, cause: str) -> None:
-    """A ``warning`` that the port's computation runs instead of the lean one (``fallback``:
-    ``port_conditioning``, ``cause``: the precondition that failed)."""
-    emit(sink, "warning", message=message, source=SOURCE, fallback="port_conditioning",
-         cause=cause, differs=DIFFERS)
+def fallback(sink, message: str, cause: str, *, kind: str = "port_conditioning",
+             differs: str = DIFFERS) -> None:
+    """A ``warning`` that lean falls back (``fallback``: ``kind`` — ``port_conditioning``, the
+    port's own computation; ``banded_upsampler``, NAF's whole output in bands —, ``cause``: the
+    precondition that failed, ``differs``: what that changes)."""
+    emit(sink, "warning", message=message, source=SOURCE, fallback=kind, cause=cause,
+         differs=differs)
+
+
+def whole_map(sink, why: str, nbytes: int) -> None:
+    """The ``warning`` of a lean pass that computes NAF's whole output (``nbytes``) in bands
+    because the port uses it as a tensor (``why``)."""
+    fallback(sink, f"NAF's whole output ({nbytes / 2 ** 30:.2f} GiB) is computed in bands, not "
+                   f"only at the sampled pixels: {why}", why, kind="banded_upsampler",
+             differs=DIFFERS_WHOLE)
 
 
 def announce(sink, stage, target, tool, chunk, saved, note) -> None:

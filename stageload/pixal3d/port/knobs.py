@@ -65,6 +65,12 @@ ENV_HONOURED = {
     "O_VOXEL_PYTHON": "the native export's interpreter (with PIXAL3D_NATIVE_SUBPROCESS=1)",
     "SPARSE_CONV_BACKEND": "read by the port's sparse modules",
     "SPARSE_ATTN_BACKEND": "read by the port's sparse modules",
+    "PIXAL3D_NAF_DEVICE": "the extractors' _load_naf pins NAF to that device; with "
+                          "--working-memory lean NAF's whole output is then computed in bands "
+                          "(the port moves it), a warning says so",
+    "PIXAL3D_PROJ_GRID_DEVICE": "the extractors sample NAF's output on that device; with "
+                                "--working-memory lean NAF's whole output is then computed in "
+                                "bands (the port moves it), a warning says so",
 }
 _OFF = ("", "0", "false", "off", "no")
 

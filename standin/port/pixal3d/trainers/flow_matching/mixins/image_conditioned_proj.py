@@ -11,7 +11,16 @@ upsampler with ``torch.hub.load(...)`` into ``.naf_model`` (here from the local 
 ``NAF_REPO`` with ``source="local"``; the real one names the GitHub repository
 ``valeoai/NAF``); ``grid_resolution`` and ``proj_grid`` are plain attributes that
 ``get_proj_cond_shape`` swaps for the duration of a call.
+
+The real module's two diagnostic device switches, as it reads them (809cf5f5,
+``_load_naf`` and ``forward``): ``PIXAL3D_NAF_DEVICE`` loads NAF onto that device and pins it
+there (``to``/``cpu`` leave it; ``forward`` moves the guide image and the patch features to
+NAF's device and NAF's output back); ``PIXAL3D_PROJ_GRID_DEVICE`` samples NAF's output on that
+device through ``_proj_grid_alt``, a deep copy of ``proj_grid`` made on first use and reused
+while its first buffer is on that device (NAF's output, the camera tensors moved there, the
+result moved back).
 """
+import copy
 import os
 from typing import *
 
@@ -130,16 +139,25 @@ class DinoV3ProjFeatureExtractor(nn.Module):
         if self.naf_model is None:
             import torch.hub
             device = next(self.model.parameters()).device
+            pinned = os.environ.get("PIXAL3D_NAF_DEVICE", "").strip()
+            if pinned:
+                device = torch.device(pinned)
+                print(f"[NAF] PIXAL3D_NAF_DEVICE={pinned}: forcing NAF onto {device}",
+                      flush=True)
             self.naf_model = torch.hub.load(NAF_REPO, "naf", pretrained=True, device=device,
                                             trust_repo=True, source="local")
             self.naf_model.eval()
             self.naf_model.requires_grad_(False)
+            self._naf_device_pinned = bool(pinned)
+
+    def _moves_naf(self) -> bool:
+        return self.naf_model is not None and not getattr(self, "_naf_device_pinned", False)
 
     def to(self, device):
         super().to(device)
         self.model.to(device)
         self.proj_grid.to(device)
-        if self.naf_model is not None:
+        if self._moves_naf():
             self.naf_model.to(device)
         return self
 
@@ -147,9 +165,35 @@ class DinoV3ProjFeatureExtractor(nn.Module):
         super().cpu()
         self.model.cpu()
         self.proj_grid.cpu()
-        if self.naf_model is not None:
+        if self._moves_naf():
             self.naf_model.cpu()
         return self
+
+    def _upsample(self, image_for_naf, patches):
+        """NAF's output ``[B, C, H', W']`` on the patches' device (NAF run on its own)."""
+        features = patches.permute(0, 3, 1, 2)
+        naf_device, home = next(self.naf_model.parameters()).device, features.device
+        if naf_device != home:
+            image_for_naf, features = image_for_naf.to(naf_device), features.to(naf_device)
+        hr = self.naf_model(image_for_naf, features, self.naf_target_size)
+        return hr.to(home) if naf_device != home else hr
+
+    def _sample_hr(self, hr, camera_angle_x, distance, mesh_scale, transform_matrix):
+        """``proj_grid`` over NAF's output, on ``PIXAL3D_PROJ_GRID_DEVICE`` when it is set."""
+        pinned = os.environ.get("PIXAL3D_PROJ_GRID_DEVICE", "").strip()
+        if not pinned:
+            return self.proj_grid(hr, camera_angle_x, distance, mesh_scale, transform_matrix,
+                                  BHWC=False)
+        where = torch.device(pinned)
+        alt = getattr(self, "_proj_grid_alt", None)
+        if alt is None or next(iter(alt.buffers())).device != where:
+            self._proj_grid_alt = copy.deepcopy(self.proj_grid).to(where)
+            print(f"[ProjGrid] PIXAL3D_PROJ_GRID_DEVICE={pinned}: HR proj_grid pinned to "
+                  f"{where}", flush=True)
+        home = hr.device
+        moved = [t.to(where) for t in (hr, camera_angle_x, distance, mesh_scale)]
+        matrix = transform_matrix.to(where) if transform_matrix is not None else None
+        return self._proj_grid_alt(*moved, matrix, BHWC=False).to(home)
 
     def extract_features(self, image: torch.Tensor) -> torch.Tensor:
         image = image.to(self.model.embeddings.patch_embeddings.weight.dtype)
@@ -184,9 +228,8 @@ class DinoV3ProjFeatureExtractor(nn.Module):
             z_proj = self.proj_grid(patches, camera_angle_x, distance, mesh_scale, transform_matrix)
             if self.use_naf_upsample:
                 self._load_naf()
-                hr = self.naf_model(image_for_naf, patches.permute(0, 3, 1, 2),
-                                    self.naf_target_size)
-                z_proj_hr = self.proj_grid(hr, camera_angle_x, distance, mesh_scale,
-                                           transform_matrix, BHWC=False)
+                hr = self._upsample(image_for_naf, patches)
+                z_proj_hr = self._sample_hr(hr, camera_angle_x, distance, mesh_scale,
+                                            transform_matrix)
                 z_proj = torch.cat([z_proj, z_proj_hr], dim=-1)
         return z_global, z_proj
