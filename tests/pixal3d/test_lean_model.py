@@ -67,9 +67,14 @@ def test_sliced_attention_is_the_ports_naive_attention_bit_for_bit(run, naive):
     finally:
         lean.remove()
     assert modules.sparse_scaled_dot_product_attention is original
-    (event,) = [e for e in events if e["event"] == "working_memory"]
-    assert event["tool"] == "slice_attention" and event["chunk"] == 256  # 300 in 64s
-    assert event["bytes_saved"] == 2 * (2048 - 256) * 2500 * 4 * 2
+    installed, sliced, cross_note, sdpa_note = [
+        e for e in events if e["event"] == "working_memory" and e["tool"] == "slice_attention"]
+    assert installed["note"].startswith("naive: self-attention in query slices")
+    assert sliced["chunk"] == 256  # 300 in 64s
+    assert sliced["bytes_saved"] == 2 * (2048 - 256) * 2500 * 4 * 2
+    # what passes through says why, once each, saving nothing
+    assert cross_note["bytes_saved"] == 0 and "(sparse, dense) form" in cross_note["note"]
+    assert sdpa_note["bytes_saved"] == 0 and sdpa_note["note"].startswith("sdpa: nothing")
 
 
 def _with_blocks(decoder):

@@ -71,6 +71,11 @@ FLOW_SUBSTEPS = ("conditioning", "sampling")
 DECODE_SUBSTEPS = ("decode_shape", "mesh", "decode_texture")
 SOURCE = "stageload.pixal3d.lean.models (--working-memory lean)"
 """``source`` of this part's ``warning`` events."""
+ATTENTION_TARGET = f"flow_models.{ATTENTION_NAME}"
+"""``target`` of the flow attention's ``working_memory`` events."""
+#: The decoder layers whose rows are chunked (the port's ``pixal3d/modules/norm.py`` and
+#: ``sc_vaes/sparse_unet_vae.py``).
+DECODER_LAYERS = ("LayerNorm32", "SparseConvNeXtBlock3d")
 MESH_FUNCTION = "flexible_dual_grid_to_mesh"
 """The mesh extraction the shape decoder's module calls (``fdg_vae.py``), marking ``mesh``."""
 
@@ -88,26 +93,82 @@ def naive_attention(q, k, v):
 class LeanAttention:
     """What :func:`install` puts in place of the port's attention function: the self-attention
     forms at batch 1 under ``naive`` go to ``self.attention`` (:func:`naive_attention`, which
-    ``slice_attention`` slices); everything else to ``original``."""
+    ``slice_attention`` slices); everything else to ``original``, said once per reason to
+    ``sink``: a ``working_memory`` event with nothing saved where there is nothing to slice
+    (another back end — ``flash_attn`` holds no score matrix —, the cross-attention forms),
+    a ``warning`` where the port's own slices hold more than lean's would (a batch over 1)."""
 
-    def __init__(self, original: Callable, config: Any):
+    def __init__(self, original: Callable, config: Any, sink: Optional[EventSink] = None,
+                 stage: Optional[Callable[[], Optional[str]]] = None):
         self.original = original
         self.config = config
         self.attention = naive_attention
+        self.sink = sink
+        self.stage = stage
+        self.said: set = set()
 
     def __call__(self, *args, **kwargs):
         values = list(args) + list(kwargs.values())
         sparse = all(hasattr(x, "feats") and hasattr(x, "replace") for x in values)
-        if getattr(self.config, "ATTN", None) != "naive" or not sparse or len(values) not in (1, 3):
-            return self.original(*args, **kwargs)
-        if values[0].shape[0] != 1:
-            return self.original(*args, **kwargs)
-        if len(values) == 1:
-            q, k, v = values[0].feats.unbind(dim=1)
+        backend = getattr(self.config, "ATTN", None)
+        if backend != "naive":
+            self._nothing(("backend", backend), _nothing_to_slice(backend))
+        elif not sparse or len(values) not in (1, 3):
+            self._nothing(("form", len(values), sparse), f"the {_form(values)} form is the "
+                          f"port's own (cross-attention: its keys are the conditioning's "
+                          f"tokens, not the voxels)")
+        elif values[0].shape[0] != 1:
+            self._warn(values[0].shape[0])
         else:
-            q, k, v = (x.feats for x in values)
-        out = self.attention(q, k, v)
-        return values[0].replace(out.to(q.dtype))
+            if len(values) == 1:
+                q, k, v = values[0].feats.unbind(dim=1)
+            else:
+                q, k, v = (x.feats for x in values)
+            out = self.attention(q, k, v)
+            return values[0].replace(out.to(q.dtype))
+        return self.original(*args, **kwargs)
+
+    def announce(self) -> None:
+        """The ``working_memory`` event of the installation, for the back end set now: the
+        slices (each call's size from the budget; the saving is reported at the first sliced
+        call) under ``naive``, else why there is nothing to slice."""
+        backend = getattr(self.config, "ATTN", None)
+        if backend == "naive":
+            emit(self.sink, "working_memory", stage=self._where(), target=ATTENTION_TARGET,
+                 tool="slice_attention", chunk=None, bytes_saved=0,
+                 note="naive: self-attention in query slices sized per call from the budget "
+                      "(the saving is reported at the first sliced call)")
+        else:
+            self._nothing(("backend", backend), _nothing_to_slice(backend))
+
+    def _where(self) -> Optional[str]:
+        return self.stage() if self.stage is not None else None
+
+    def _nothing(self, key: tuple, note: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            emit(self.sink, "working_memory", stage=self._where(), target=ATTENTION_TARGET,
+                 tool="slice_attention", chunk=None, bytes_saved=0, note=note)
+
+    def _warn(self, batch: int) -> None:
+        if ("batch", batch) not in self.said:
+            self.said.add(("batch", batch))
+            cause = f"a batch of {batch}: the lean slices take one"
+            emit(self.sink, "warning", source=SOURCE, fallback="port_attention", cause=cause,
+                 message=f"--working-memory lean: the flow attention runs the port's own "
+                         f"chunks ({cause})",
+                 differs="nothing in the output: the port's own attention runs, with its "
+                         "working memory")
+
+
+def _nothing_to_slice(backend) -> str:
+    return (f"{backend}: nothing to slice (the back end's own kernel; only naive holds a "
+            f"[heads, queries, keys] score matrix)")
+
+
+def _form(values: list) -> str:
+    kinds = ["sparse" if hasattr(x, "feats") else "dense" for x in values]
+    return f"({', '.join(kinds)})"
 
 
 class LeanModel:
@@ -189,16 +250,26 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
         _install_attention(lean)
         _install_substeps(lean)
         _install_decoders(lean)
-        if mps_limit_bytes is not None:
-            undo = mps_limit.set_limit(int(mps_limit_bytes))
-            if undo is not None:
-                lean._undo.append(undo)
-                lean.mps_limited = True
+        _install_limit(lean, mps_limit_bytes)
         lean._hooks.append(mps_limit.name_the_stage(pipeline, lambda: lean.stage))
     except BaseException:
         lean.remove()
         raise
     return lean
+
+
+def _install_limit(lean: LeanModel, budget: Optional[int]) -> None:
+    """Metal's hard limit from ``budget`` (:mod:`.mps_limit`), and a ``working_memory`` event
+    saying it was set or why not."""
+    undo, why = (None, "no budget was given (the memory available is not known)") \
+        if budget is None else mps_limit.set_limit(int(budget), reason=True)
+    if undo is not None:
+        lean._undo.append(undo)
+        lean.mps_limited = True
+    note = (f"Metal's hard limit set to {int(budget):,} bytes: an allocation past it fails "
+            f"naming the stage" if undo is not None else f"Metal's hard limit not set: {why}")
+    emit(lean.sink, "working_memory", stage=lean.stage, target="mps.allocator",
+         tool="mps_limit", chunk=None, bytes_saved=0, note=note)
 
 
 def _install_attention(lean: LeanModel) -> None:
@@ -218,6 +289,7 @@ def _install_attention(lean: LeanModel) -> None:
         return
     holder, handle = lean_attention(getattr(module, ATTENTION_NAME), config, lean.budget,
                                     sink=lean.sink, stage=lambda: lean.stage)
+    holder.announce()
     lean.tools.append(handle)
     lean._hooks.append(_replace(module, ATTENTION_NAME, holder))
 
@@ -230,14 +302,14 @@ def lean_attention(original: Callable, config: Any, budget_bytes: int, *,
     ``naive`` path runs in query slices sized per call from ``budget_bytes``), and the
     ``slice_attention`` handle on it. ``config``: the port's ``pixal3d.modules.sparse.config``
     (read at each call: its ``ATTN``). Used by :func:`install` and the benchmark."""
-    holder = LeanAttention(original, config)
+    holder = LeanAttention(original, config, sink=sink, stage=stage)
 
     def size(q, k) -> int:  # q [L, H, C], k [S, H, C]
         return query_slice(budget_bytes, heads=q.shape[1], keys=k.shape[0])
 
     handle = slice_attention(holder, "attention", size, query_dim=0,
                              baseline_queries=PORT_QUERY_CHUNK, sink=sink, stage=stage,
-                             target=f"flow_models.{ATTENTION_NAME}")
+                             target=ATTENTION_TARGET)
     return holder, handle
 
 
@@ -335,18 +407,34 @@ class _Removable:
 
 
 def _chunk_decoder(lean: LeanModel, name: str, decoder) -> list:
+    """:func:`chunk_decoder` with the run's budget, sink and stage."""
+    return chunk_decoder(decoder, name, lean.budget, sink=lean.sink, stage=lambda: lean.stage)
+
+
+def chunk_decoder(decoder, name: str, budget_bytes: int, *, sink: Optional[EventSink] = None,
+                  stage: Optional[Callable[[], Optional[str]]] = None) -> list:
     """``chunk_rows`` on every ``LayerNorm32`` and ``SparseConvNeXtBlock3d.mlp`` of ``decoder``
-    (names as the port's ``pixal3d/modules/norm.py`` and ``sc_vaes/sparse_unet_vae.py``)."""
+    (:data:`DECODER_LAYERS`), rows per chunk from ``budget_bytes`` (:func:`rows_for_budget`);
+    returns the handles (each ``remove()``; each sends its ``working_memory`` event at its
+    first call). A decoder with none of those layers has nothing chunked: a ``warning``
+    (``fallback: port_decoder``) names it and the port's rows run, with their memory."""
     tools = []
     for path, module in decoder.named_modules():
         kind = type(module).__name__
-        target = module.mlp if kind == "SparseConvNeXtBlock3d" else module
-        if kind not in ("LayerNorm32", "SparseConvNeXtBlock3d"):
+        if kind not in DECODER_LAYERS:
             continue
-        rows = rows_for_budget(target, lean.budget)
+        target = getattr(module, "mlp", None) if kind == "SparseConvNeXtBlock3d" else module
+        if not callable(target):
+            continue
+        rows = rows_for_budget(target, budget_bytes)
         label = f"{name}.{path}.mlp" if kind == "SparseConvNeXtBlock3d" else f"{name}.{path}"
-        tools.append(chunk_rows(target, rows, sink=lean.sink, stage=lambda: lean.stage,
-                                target=label))
+        tools.append(chunk_rows(target, rows, sink=sink, stage=stage, target=label))
+    if not tools:
+        cause = f"{name} ({type(decoder).__name__}) has no {' or '.join(DECODER_LAYERS)}"
+        emit(sink, "warning", source=SOURCE, fallback="port_decoder", cause=cause,
+             message=f"--working-memory lean: {name}'s rows run as the port runs them, in "
+                     f"one piece ({cause})",
+             differs="nothing in the output: the decoder's own rows, with their memory")
     return tools
 
 

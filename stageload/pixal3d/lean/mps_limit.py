@@ -66,21 +66,28 @@ def budget_from_memory(total: Optional[int], available: Optional[int]) -> Option
     return budget if budget > 0 else None
 
 
-def set_limit(budget_bytes: int) -> Optional[Callable[[], None]]:
+def set_limit(budget_bytes: int, *, reason: bool = False):
     """Set the MPS allocator's hard limit to ``budget_bytes`` when MPS is available; returns a
     function that puts back the ratio the environment gave (or PyTorch's default), or None when
-    nothing was set (no MPS, or a budget beyond what the call accepts)."""
+    nothing was set (no MPS, or a budget beyond what the call accepts). With ``reason``:
+    ``(that function or None, why nothing was set or None)``."""
     import torch
 
+    undo, why = None, None
     mps = getattr(torch.backends, "mps", None)
     if mps is None or not mps.is_available():
-        return None
-    fraction = mps_fraction(int(budget_bytes), int(torch.mps.recommended_max_memory()))
-    if fraction is None:
-        return None
-    torch.mps.set_per_process_memory_fraction(fraction)
-    before = float(os.environ.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO", DEFAULT_HIGH_WATERMARK))
-    return lambda: torch.mps.set_per_process_memory_fraction(before)
+        why = "MPS is not available in this process (no Metal device, or a CPU run)"
+    else:
+        fraction = mps_fraction(int(budget_bytes), int(torch.mps.recommended_max_memory()))
+        if fraction is None:
+            why = (f"the budget ({int(budget_bytes):,} bytes) is beyond the "
+                   f"{MAX_FRACTION} x recommended working set Metal accepts")
+        else:
+            torch.mps.set_per_process_memory_fraction(fraction)
+            before = float(os.environ.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO",
+                                          DEFAULT_HIGH_WATERMARK))
+            undo = lambda: torch.mps.set_per_process_memory_fraction(before)  # noqa: E731
+    return (undo, why) if reason else undo
 
 
 def is_mps_refusal(exc: BaseException) -> bool:

@@ -1,0 +1,77 @@
+"""Every lean part acts or says why not, in a whole staged run on the stand-in (CPU):
+
+- the flow attention under a back end with nothing to slice (``flash_attn``, the port's choice
+  when the mtlflashattn shim imports) sends a ``working_memory`` event saying so;
+- decoders whose layers lean does not know (their class names absent) send a ``warning`` each;
+- Metal's limit, which cannot be set without MPS, says why in its ``working_memory`` event;
+- the port's device switches (``PIXAL3D_PROJ_GRID_DEVICE=cpu``, ``PIXAL3D_NAF_DEVICE=cpu``)
+  with lean give the port's result within the stated bound, with a ``warning``, no traceback.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from stageload.pixal3d import Pixal3DRun
+from stageload.pixal3d.lean import models as lean_model
+
+SEED, TEXTURE, STEPS = 3, 512, 1
+LEAN_BOUND = 1e-4  # docs/pixal3d.md, "Working memory" (tests/pixal3d/test_working_memory.py)
+
+
+def _run(standin_dir, image, tmp_path, name, **kwargs):
+    events: list[dict] = []
+    run = Pixal3DRun(standin_dir, device="cpu", events=events.append, prefetch=False, **kwargs)
+    try:
+        run.generate(image, tmp_path / f"{name}.glb", seed=SEED, texture_size=TEXTURE,
+                     steps=STEPS)
+    finally:
+        run.close()
+    return run, events
+
+
+@pytest.fixture()
+def flash_attn():
+    config = importlib.import_module("pixal3d.modules.sparse.config")
+    before = config.ATTN
+    config.set_attn_backend("flash_attn")
+    yield
+    config.set_attn_backend(before)
+
+
+def test_each_part_says_why_it_does_nothing(standin_dir, standin_weights, rgb_image, tmp_path,
+                                            flash_attn, monkeypatch):
+    monkeypatch.setattr(lean_model, "DECODER_LAYERS", ("NoSuchNorm", "NoSuchBlock"))
+    _, events = _run(standin_dir, rgb_image, tmp_path, "why")
+    notes = {(e["target"], e["tool"]): e for e in events if e["event"] == "working_memory"}
+    attention = notes[(lean_model.ATTENTION_TARGET, "slice_attention")]
+    assert attention["note"].startswith("flash_attn: nothing to slice")
+    assert attention["bytes_saved"] == 0
+    limit = notes[("mps.allocator", "mps_limit")]
+    if not torch.backends.mps.is_available():
+        assert "not set: MPS is not available" in limit["note"]
+    decoders = [e for e in events if e["event"] == "warning" and e.get("fallback") ==
+                "port_decoder"]
+    assert sorted(e["cause"].split(" ")[0] for e in decoders) == ["shape_slat_decoder",
+                                                                  "tex_slat_decoder"]
+    assert all("NoSuchNorm or NoSuchBlock" in e["cause"] for e in decoders)
+
+
+def test_the_ports_device_switches_with_lean_give_the_ports_result(
+        standin_dir, standin_weights, rgb_image, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIXAL3D_PROJ_GRID_DEVICE", "cpu")
+    monkeypatch.setenv("PIXAL3D_NAF_DEVICE", "cpu")
+    port, _ = _run(standin_dir, rgb_image, tmp_path, "port", working_memory="port")
+    lean, events = _run(standin_dir, rgb_image, tmp_path, "lean")
+    for key, b in port.last_latents.items():
+        a = lean.last_latents[key]
+        for x, y in ((a, b),) if isinstance(b, torch.Tensor) else ((a.feats, b.feats),
+                                                                   (a.coords, b.coords)):
+            assert x.shape == y.shape, key
+            scale = float(y.abs().max()) or 1.0
+            assert float((x.float() - y.float()).abs().max()) / scale <= LEAN_BOUND, key
+    whole = [e for e in events if e["event"] == "warning" and e.get("fallback") ==
+             "banded_upsampler"]
+    assert whole and all("whole output" in e["message"] for e in whole)
