@@ -175,6 +175,26 @@ class JobState:
         self.transition(DONE)
         self.ended = time.time() if now is None else now
 
+    def complete(self, now: float | None = None) -> None:
+        """The run is over with its result — a ``result`` event, or in a batch the image's
+        ``batch_item`` (done or skipped), which stands for it: the running row(s) end at
+        ``now`` and every row not reached is complete."""
+        t = time.time() if now is None else now
+        self._close_running_stage(t)
+        for row in self._all_rows():
+            if row.status == PENDING:
+                row.status = COMPLETE
+        self.stage_fraction, self.substep = 1.0, None
+
+    def mark_skipped(self, now: float | None = None) -> None:
+        """A batch image an earlier run finished, its object already in the scene: nothing
+        runs or imports; its rows are complete and the job is done."""
+        t = time.time() if now is None else now
+        self.complete(t)
+        if self.status not in FINISHED:
+            self.transition(DONE)
+            self.ended = t
+
     def finish_process(self, returncode: int | None, stderr_tail: str = "",
                        now: float | None = None, hint: str = GUI_DIED_HINT) -> None:
         """The runner process has exited with ``returncode``; decide the outcome if no event did.
@@ -382,11 +402,7 @@ class JobState:
             peak = _peak_bytes(ev["summary"].get("peak"))
         if peak is not None:
             self.peak = max(self.peak or 0, peak)
-        self._close_running_stage(t)
-        for row in self._all_rows():
-            if row.status == PENDING:
-                row.status = COMPLETE
-        self.stage_fraction, self.substep = 1.0, None
+        self.complete(t)
         if self.status != CANCELLED:
             self.transition(IMPORTING)
             self.ended = t

@@ -25,11 +25,13 @@ FINISHED = (DONE, FAILED, CANCELLED)
 #: over at ``STARTING`` through ``JobState.begin`` whatever the status). Besides the run's own
 #: order: a ``result`` read after an ``error`` (or a second one) imports again, a failure
 #: found by the add-on (an import, its own timer) may follow anything, the guard's events
-#: may arrive while an earlier result is being imported, and a state fed without ``begin``
-#: (the headless batch's, which only holds the batch's own error) starts from ``IDLE``.
+#: may arrive while an earlier result is being imported, a state fed without ``begin``
+#: (the headless batch's, which only holds the batch's own error) starts from ``IDLE``, and a
+#: batch image an earlier run finished, already in the scene, is done from ``STARTING``
+#: (``JobState.mark_skipped``: nothing runs or imports).
 NEXT: dict[Status, frozenset[Status]] = {
     IDLE: frozenset({STARTING, WAITING, RUNNING, IMPORTING, FAILED, CANCELLED}),
-    STARTING: frozenset({WAITING, RUNNING, IMPORTING, FAILED, CANCELLED}),
+    STARTING: frozenset({WAITING, RUNNING, IMPORTING, DONE, FAILED, CANCELLED}),
     WAITING: frozenset({RUNNING, IMPORTING, FAILED, CANCELLED}),
     RUNNING: frozenset({WAITING, IMPORTING, FAILED, CANCELLED}),
     IMPORTING: frozenset({WAITING, RUNNING, DONE, FAILED, CANCELLED}),

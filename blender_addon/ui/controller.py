@@ -257,7 +257,12 @@ class Controller:
             detail = f"{err.get('kind')}: {err.get('message')}"
             self.state.apply({"v": ev.get("v"), "event": "error", "t": ev.get("t"), **err})
         elif status in ("done", "skipped") and isinstance(output, str):
-            if status == "done" or not importer.imported(output):
+            # no result event in a batch: the item's batch_item ends its rows (the last stage
+            # would stay running after the batch otherwise)
+            self.state.complete(ev.get("t") if isinstance(ev.get("t"), (int, float)) else None)
+            if status == "skipped" and importer.imported(output):
+                self.state.mark_skipped()  # nothing runs or imports: not "starting…" for good
+            else:
                 self.state.output = output
                 self.state.trace = str(ev.get("trace") or "")
                 self.last_trace = self.state.trace

@@ -465,6 +465,7 @@ def sc_batch(zip_path, work, folder):
     bpy.types.VIEW3D_PT_image_to_mesh.draw(type("P", (), {"layout": RecordingLayout(log)})(),
                                            bpy.context)
     facts["panel_labels"] = [entry[1] for entry in log if entry[0] == "label"]
+    facts["last_rows"] = [list(row[:2]) for row in ctl.CONTROLLER.view().stage_rows]
     new = [o for o in bpy.data.objects if o.name not in before]
     facts["new_objects"] = [object_facts(o) for o in new]
     root = bpy.data.collections.get("Image to Mesh")
@@ -495,7 +496,15 @@ def sc_batch_resume(zip_path, work, folder):
     facts["second_summary"] = ctl.batch_summary
     facts["after_second"] = {o.name: list(o.location) for o in bpy.data.objects
                              if "image_to_mesh_glb" in o}
+    facts["second_rows"] = [list(row[:2]) for row in ctl.view().stage_rows]
     facts["outputs"] = sorted(p.name for p in (work / "out").rglob("*.glb"))
+    # a third run: every image was done before and is in the scene — nothing runs
+    facts["third"] = sorted(bpy.ops.image_to_mesh.batch())
+    facts["third_finished"] = drive(120)
+    facts["third_items"] = [[i.image.name, i.status] for i in ctl.batch.items]
+    third = ctl.view()
+    facts["third_view"] = {"status": str(third.status), "headline": third.headline,
+                           "progress": third.progress, "progress_text": third.progress_text}
     facts["children_alive"] = descendant_pids()
     verdict(**facts)
 

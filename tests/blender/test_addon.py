@@ -317,6 +317,9 @@ def test_batch_continues_past_a_corrupt_file(built_zip, tmp_path, shared_images)
     assert "not_an_image" in v["summary"] or "image_truncated" in v["summary"]
     # the job box is headed by the batch's outcome, not by its last image's ("Done")
     assert v["panel_labels"][0] == "Done with failures: 3 of 4 done, 1 failed", v["panel_labels"]
+    # the last image's rows are over with its batch_item (a batch sends no result event)
+    assert v["last_rows"] and all(status == "done" for _, status in v["last_rows"]), \
+        v["last_rows"]
     assert v["children_alive"] == []
 
 
@@ -342,6 +345,13 @@ def test_batch_cancel_then_resume_skips_what_was_done(built_zip, tmp_path, share
     assert xs == pytest.approx([0.0, 1.5, 3.0])  # side by side, never on top of each other
     assert v["after_second"][Path(first[0]).stem] == pytest.approx([0, 0, 0])
     assert sorted(v["outputs"]) == sorted(f"{s}.glb" for s in stems)
+    # run again with everything done and in the scene: every image skipped, and the panel
+    # says the batch is done — not "starting…" at 0 % with nothing running
+    assert v["third"] == ["FINISHED"] and v["third_finished"]
+    assert sorted(status for _, status in v["third_items"]) == ["skipped"] * 3
+    assert v["third_view"] == {"status": "done", "headline": "Done: 0 of 3 done, 3 skipped",
+                               "progress": 1.0, "progress_text": "done"}, v["third_view"]
+    assert all(status == "done" for _, status in v["second_rows"]), v["second_rows"]
     assert v["children_alive"] == []
 
 

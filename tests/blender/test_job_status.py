@@ -55,7 +55,7 @@ def test_a_move_the_table_does_not_allow_is_refused_and_noted():
     assert st.status == CANCELLED and st.history == [STARTING, CANCELLED]
     assert st.warnings == ["status running cannot follow cancelled; kept cancelled"]
     assert st.transition(CANCELLED) and st.history == [STARTING, CANCELLED]  # no move
-    assert RUNNING not in NEXT[DONE] and DONE not in NEXT[STARTING]
+    assert RUNNING not in NEXT[DONE] and DONE not in NEXT[WAITING]
     assert set(NEXT) == set(Status)
 
 
