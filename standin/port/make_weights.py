@@ -10,7 +10,7 @@ Usage (tests, and the loading benchmark)::
     # NAF) from these caches, exactly as the real one does offline.
 
 or from a shell: ``python standin/port/make_weights.py DIR --scale 1e-3``
-(prints the environment variables to set, as JSON).
+(prints the shell lines that use them; ``--json`` for programs; see ``README.md``).
 
 Layout written under ``root`` (``scale`` multiplies every size; bytes are float32 weights):
 
@@ -263,15 +263,36 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
                        bytes=sizes)
 
 
+def shell_recipe(info: WeightsInfo) -> str:
+    """What to type in a POSIX shell to run the stand-in port on ``info``'s weights: the
+    variables to export (paths as they are, quoted for the shell, never escaped as JSON) and a
+    runner command using them."""
+    import shlex
+    port = Path(__file__).resolve().parent
+    total = sum(info.bytes.values())
+    return "\n".join([
+        f"# stand-in Pixal3D weights in {info.root} ({total / 1e6:.1f} MB); in a POSIX shell:",
+        *(f"export {name}={shlex.quote(str(value))}" for name, value in info.env.items()),
+        f"python -m runner IMAGE.png --backend pixal3d --pixal3d-dir {shlex.quote(str(port))}",
+    ]) + "\n"
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Write the stand-in Pixal3D weights folder.")
+    parser = argparse.ArgumentParser(description="Write the stand-in Pixal3D weights folder "
+                                     "and print the shell lines that use it.")
     parser.add_argument("root")
     parser.add_argument("--scale", type=float, default=1e-4)
+    parser.add_argument("--json", action="store_true",
+                        help="print env, model_path, model_dir and bytes as JSON instead "
+                             "(paths as they are, not escaped)")
     ns = parser.parse_args(argv)
     info = make_weights(ns.root, ns.scale)
-    print(json.dumps({"env": info.env, "model_path": info.model_path,
-                      "model_dir": str(info.model_dir),
-                      "bytes": info.bytes}, indent=1))
+    if ns.json:
+        print(json.dumps({"env": info.env, "model_path": info.model_path,
+                          "model_dir": str(info.model_dir), "bytes": info.bytes}, indent=1,
+                         ensure_ascii=False))
+    else:
+        sys.stdout.write(shell_recipe(info))
     return 0
 
 
