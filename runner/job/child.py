@@ -180,7 +180,9 @@ class Child:
             return
         if name == "stage" and ev.get("parent") is None:
             ev = {**ev, "pid": self.proc.pid}  # which process ran the stage (export: its own)
-        self.sup.tracker.on_event(ev)
+        closing = self.sup.tracker.on_event(ev)
+        if closing is not None:  # the ending stage's last figure, before the next one begins
+            self.sup.publish(make("memory", **closing))
         self.sup.publish(relay(ev))
 
     # -- sample --------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ class MemoryTracker:
         self._peaks = StagePeaks()
         self.substep: str | None = None
         self._due = float("-inf")
+        self._last: dict | None = None  # the last sample accounted
         self._lock = threading.Lock()
 
     @property
@@ -50,17 +51,33 @@ class MemoryTracker:
     def stage_peak(self) -> int | None:
         return self._peaks.stage_peak
 
-    def on_event(self, ev: dict) -> None:
+    def on_event(self, ev: dict) -> dict | None:
         """Follow ``stage`` / ``ready`` events (other events are ignored). An event without a
-        numeric ``t`` is given the time it arrived."""
+        numeric ``t`` is given the time it arrived.
+
+        Returns the fields of a ``memory`` event to send *before* ``ev`` when ``ev`` begins a
+        new stage (a ``stage`` event without ``parent``) while one runs: the ending stage's
+        window peak with every sample counted so far (:meth:`closing`). The events are throttled
+        (``interval``), so without it the last one of a stage missed the samples after it — up
+        to ``interval`` of them — and a stage shorter than ``interval`` had none: a reader's
+        figure for the stage (the terminal's ``done … peak`` line) was not the summary's."""
         if ev.get("event") not in ("stage", "ready"):
-            return
+            return None
         if not isinstance(ev.get("t"), (int, float)) or isinstance(ev.get("t"), bool):
             ev = {**ev, "t": time.time()}
         with self._lock:
+            begins = ev.get("event") == "stage" and ev.get("parent") is None
+            closing = self._fields(self._last) if begins and self.stage is not None else None
             self._peaks.on_event(ev)
             if ev.get("event") == "stage":  # a sub-step names itself; a new stage clears it
                 self.substep = ev.get("stage") if ev.get("parent") is not None else None
+        return closing
+
+    def closing(self) -> dict | None:
+        """The fields of the current stage's last ``memory`` event (its window peak with every
+        sample counted so far), for the end of a job; None before the first stage."""
+        with self._lock:
+            return self._fields(self._last) if self.stage is not None else None
 
     def on_sample(self, sample: dict, force: bool = False) -> dict | None:
         """Account one meter ``sample`` dict (``t`` in ``time.time()`` seconds, as the
@@ -69,6 +86,7 @@ class MemoryTracker:
         ``pressure``) when one is due (``force``: now, whatever the interval)."""
         with self._lock:
             self._peaks.on_sample(sample)
+            self._last = sample
             now = self._clock()
             if not force and now < self._due:
                 return None
@@ -76,8 +94,12 @@ class MemoryTracker:
             # not one every third sample (3.3/s); after a stall the grid restarts from now.
             late = now - self._due >= self.interval
             self._due = now + self.interval if late else self._due + self.interval
-            return {"footprint": sample.get("footprint"), "peak": self.peak,
-                    "stage": self.stage, "stage_peak": self.stage_peak,
-                    "substep": self.substep, "swap": sample.get("swap"),
-                    "available": sample.get("available"),
-                    "total": sample.get("total"), "pressure": sample.get("pressure")}
+            return self._fields(sample)
+
+    def _fields(self, sample: dict | None) -> dict:
+        sample = sample or {}
+        return {"footprint": sample.get("footprint"), "peak": self.peak,
+                "stage": self.stage, "stage_peak": self.stage_peak,
+                "substep": self.substep, "swap": sample.get("swap"),
+                "available": sample.get("available"),
+                "total": sample.get("total"), "pressure": sample.get("pressure")}

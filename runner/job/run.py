@@ -370,7 +370,9 @@ class JobRun:
                    make("ready", stage="export", seconds=time.perf_counter() - start,
                         released_bytes=0),
                    make("stage", stage="handover", parent="export", pid=pid)):
-            self.tracker.on_event(ev)  # the live memory events' stage, as for relayed ones
+            closing = self.tracker.on_event(ev)  # the live memory events' stage, as relayed
+            if closing is not None:
+                self.publish(make("memory", **closing))
             self.publish(ev)
 
     def supervision(self) -> Supervision:
@@ -430,6 +432,9 @@ class JobRun:
         unstarted = error is not None and error.kind == "guard_timeout" and not self.children
         trace_path = str(self.trace.path) if self.trace.path and not unstarted else None
         peak = self.tracker.peak
+        closing = self.tracker.closing() if self.children else None
+        if closing is not None:  # the last stage's figure with every sample (the summary's)
+            self.publish(make("memory", **closing))
         if error is None:
             summary = summarize_trace(self.trace.path) if self.trace.is_open else None
             final = make("result", output=str(self.output), trace=trace_path,

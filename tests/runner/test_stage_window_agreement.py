@@ -93,3 +93,41 @@ def test_panel_and_summary_give_each_stage_the_same_peak_and_blame_the_same_stag
     assert panel_blame == summary["peak"]["stage"]
     expected = {"small_run": None, "release_spike": None, "in_stage_spike": "decode"}[trace]
     assert summary["peak"]["stage"] == expected
+
+
+def test_throttled_memory_events_end_each_stage_with_its_window_peak(tmp_path):
+    """The live events are throttled (4 a second): a stage's last one must still carry the
+    peak of its whole window — the closing figure sent before the next stage and at the end —
+    or the terminal's ``done … peak`` differs from the summary's, and a stage shorter than the
+    interval has none at all."""
+    clock = [0.0]
+    tracker = MemoryTracker(interval=0.25, clock=lambda: clock[0])
+    lines, published = [], []
+
+    def event(**ev):
+        lines.append(ev)
+        closing = tracker.on_event(ev)
+        if closing is not None:
+            published.append(closing)
+
+    def sample(t, footprint):
+        clock[0] = t
+        lines.append({"event": "sample", "t": t, "pid": 1, "footprint": footprint})
+        memory = tracker.on_sample(lines[-1])
+        if memory is not None:
+            published.append(memory)
+
+    event(event="stage", t=0.0, stage="shape")
+    event(event="ready", t=0.01, stage="shape")
+    sample(0.1, 100 * MiB)  # due: an event
+    sample(0.2, 300 * MiB)  # not due: counted, but no event of its own
+    event(event="stage", t=0.22, stage="texture")  # shorter than the interval
+    event(event="ready", t=0.23, stage="texture")
+    sample(0.3, 250 * MiB)  # not due either
+    published.append(tracker.closing())  # the end of the job
+    last = {}
+    for memory in published:
+        last[memory["stage"]] = memory["stage_peak"]
+    summary = summarize([json.dumps(line) for line in lines])
+    assert last == {st["stage"]: st["peak"] for st in summary["stages"]} == {
+        "shape": 300 * MiB, "texture": 250 * MiB}
