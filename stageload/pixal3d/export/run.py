@@ -174,12 +174,29 @@ def _check_remesh_limit(postprocess, args, native: bool) -> None:
 
 def save_asset(gm, asset, path: os.PathLike | str) -> Path:
     """Write ``asset`` with the port's own ``save_mesh_checkpoint`` to ``path`` (must end in
-    ``.npz``; created private, 0600, and must not exist). Returns the path."""
+    ``.npz``; created private, 0600, and must not exist). Returns the path.
+
+    The port prints ``[Checkpoint] Saved mesh to PATH`` as it writes (meant for its
+    ``--save-mesh``, a file the user asked for); the hand-over is the adapter's own temporary,
+    deleted once the export has read it, so that line is dropped — a path the user cannot
+    find told them nothing. Whatever else the port prints while saving passes through."""
+    import contextlib
+    import io
+    import sys
+
     path = Path(path)
     if path.suffix != ".npz":
         raise ValueError(f"hand-over path {path} must end in .npz (numpy adds it otherwise)")
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    gm.save_mesh_checkpoint(path, asset.mesh, asset.vertices, asset.faces, asset.resolution)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            gm.save_mesh_checkpoint(path, asset.mesh, asset.vertices, asset.faces,
+                                    asset.resolution)
+    finally:
+        kept = [line for line in said.getvalue().splitlines(keepends=True)
+                if not (line.startswith("[Checkpoint]") and str(path) in line)]
+        sys.stdout.write("".join(kept))
     return path
 
 
