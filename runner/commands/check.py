@@ -1,9 +1,13 @@
-"""``python -m runner check [--backend NAME] [backend options]``: can this machine run a job?
+"""``python -m runner check [--backend NAME] [--json] [backend options]``: can this machine run
+a job?
 
-Prints one JSON object (also a protocol line: ``"v": 1, "event": "check"``) with ``python``
-(version, executable), ``platform``, ``torch`` (``version`` or null with ``reason``/``hint``),
-``devices`` (``cpu``, ``cuda``, ``mps``: each ``available`` plus details) and ``backends``
-(name → ``ok``, ``reason``, ``hint``, ``title``). torch is imported in a worker subprocess
+At a terminal (stdout ``isatty``, no ``--json``) it prints its answer for a person, one line
+each (Python and torch, the devices, each backend, the verdict) and no JSON. A pipe or a file
+(and ``--json``) gets one JSON object (a protocol line: ``"v": 1, "event": "check"``) with
+``python`` (version, executable), ``platform``, ``torch`` (``version`` or null with
+``reason``/``hint``), ``devices`` (``cpu``, ``cuda``, ``mps``: each ``available`` plus details)
+and ``backends`` (name → ``ok``, ``reason``, ``hint``, ``title``); the lines for a person then
+go to stderr (``runner: check: …``). torch is imported in a worker subprocess
 (``python -m runner.worker.run --probe``), never in this process.
 
 Exit status: 0 when every requested backend (``--backend``, default ``builtin``) can run;
@@ -29,7 +33,13 @@ from runner import backends
 from runner.cluster.auth import require_cluster_for_token
 from runner.cluster.check import cluster_check
 from runner.cluster.placement import node_argv, record_raw
-from runner.commands.cli import ArgumentParser, backend_options, usage_failure
+from runner.commands import console
+from runner.commands.cli import (
+    ArgumentParser,
+    add_json_argument,
+    backend_options,
+    usage_failure,
+)
 from runner.commands.option_args import add_arguments as add_table_arguments
 from runner.commands.verdicts import backend_lines, verdict_exit_code
 from runner.job.child import child_env
@@ -85,17 +95,28 @@ def probe(options: dict, python: str | None = None) -> dict:
                       f"answer (exit status {proc.returncode}).")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m runner check``; returns the exit status."""
+def build_parser() -> ArgumentParser:
+    """The parser of ``python -m runner check`` (every option of the options table's ``check``
+    command, so every backend's)."""
     parser = ArgumentParser(prog="python -m runner check",
                             formatter_class=argparse.RawDescriptionHelpFormatter,
-                            description="Python, torch, devices and which backends can run here "
-                                        "(one JSON line on stdout:\nthe check event, or an error "
-                                        "event when it could not check).",
+                            description="Python, torch, devices and which backends can run here: "
+                                        "lines for a person at a terminal,\none JSON line (the "
+                                        "check event, or an error event) in a pipe or with "
+                                        "--json.",
                             epilog=CHECK_EPILOG)
     parser.add_argument("--backend", choices=backends.names(), action="append",
                         help="backend(s) whose readiness sets the exit status (default: builtin)")
+    add_json_argument(parser, "print the check event (runner/PROTOCOL.md) on stdout even when "
+                              "it is a terminal, which otherwise gets lines for a person; a "
+                              "pipe or a file always gets the event")
     add_table_arguments(parser, "check")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m runner check``; returns the exit status."""
+    parser = build_parser()
     raw = record_raw(parser)  # the option texts each node's own check is given
     try:
         ns = parser.parse_args(argv)
@@ -105,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         if err.kind == "usage" and err.hint == KINDS["usage"].hint:
             err.hint = "Run `python -m runner check --help` for the options."
         return usage_failure(err, "check")
-    emitter = Emitter()
+    human = console.wanted(ns.json)
+    emitter = console.Console() if human else Emitter()  # at a terminal: the lines below, no JSON
+    say = print if human else (lambda line: log(f"check: {line}"))
     if ns.cluster is not None:
         return _cluster(parser, ns, raw, emitter)
     try:
@@ -120,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     result["requested"] = wanted
     result["ok"] = all(result["backends"].get(b, {}).get("ok") for b in wanted)
     emitter.emit(make("check", **result))
-    for line in summary_lines(result):  # for a person; stdout's JSON is the interface
-        log(f"check: {line}")
+    for line in summary_lines(result):  # for a person; a pipe's JSON is the interface
+        say(line)
     if result["ok"]:
         return 0
     if not result["torch"].get("ok") and any(backends.get(b).needs_torch for b in wanted

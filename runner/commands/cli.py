@@ -79,13 +79,14 @@ def add_job_arguments(parser: argparse.ArgumentParser, command: str = "run") -> 
     parser.set_defaults(guard_grace=DEFAULT_GRACE)
 
 
-def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    """``--json``: the events on stdout even at a terminal (``runner.commands.console``)."""
+def add_json_argument(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    """``--json``: the events on stdout even at a terminal (``runner.commands.console``);
+    ``help_text``: the command's own words (default: a run's)."""
     parser.add_argument("--json", action="store_true",
-                        help="print the NDJSON events (runner/PROTOCOL.md) on stdout even when "
-                             "it is a terminal, which otherwise gets a progress line per stage "
-                             "(a batch: one line per image); a pipe or a file always gets the "
-                             "events")
+                        help=help_text or "print the NDJSON events (runner/PROTOCOL.md) on "
+                             "stdout even when it is a terminal, which otherwise gets a "
+                             "progress line per stage (a batch: one line per image); a pipe or "
+                             "a file always gets the events")
 
 
 def backend_options(ns: argparse.Namespace) -> dict:
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         options = validate_job(ns)
         config = guard_config(ns)
     except RunnerError as err:
-        return usage_failure(err, "single", argv)
+        return usage_failure(suggest_command(err, argv), "single", argv)
     emitter, cancel = setup(ns)
     job = Job(input=ImageInput(ns.image), output=Path(ns.output), backend=ns.backend,
               trace=Path(ns.trace) if ns.trace else None, seed=ns.seed,
@@ -305,6 +306,30 @@ def require_path(text: str, what: str) -> None:
         example = "-o out/NAME.glb" if what == "output" else "-o out/characters"
         raise RunnerError("output_invalid", f"The {what} path (-o) is empty.",
                           f"Give a path, e.g. {example}.")
+
+
+COMMANDS = ("batch", "check", "export", "run")
+"""The runner's subcommands (``runner/__main__.py``); a single run takes an image instead."""
+
+
+def suggest_command(err: RunnerError, argv: list[str]) -> RunnerError:
+    """A single run's usage error whose first word is no file but looks like a misspelt
+    subcommand (``bacth``: ``difflib``'s close match) becomes ``did you mean batch?``; any
+    other error is returned as it is."""
+    import difflib
+
+    first = argv[0] if argv else ""
+    if err.kind != "usage" or not first or first.startswith("-") or os.path.lexists(first) \
+            or Path(first).suffix:
+        return err
+    close = difflib.get_close_matches(first.lower(), COMMANDS, n=1, cutoff=0.6)
+    if not close:
+        return err
+    command = " ".join(["python -m runner", close[0], *argv[1:2]] + (["…"] if argv[2:] else []))
+    return RunnerError("usage", f"python -m runner: {first!r} is neither an image nor a "
+                       f"command; did you mean {close[0]}?",
+                       f"Run `{command}`, or `python -m runner {close[0]} --help` for its "
+                       f"options.")
 
 
 def usage_failure(err: RunnerError, mode: str, argv: list[str] | None = None) -> int:

@@ -28,6 +28,20 @@ def test_check_reports_python_torch_devices_backends(rt):
         assert pix["reason"] and pix["hint"]
 
 
+def test_check_at_a_terminal_answers_a_person_first():
+    """At a terminal: the lines for a person on stdout, no 1.5 KB JSON line before them (and
+    not the same lines again on stderr); ``--json`` there gives the event."""
+    from .test_console import run_at_terminal
+    code, lines, stderr = run_at_terminal(["check"])
+    assert code == 0, stderr
+    assert lines[0].startswith("Python ") and "torch" in lines[0]
+    assert "builtin: ok" in lines and lines[-1] == "ready for builtin"
+    assert not any(line.lstrip().startswith("{") for line in lines)
+    assert "check:" not in stderr
+    code, lines, _ = run_at_terminal(["check", "--json"])
+    assert code == 0 and len(lines) == 1 and '"event":"check"' in lines[0]
+
+
 def test_check_for_a_backend_that_cannot_run(rt, tmp_path, monkeypatch):
     """pixal3d without a usable port folder: `check --backend pixal3d` says no, why and what to
     do (exit 31); a run with it fails with a documented kind before any weights are read."""

@@ -126,3 +126,14 @@ def test_the_success_line_says_how_the_export_decimated():
         assert decimation_words(final(bad)) == ""
     assert decimation_words({"event": "result", "info": {"texture_size": 512}}) == ""
     assert decimation_words({"event": "result", "info": None}) == ""
+
+
+def test_a_misspelt_command_is_suggested(rt, tmp_path):
+    fin = rt.run(["bacth", tmp_path], cwd=tmp_path)
+    assert fin.returncode == 2 and fin.last()["kind"] == "usage"
+    ((kind, message, hint),) = _human(fin.stderr)
+    assert "did you mean batch?" in message and f"python -m runner batch {tmp_path}" in hint
+    # a file of that name is still the image a single run was given: no suggestion
+    (tmp_path / "bacth").write_bytes(b"not an image")
+    fin = rt.run(["bacth", "-o", tmp_path / "a.glb"], cwd=tmp_path)
+    assert "did you mean" not in fin.stderr and fin.last()["kind"] != "usage"

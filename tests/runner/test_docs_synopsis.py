@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner.commands import batch, cli
+from runner.commands import check as check_command
 from runner.commands import export as export_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +25,8 @@ def _synopsis() -> str:
 
 
 @pytest.mark.parametrize("build", [cli.build_parser, export_command.build_parser,
-                                   batch.build_parser], ids=["run", "export", "batch"])
+                                   batch.build_parser, check_command.build_parser],
+                         ids=["run", "export", "batch", "check"])
 def test_the_synopsis_names_every_option_of_the_help(build):
     synopsis = _synopsis()
     named = set(re.findall(r"(?<![\w-])--?[a-z0-9][a-z0-9-]*", synopsis))
