@@ -1,7 +1,7 @@
 """Build the installable extension zips: ``python -m blender_addon.packaging.build --out dist``.
 
 One zip per platform, ``dist/image_to_mesh-<version>-<platform>.zip`` (``linux_x64``,
-``macos_arm64``, ``windows_x64``: the names and the split Blender's own ``extension build
+``macos_arm64``: the names and the split Blender's own ``extension build
 --split-platforms`` uses), laid out in Blender's extension format (the manifest and the add-on's
 ``__init__.py`` at the top of the archive —
 https://docs.blender.org/manual/en/latest/advanced/extensions/getting_started.html)::

@@ -33,7 +33,13 @@ PLATFORMS: dict[str, tuple[str, ...]] = {
                   "manylinux_2_12_x86_64", "manylinux2010_x86_64"),
     "macos-arm64": ("macosx_12_0_arm64", "macosx_11_0_arm64", "macosx_10_9_universal2",
                     "macosx_10_13_universal2"),
-    "windows-x64": ("win_amd64",),
+}
+#: Blender platforms no zip is built for, and why (said by the build and the fetcher).
+UNSUPPORTED = {
+    "windows-x64": "the runner needs POSIX: it starts each job in a process group and session "
+                   "of its own, hands it a pipe descriptor, and stops the whole group "
+                   "(docs/runner.md, Notes and limits), none of which Windows has — an "
+                   "installed zip would fail at the first Generate",
 }
 
 
@@ -45,6 +51,8 @@ def host_platform() -> str:
     machine = _platform.machine().lower()
     name = {("linux", "x86_64"): "linux-x64", ("darwin", "arm64"): "macos-arm64",
             ("win32", "amd64"): "windows-x64"}.get((sys.platform, machine))
+    if name in UNSUPPORTED:
+        raise WheelError(f"{name} is not supported: {UNSUPPORTED[name]}")
     if name is None:
         raise WheelError(f"no wheels for this platform ({sys.platform} {machine}); the "
                          f"extension is built for {', '.join(PLATFORMS)}")
@@ -87,6 +95,8 @@ def find(name: str, version: str, folder: Path) -> Path | None:
 def wheels_for(platform: str, cache: Path = CACHE) -> list[Path]:
     """Every pinned wheel for ``platform`` from the cache, in list order. Raises
     :class:`WheelError` naming the command that fetches a missing one."""
+    if platform in UNSUPPORTED:
+        raise WheelError(f"{platform} is not supported: {UNSUPPORTED[platform]}")
     if platform not in PLATFORMS:
         raise WheelError(f"unknown platform {platform!r}; known: {', '.join(PLATFORMS)}")
     found, missing = [], []

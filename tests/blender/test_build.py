@@ -71,9 +71,23 @@ def test_build_writes_a_zip_blender_validates(tmp_path):
 
 def test_build_without_fetched_wheels_names_the_command(tmp_path):
     with pytest.raises(build.BuildError, match="python -m blender_addon.packaging.wheels "
-                                               "--platform windows-x64"):
-        build.build(tmp_path / "dist", "windows-x64", wheel_cache=tmp_path / "empty")
+                                               "--platform macos-arm64"):
+        build.build(tmp_path / "dist", "macos-arm64", wheel_cache=tmp_path / "empty")
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+
+
+def test_no_zip_is_built_for_windows_which_the_runner_cannot_run_on(tmp_path):
+    """docs/runner.md: Windows is not supported (POSIX process groups, sessions and pipe
+    descriptors). A zip for it would install and fail at the first Generate, so none is
+    built — by default or on request — and the refusal says why."""
+    assert "windows-x64" not in wheels.PLATFORMS
+    with pytest.raises(build.BuildError, match="windows-x64 is not supported: the runner "
+                                               "needs POSIX"):
+        build.build(tmp_path / "dist", "windows-x64", wheel_cache=tmp_path / "empty")
+    proc = subprocess.run([PY, "-m", "blender_addon.packaging.build", "--out",
+                           str(tmp_path / "dist"), "--platform", "windows-x64"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "invalid choice: 'windows-x64'" in proc.stderr
 
 
 def test_platform_manifest_adds_platforms_and_wheels_before_the_first_table():
