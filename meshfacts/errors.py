@@ -145,6 +145,11 @@ KINDS: dict[str, Kind] = {
                                 "--strict-export to accept its fallback export.",
                             "--strict-export: the port's native export failed and it would "
                             "have written its fallback export instead"),
+    "self_check_failed": Kind(51, "Run Pixal3D with --working-memory port until this is "
+                                  "fixed, and report it with the check's --report file.",
+                              "check --deep: a lean part's result differs from the port's "
+                              "beyond its bound, or it failed on this port (the message names "
+                              "the part)"),
     "cancelled": Kind(130, "The job was stopped on request; run it again when you want the "
                            "result.",
                       "cancelled: SIGTERM/SIGINT/SIGHUP, stdin closed, or the parent died"),

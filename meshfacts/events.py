@@ -376,10 +376,28 @@ declare("batch_done", STDOUT,
         {"seconds": NUMBER},
         {"done": 8, "failed": 1, "skipped": 0, "count": 9, "manifest": "/out/manifest.json",
          "seconds": 58.2})
+# ``check --deep``: one per part of the pixal3d backend's self-check (stageload.pixal3d.selfcheck)
+_PATH_FIGURES = record("path figures", seconds=NUMBER, memory=DICT)
+declare("self_check", STDOUT,
+        {"part": TEXT, "status": TEXT, "ok": optional(BOOL), "bound": NUMBER,
+         "memory_measured": TEXT, "said": TEXTS},
+        {"size": _OPT_TEXT, "agreement": _OPT_NUMBER, "port": optional(_PATH_FIGURES),
+         "lean": optional(_PATH_FIGURES), "note": _OPT_TEXT},
+        {"part": "conditioning", "status": "agrees", "ok": True, "bound": 0.0001,
+         "size": "texture pass, NAF output 256x256 (a real run: 1024x1024), 3,000 active "
+                 "voxels on its 64^3 grid", "agreement": 4.4e-08,
+         "port": {"seconds": 3.2, "memory": {"mps_current": 4900000000,
+                                             "mps_driver": 5200000000}},
+         "lean": {"seconds": 2.9, "memory": {"mps_current": 1200000000,
+                                             "mps_driver": 1500000000}},
+         "note": None, "memory_measured": "MPS: the allocator's current and driver-allocated "
+                                          "bytes, peak over the part's start (read every 5 ms)",
+         "said": ["sampled_projection on image_cond_model_tex_1024.conditioning: projection at "
+                  "the active voxels; NAF at the pixels their samples read"]})
 declare("check", STDOUT,
         {"requested": TEXTS, "ok": BOOL},
         {"python": DICT, "platform": DICT, "torch": DICT, "devices": DICT, "backends": DICT,
-         "cluster": DICT},
+         "cluster": DICT, "deep": DICT},
         {"python": {"version": "3.11.7", "executable": "/x/python"},
          "torch": {"version": "2.13.0", "ok": True}, "devices": {"cpu": {"available": True}},
          "backends": {"builtin": {"ok": True, "reason": None, "hint": None}},
@@ -408,3 +426,16 @@ declare("probe", PIPE, {"python": DICT, "platform": DICT, "torch": DICT, "device
         {"python": {"version": "3.11.7"}, "platform": {"system": "Linux"},
          "torch": {"version": None, "ok": False}, "devices": {"cpu": {"available": True}},
          "backends": {}})
+# The worker's deep self-check report (``check --deep``) after its ``self_check`` events.
+declare("self_check_done", PIPE,
+        {"ok": BOOL, "device": TEXT, "mps": DICT, "port": DICT, "backends": DICT,
+         "metal": DICTS, "unchecked": TEXTS, "bound": NUMBER, "seconds": NUMBER},
+        {"torch": _OPT_TEXT, "pipeline_type": TEXT},
+        {"ok": True, "device": "mps", "torch": "2.13.0",
+         "mps": {"available": True, "built": True, "used": True, "why": None},
+         "port": {"root": "/Users/me/Pixal3D-mac", "version": {"git": "0be9e69a"}},
+         "pipeline_type": "1024_cascade",
+         "backends": {"attention": "naive", "convolution": "flex_gemm", "environment": {}},
+         "metal": [{"module": "mtlflashattn", "package": "mtlflashattn", "found": False,
+                    "effect": "the port's sparse attention runs naive"}],
+         "unchecked": [], "bound": 0.0001, "seconds": 71.5})

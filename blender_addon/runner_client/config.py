@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .self_check import deep_lines
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the add-on package
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 #: Backends that import torch, so cannot run in Blender's own Python (runner.backends'
@@ -336,4 +338,6 @@ def summarize_check(stdout: str) -> str:
                 why = info.get("reason") or ""
                 lines.append(f"{name}: {'ready' if ok else 'not available'}"
                              + (f" — {why}" if why and not ok else ""))
+    if isinstance(data.get("deep"), dict):  # check --deep (runner_client/self_check.py)
+        lines += deep_lines(data["deep"])
     return "\n".join(lines)

@@ -2,7 +2,9 @@
 
 ``bl_idname`` is the add-on's package name, as Blender requires for an extension's preferences.
 The "Check" button runs ``<interpreter> -m runner check`` on a worker thread and shows its
-answer; a timer copies the answer into the preferences on the main thread.
+answer; a timer copies the answer into the preferences on the main thread. With "Deep" on, the
+Pixal3D interpreter's check is the deep self-check (``runner_client.self_check``: each lean part
+against the port, its report a new file in the output folder).
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import threading
 from pathlib import Path
 
 import bpy
-from bpy.props import StringProperty
+from bpy.props import BoolProperty, StringProperty
 
-from ..runner_client import config, option_views
+from ..runner_client import config, option_views, self_check
 from ..runner_client.facts import options
 from ..runner_client.job_spec import BACKENDS
 from ..runner_client.process import SpawnError, run_quick, runner_env
@@ -158,19 +160,21 @@ def check_plan(prefs) -> list[tuple[str, config.Interpreter | str]]:
     return plan
 
 
-def _run_check(interpreter: config.Interpreter, runtime: Path, pixal3d_dir: str) -> str:
-    """``runner check`` with one interpreter, summarised (``config.summarize_check``), or a
+def _run_check(interpreter: config.Interpreter, runtime: Path, pixal3d_dir: str,
+               report: Path | None = None) -> str:
+    """``runner check`` with one interpreter (with ``report``: the deep check, writing its
+    report there; ``self_check.check_argv``), summarised (``config.summarize_check``), or a
     line starting ``ERROR:``."""
-    argv = [interpreter.python, "-m", "runner", "check"]
-    if pixal3d_dir.strip():
-        argv += ["--pixal3d-dir", config.absolute_folder(pixal3d_dir)]
+    folder = config.absolute_folder(pixal3d_dir) if pixal3d_dir.strip() else ""
+    argv = self_check.check_argv(interpreter.python, folder, report)
+    limit = self_check.DEEP_TIMEOUT if report is not None else self_check.QUICK_TIMEOUT
     try:
         rc, out, err = run_quick(argv, runner_env(runtime, interpreter.extra_path), cwd=runtime,
-                                 timeout=120)
+                                 timeout=limit)
     except SpawnError as exc:
         return f"ERROR: {exc}"
     if rc is None:
-        return "ERROR: `runner check` did not answer within 120 s."
+        return f"ERROR: `runner check` did not answer within {limit} s."
     try:
         return config.summarize_check(out)
     except (ValueError, AttributeError):
@@ -178,21 +182,26 @@ def _run_check(interpreter: config.Interpreter, runtime: Path, pixal3d_dir: str)
         return f"ERROR: `runner check` failed (exit {rc}): {tail}"
 
 
-def _check_worker(plan, runtime: Path, pixal3d_dir: str) -> None:
-    """Check every backend's interpreter (each distinct one once) and compose the report: per
-    backend, which interpreter and why, its Python/torch line and whether the backend is ready.
-    The report starts with ``ERROR:`` when the built-in backend cannot run."""
+def _check_worker(plan, runtime: Path, pixal3d_dir: str, report: Path | None = None) -> None:
+    """Check every backend's interpreter (each distinct one once; with ``report``, pixal3d's
+    with the deep check) and compose the report: per backend, which interpreter and why, its
+    Python/torch line and whether the backend is ready (and the deep check's lines). The
+    report starts with ``ERROR:`` when the built-in backend cannot run."""
     answers: dict = {}
     lines, builtin_ok = [], False
     for backend, interp in plan:
         if isinstance(interp, str):
             lines.append(f"{backend}: not available — {interp}")
             continue
-        if interp not in answers:
-            answers[interp] = _run_check(interp, runtime, pixal3d_dir)
-        summary = answers[interp].splitlines() or [""]
+        deep = report if backend == "pixal3d" else None
+        if (interp, deep) not in answers:
+            answers[(interp, deep)] = _run_check(interp, runtime, pixal3d_dir, deep)
+        summary = answers[(interp, deep)].splitlines() or [""]
         lines.append(f"{backend}: runs with {interp.python} ({interp.why})")
         mine = [ln for ln in summary[1:] if ln.startswith(f"{backend}: ")]
+        if deep is not None:  # the deep check's lines follow the backends'
+            at = next((i for i, ln in enumerate(summary) if ln.startswith("Deep check")), None)
+            mine += summary[at:] if at is not None else []
         lines += [f"  {summary[0]}"] + [f"  {ln}" for ln in mine]
         builtin_ok |= backend == "builtin" and mine == ["builtin: ready"]
     text = "\n".join(lines)
@@ -242,13 +251,23 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
             return {"CANCELLED"}
         if check_pending():
             return {"CANCELLED"}
+        report = None
+        if prefs.check_deep:
+            try:
+                report = self_check.report_path(output_dir(prefs))
+            except config.ConfigError as exc:
+                prefs.check_report = f"ERROR: the deep check's report: {exc}"
+                self.report({"ERROR"}, str(exc))
+                return {"CANCELLED"}
         forget_preflight()  # the panel resolves the interpreter again
         with _CheckResult.lock:
             _CheckResult.pending = True
         plan = check_plan(prefs)
         prefs.check_report = "Checking " + ", ".join(
-            sorted({i.python for _, i in plan if not isinstance(i, str)})) + " …"
-        threading.Thread(target=_check_worker, args=(plan, runtime, prefs.pixal3d_dir),
+            sorted({i.python for _, i in plan if not isinstance(i, str)})) + (
+            " with the deep check (about two minutes on an M-series Mac) …" if report
+            else " …")
+        threading.Thread(target=_check_worker, args=(plan, runtime, prefs.pixal3d_dir, report),
                          daemon=True,
                          name="image-to-mesh-check").start()
         bpy.app.timers.register(check_poll, first_interval=0.2)
@@ -281,6 +300,11 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         description="Where GLBs, traces and charts are written. Empty: image_to_mesh next to "
                     "the saved .blend, else Documents/Image to Mesh in your home folder")
     check_report: StringProperty(name="Check", default="")
+    check_deep: BoolProperty(
+        name="Deep", default=False,
+        description="Check also runs the deep self-check: each lean part of the Pixal3D path "
+                    "against the port's own, on your port, weights and device (about two "
+                    "minutes on an M-series Mac); its report goes to the output folder")
     __annotations__.update(table_properties("preferences"))
 
     def draw(self, context):
@@ -289,6 +313,7 @@ class ImageToMeshPreferences(bpy.types.AddonPreferences):
         row = col.row(align=True)
         row.prop(self, "python")
         row.operator(IMAGE_TO_MESH_OT_check.bl_idname, icon="CHECKMARK")
+        row.prop(self, "check_deep", toggle=True)
         for backend, interp in check_plan(self):
             if isinstance(interp, str):
                 if backend == "builtin" or self.python.strip():

@@ -184,6 +184,18 @@ def export(handover: str, output, *, seed: int = 42, texture_size: int = DEFAULT
     return {"export_seconds": result["seconds"], "export_substeps": result["substeps"]}
 
 
+def self_check(emit: Optional[Callable[[dict], None]] = None, pixal3d_dir: Optional[str] = None,
+               pipeline_type: Optional[str] = None, device: Optional[str] = None,
+               **_options) -> dict:
+    """The deep self-check (``python -m runner check --backend pixal3d --deep``): each lean part
+    against the port's own path on the user's port, weights and device, at reduced sizes
+    (``stageload.pixal3d.selfcheck``); one ``self_check`` event per part to ``emit``. Returns
+    the report. Raises ``PortError`` subclasses before anything loads (mapped by ``ERRORS``)."""
+    from stageload.pixal3d.selfcheck.run import deep_check  # torch: the worker's business
+    return deep_check(pixal3d_dir or None, device=_device(device),
+                      pipeline_type=pipeline_type or "1024_cascade", emit=emit)
+
+
 def _kind(error_name: Optional[str]) -> Optional[str]:
     """The runner error kind of an adapter exception class name (None → None)."""
     return None if error_name is None else ERRORS.get(error_name, "pixal3d_missing")

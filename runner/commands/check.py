@@ -33,7 +33,7 @@ from runner import backends
 from runner.cluster.auth import require_cluster_for_token
 from runner.cluster.check import cluster_check
 from runner.cluster.placement import node_argv, record_raw
-from runner.commands import console
+from runner.commands import console, deep
 from runner.commands.cli import (
     ArgumentParser,
     add_json_argument,
@@ -110,8 +110,37 @@ def build_parser() -> ArgumentParser:
     add_json_argument(parser, "print the check event (runner/PROTOCOL.md) on stdout even when "
                               "it is a terminal, which otherwise gets lines for a person; a "
                               "pipe or a file always gets the event")
+    parser.add_argument("--deep", action="store_true",
+                        help="with --backend pixal3d: run each lean part against the port's "
+                             "own path on your port, weights and device, at reduced sizes "
+                             "(about two minutes on an M-series Mac): agreement, memory and "
+                             "time per part, the back ends and Metal packages "
+                             "(docs/pixal3d.md, Deep self-check)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="with --deep: write the check's answer, the deep check's report "
+                             "included, to FILE as JSON (a new file: an existing one is never "
+                             "replaced)")
     add_table_arguments(parser, "check")
     return parser
+
+
+def check_deep_options(ns) -> None:
+    """``--deep`` needs ``--backend pixal3d`` and runs on this machine (not ``--cluster``);
+    ``--report`` needs ``--deep`` and a new file (:func:`deep.check_report_path`). Raises
+    ``RunnerError('usage')``; sets ``ns.report_path``."""
+    ns.report_path = None
+    if ns.report is not None and not ns.deep:
+        raise RunnerError("usage", "--report writes the deep check's report: it goes with "
+                          "--deep.", "Add --deep --backend pixal3d, or leave --report out.")
+    if not ns.deep:
+        return
+    if deep.BACKEND not in (ns.backend or []):
+        raise RunnerError("usage", "--deep checks the pixal3d backend's lean parts against "
+                          "the port.", "Add --backend pixal3d.")
+    if ns.cluster is not None:
+        raise RunnerError("usage", "--deep runs on this machine, not on a cluster's nodes.",
+                          "Leave --cluster out (run the check on each node to check it).")
+    ns.report_path = deep.check_report_path(ns.report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ns = parser.parse_args(argv)
         check_backend_options(ns)
+        check_deep_options(ns)
         require_cluster_for_token(ns)
     except RunnerError as err:
         if err.kind == "usage" and err.hint == KINDS["usage"].hint:
@@ -142,15 +172,40 @@ def main(argv: list[str] | None = None) -> int:
     wanted = ns.backend or [backends.DEFAULT]
     result["requested"] = wanted
     result["ok"] = all(result["backends"].get(b, {}).get("ok") for b in wanted)
-    emitter.emit(make("check", **result))
     for line in summary_lines(result):  # for a person; a pipe's JSON is the interface
         say(line)
+    deep_status = _deep(ns, result, emitter, say, human) if ns.deep else 0
+    event = make("check", **result)
+    emitter.emit(event)
+    if ns.report_path is not None:
+        deep.write_report(ns.report_path, event)
+        say(f"report: {ns.report_path}")
     if result["ok"]:
         return 0
     if not result["torch"].get("ok") and any(backends.get(b).needs_torch for b in wanted
                                              if b in backends.BACKENDS):
         return RunnerError("no_torch", "").exit_code
-    return verdict_exit_code(result["backends"], wanted)
+    return deep_status or verdict_exit_code(result["backends"], wanted)
+
+
+def _deep(ns, result: dict, emitter: Emitter, say, human: bool) -> int:
+    """``--deep`` (:mod:`runner.commands.deep`): its lines, ``result["deep"]`` and
+    ``result["ok"]``; returns its exit status (0: every part agrees)."""
+    try:
+        found, status = deep.deep_check(backend_options(ns), result["backends"].get(
+            deep.BACKEND) or {}, emitter.emit, say, human)
+    except RunnerError as err:
+        explain(err.fields())
+        found, status = {"ok": False, "ran": False, "error": err.fields()}, err.exit_code
+    if ns.report_path is not None:
+        found["report"] = str(ns.report_path)
+    result["deep"] = found
+    result["ok"] = bool(result["ok"] and found["ok"])
+    if found.get("ran"):
+        error = found.get("error")
+        say("self-check: every lean part agrees with the port" if found["ok"] else
+            f"self-check FAILED: {error['message'] if error else 'see above'}")
+    return status
 
 
 def summary_lines(result: dict) -> list[str]:

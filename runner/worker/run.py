@@ -11,7 +11,8 @@ with the kind's code).
 
 ``python -m runner.worker.run --probe --events-fd N [--backend-options JSON]`` writes one ``probe``
 event instead: Python, torch, devices and every backend's ``check()`` (used by
-``python -m runner check``).
+``python -m runner check``); ``--self-check BACKEND`` runs that backend's deep self-check
+(``python -m runner check --deep``: its ``self_check`` events, then ``self_check_done``).
 
 If the supervisor dies (even by SIGKILL) the worker notices — Linux ``PR_SET_PDEATHSIG`` and a
 parent-pid poll every 0.2 s everywhere — and kills its own process group.
@@ -356,6 +357,29 @@ def probe(options: dict, emit) -> int:
     return 0
 
 
+def self_check(name: str, options: dict, emit) -> int:
+    """The deep self-check of backend ``name`` (its module's ``self_check(emit=, **options)``:
+    the pixal3d backend's lean parts against the port): its ``self_check`` events as they come,
+    then one ``self_check_done`` event with the report (without the parts, already sent), or
+    an ``error`` event (the kind its exception maps to). Returns the exit status."""
+    module = None
+    try:
+        _import_torch()
+        backend = backends.get(name)
+        module = backend.load()
+        function = getattr(module, "self_check", None)
+        if function is None:
+            raise RunnerError("usage", f"The {name} backend has no deep self-check (it has no "
+                              "lean parts).", "Use --deep with --backend pixal3d.")
+        report = function(emit=emit, **backend.job_options(options))
+    except Exception as exc:
+        err = _classify(exc, module)
+        emit(make("error", **err.fields()))
+        return err.exit_code
+    emit(make("self_check_done", **{k: v for k, v in report.items() if k != "parts"}))
+    return 0
+
+
 def main(argv=None) -> int:
     """Entry point of ``python -m runner.worker.run``; returns the exit status."""
     reopen_closed_std_fds()  # before dup2(2, 1) below, which fails on a closed stderr
@@ -363,6 +387,7 @@ def main(argv=None) -> int:
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--job", help="the job as JSON (runner.job.records.WorkerJob)")
     parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--self-check", metavar="BACKEND")
     parser.add_argument("--backend-options", default="{}")
     args = parser.parse_args(argv)
     # stdout → stderr before anything can print: the supervisor's stdout is the protocol.
@@ -373,6 +398,8 @@ def main(argv=None) -> int:
     volunteer_for_oom_killer()  # this process grows; Blender and the supervisor must not pay
     if args.probe:
         return probe(json.loads(args.backend_options), emit)
+    if args.self_check:
+        return self_check(args.self_check, json.loads(args.backend_options), emit)
     try:
         job = WorkerJob.from_json(args.job or "")
     except (TypeError, ValueError) as exc:  # a supervisor of another version, or a bug

@@ -20,12 +20,15 @@ IMAGES = REPO / "tests" / "data" / "images"
 GOBLIN = IMAGES / "typical_humanoid_goblin.png"
 
 
-def run_at_terminal(args: list, timeout: float = 120) -> tuple[int, list[str], str]:
-    """Run ``python -m runner ARGS`` with stdout on a pseudo-terminal and stderr on a pipe;
-    returns the exit status, stdout's lines (the terminal's ``\\r\\n`` undone) and stderr."""
+def run_at_terminal(args: list, timeout: float = 120,
+                    environ: dict | None = None) -> tuple[int, list[str], str]:
+    """Run ``python -m runner ARGS`` with stdout on a pseudo-terminal and stderr on a pipe
+    (``environ``: its environment, default the runner tests' ``env()``); returns the exit
+    status, stdout's lines (the terminal's ``\\r\\n`` undone) and stderr."""
     master, slave = os.openpty()
     proc = subprocess.Popen([PY, "-m", "runner", *map(str, args)], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=subprocess.PIPE, env=env(), cwd=REPO)
+                            stdout=slave, stderr=subprocess.PIPE, env=environ or env(),
+                            cwd=REPO)
     os.close(slave)
     errors: list[bytes] = []
     reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)

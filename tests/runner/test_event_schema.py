@@ -47,13 +47,13 @@ def test_the_schema_declares_what_protocol_md_describes(repo_root):
     """PROTOCOL.md's Events table is the schema's stdout kinds, and its trace-only lines (the
     meter's ``sample``, the processes' ``worker``, ``worker_done``, ``worker_error``,
     ``worker_exit`` and the export process's ``export_*``) are the trace kinds; the worker's
-    ``probe`` answer never leaves its pipe."""
+    ``probe`` answer and its deep self-check's ``self_check_done`` never leave its pipe."""
     events, trace_only = _documented(repo_root)
     by_stream = {s: {k.name for k in schema.KINDS.values() if k.stream == s}
                  for s in (schema.STDOUT, schema.TRACE, schema.PIPE)}
     assert by_stream[schema.STDOUT] == events
     assert by_stream[schema.TRACE] == trace_only
-    assert by_stream[schema.PIPE] == {"probe"}
+    assert by_stream[schema.PIPE] == {"probe", "self_check_done"}
 
 
 def test_stageloads_events_agree_with_the_schema():

@@ -1,0 +1,105 @@
+"""The deep self-check (stageload.pixal3d.selfcheck) on the stand-in port, on the CPU: every
+part runs the lean path and the port's own on the same inputs and agrees; a lean part broken on
+purpose (a mutation of its arithmetic) is named as differing while the others still agree; what
+cannot be checked without MPS is said, with why; the comparison of two results catches a
+difference in form, not only in value."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stageload.pixal3d.lean import attention as lean_attention
+from stageload.pixal3d.lean import models as lean_models
+from stageload.pixal3d.selfcheck import compare, environment, sizes
+from stageload.pixal3d.selfcheck.run import deep_check
+
+
+def _check(standin_dir, **kwargs):
+    events: list[dict] = []
+    report = deep_check(standin_dir, device="cpu", emit=events.append, **kwargs)
+    return report, events
+
+
+@pytest.fixture(scope="module")
+def passed(standin_dir, standin_weights):
+    return _check(standin_dir)
+
+
+def test_every_part_agrees_with_the_port_and_says_what_it_measured(passed):
+    report, events = passed
+    assert report["ok"] is True and report["device"] == "cpu"
+    assert [e["part"] for e in events] == ["conditioning", "attention", "decoder"]
+    assert [p["part"] for p in report["parts"]] == [e["part"] for e in events]
+    for part in report["parts"]:
+        assert part["status"] == "agrees" and part["ok"] is True, part
+        assert 0 <= part["agreement"] <= sizes.BOUND
+        for path in ("port", "lean"):
+            assert part[path]["seconds"] > 0 and set(part[path]["memory"]) == {"process"}
+        assert "CPU" in part["memory_measured"] and part["size"]
+    conditioning, attention, _ = report["parts"]
+    assert any("sampled_projection" in said for said in conditioning["said"])
+    assert any("slice_attention" in said for said in attention["said"])
+    # lean's slices held less than the port's 2,048-query chunks
+    assert attention["lean"]["memory"]["process"] < attention["port"]["memory"]["process"]
+
+
+def test_without_mps_it_says_what_it_could_not_check_and_why(passed):
+    report, _ = passed
+    if torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS: nothing is left unchecked")
+    assert report["mps"]["used"] is False and report["mps"]["why"]
+    assert report["unchecked"] and report["unchecked"][0].startswith("MPS memory")
+    assert report["mps"]["why"] in report["unchecked"][0]
+    assert report["backends"]["attention"] == "naive"  # the stand-in's choice, read live
+    assert {m["module"] for m in report["metal"]} == set(environment.METAL_PACKAGES)
+    assert all((m["effect"] is None) == m["found"] for m in report["metal"])
+
+
+def _scaled(function):
+    def broken(*args, **kwargs):
+        return function(*args, **kwargs) * 1.01
+    return broken
+
+
+@pytest.mark.parametrize("part", ["conditioning", "attention", "decoder"])
+def test_a_broken_lean_part_is_named_and_the_others_still_agree(standin_dir, standin_weights,
+                                                                monkeypatch, part):
+    if part == "conditioning":  # NAF's output at the sampled pixels, one per cent off
+        monkeypatch.setattr(lean_attention, "upsample_at", _scaled(lean_attention.upsample_at))
+    elif part == "attention":  # the sliced arithmetic, one per cent off
+        monkeypatch.setattr(lean_models, "naive_attention",
+                            _scaled(lean_models.naive_attention))
+    else:  # the decoder's chunked rows: its first layer's output one per cent off
+        def chunk_decoder(decoder, name, budget, sink=None, stage=None):
+            first = next(m for m in decoder.modules() if isinstance(m, torch.nn.Linear))
+            return [first.register_forward_hook(lambda module, args, out: out * 1.01)]
+        monkeypatch.setattr(lean_models, "chunk_decoder", chunk_decoder)
+    report, events = _check(standin_dir)
+    assert report["ok"] is False
+    statuses = {p["part"]: p["status"] for p in report["parts"]}
+    assert statuses == {name: "differs" if name == part else "agrees" for name in statuses}
+    broken = next(p for p in report["parts"] if p["part"] == part)
+    assert broken["ok"] is False and broken["agreement"] > sizes.BOUND
+
+
+def test_a_part_that_fails_is_reported_and_the_others_run(standin_dir, standin_weights,
+                                                          monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the lean conditioning could not be installed")
+    monkeypatch.setattr("stageload.pixal3d.lean.conditioning.install", refuse)
+    report, _ = _check(standin_dir, parts=["conditioning", "attention"])
+    failed, attention = report["parts"]
+    assert failed["status"] == "failed" and failed["ok"] is False
+    assert "could not be installed" in failed["note"]
+    assert attention["status"] == "agrees" and report["ok"] is False
+
+
+def test_two_results_compare_in_form_and_value():
+    a = {"feats": torch.ones(3, 2), "coords": torch.arange(3)}
+    assert compare.agreement(a, a) == (0.0, None)
+    shifted = {"feats": torch.ones(3, 2) * 1.5, "coords": torch.arange(3)}
+    assert compare.agreement(shifted, a) == (pytest.approx(0.5), None)
+    moved = {"feats": torch.ones(3, 2), "coords": torch.arange(3) + 1}
+    assert "differs" in compare.agreement(moved, a)[1]
+    assert "shape" in compare.agreement({"feats": torch.ones(4, 2)}, {"feats": torch.ones(3, 2)})[1]
+    assert "tensors" in compare.agreement([torch.ones(1)], [torch.ones(1), torch.ones(1)])[1]
