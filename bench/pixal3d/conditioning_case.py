@@ -3,13 +3,17 @@
 ``VmHWM`` when it ends).
 
 ``python -m bench.pixal3d.conditioning_case --pass tex_1024 --size 1024 --path lean
---weights DIR --out FEATS.f32 --info INFO.json``
+--weights DIR --out FEATS.f32 --info INFO.json [--naf-dim N --channels C --image-size PX]``
 
 What runs: the stand-in port's ``get_proj_cond_shape`` (its ``DinoV3ProjFeatureExtractor``,
 ``ProjGrid`` over the whole grid, NAF through ``natten.na2d`` bound to the port's
 ``_torch_na2d``) — ``--path port`` — or the same call with ``stageload.pixal3d.lean.conditioning``
 installed
-— ``--path lean`` — on the same inputs: the pass's image (``image_size``), DINOv3-L's output
+— ``--path lean`` —, or with it installed while the sampled pass declines — ``--path banded``:
+the port's ``PIXAL3D_PROJ_GRID_DEVICE=cpu`` set for the pass, one of the sampled pass's
+preconditions (nothing moves NAF's output between devices) forced off while the banded one
+holds, so lean computes NAF's whole output in bands and projects the active voxels only — on
+the same inputs: the pass's image (``image_size``), DINOv3-L's output
 tokens (1 + 4 registers + the 16-pixel patches, 1024 channels; seeded random values standing
 for the backbone, whose own memory is not part of this measurement), NAF at its release sizes
 (dim 256, 4 attention and 4 RoPE heads, 9x9, 2 encoder layers; seeded random weights: memory
@@ -18,6 +22,8 @@ spread as a character's shell on the pass's grid. Before the call the kernel pea
 the current size (``stageload.meter.reset_high_water_mark``) and that size recorded: the peak
 over it is the pass's working memory over its inputs. Features go to ``--out`` (raw float32,
 ``[N, C]``) for the agreement check; ``--info`` gets sizes, baseline and seconds.
+``--naf-dim``, ``--channels`` and ``--image-size`` shrink NAF's width, DINOv3's channels and the
+pass's image for a test at reduced size (defaults: the release sizes, the pass's image).
 """
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ def character_shell(resolution: int, count: int, seed: int = 0) -> np.ndarray:
     return found[np.sort(pick)]
 
 
-def _inputs(port, pass_name, size, voxels, seed):
+def _inputs(port, pass_name, size, voxels, seed, naf_dim=None, channels=None, image_size=None):
     import torch
     from PIL import Image
 
@@ -73,13 +79,18 @@ def _inputs(port, pass_name, size, voxels, seed):
 
     key, resolution = PASSES[pass_name]
     config = {**port.gm.IMAGE_COND_CONFIGS[key], "naf_target_size": size}
+    if image_size:
+        config["image_size"] = image_size
     extractor = port.gm.build_image_cond_model(config, torch.device("cpu"))
     g = torch.Generator().manual_seed(seed)
     patches = extractor.patch_number
-    tokens = torch.randn(1, 1 + REGISTERS + patches * patches, DINO_CHANNELS, generator=g)
+    width = channels or DINO_CHANNELS
+    extractor.embed_dim = width
+    tokens = torch.randn(1, 1 + REGISTERS + patches * patches, width, generator=g)
     extractor.extract_features = lambda image: tokens  # the backbone's output, given
     torch.manual_seed(seed)
-    extractor.naf_model = weights_module().build_naf(NAF_RELEASE)
+    naf = {**NAF_RELEASE, "dim": naf_dim} if naf_dim else NAF_RELEASE
+    extractor.naf_model = weights_module().build_naf(naf)
     rng = np.random.default_rng(seed)
     side = config["image_size"]
     ramp = np.linspace(0, 255, side, dtype=np.float32)
@@ -96,8 +107,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pass", dest="pass_name", choices=sorted(PASSES), required=True)
     parser.add_argument("--size", type=int, required=True, help="NAF output size (pixels)")
-    parser.add_argument("--path", choices=("port", "lean", "encoder"), required=True,
-                        help="encoder: NAF's image encoder alone (both paths run it)")
+    parser.add_argument("--path", choices=("port", "lean", "banded", "encoder"), required=True,
+                        help="banded: lean while the sampled pass declines (the port's "
+                             "PIXAL3D_PROJ_GRID_DEVICE set); encoder: NAF's image encoder "
+                             "alone (both paths run it)")
+    parser.add_argument("--naf-dim", type=int, default=None, help="NAF's width (default 256)")
+    parser.add_argument("--channels", type=int, default=None,
+                        help="DINOv3's channels (default 1024)")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="the pass's image side (default the pass's own)")
     parser.add_argument("--voxels", type=int, required=True)
     parser.add_argument("--weights", required=True, help="stand-in weights folder")
     parser.add_argument("--out", required=True)
@@ -116,11 +134,14 @@ def main(argv=None) -> int:
     from standin import PORT_DIR
 
     port = open_port(PORT_DIR)
-    extractor, image, coords, pipeline, resolution = _inputs(port, ns.pass_name, ns.size,
-                                                             ns.voxels, ns.seed)
+    extractor, image, coords, pipeline, resolution = _inputs(
+        port, ns.pass_name, ns.size, ns.voxels, ns.seed, ns.naf_dim, ns.channels,
+        ns.image_size)
     events = []
-    if ns.path == "lean":
+    if ns.path in ("lean", "banded"):
         lean.install(pipeline, events.append)
+    if ns.path == "banded":  # the port's switch: it moves NAF's output, so lean makes it whole
+        os.environ["PIXAL3D_PROJ_GRID_DEVICE"] = "cpu"
     gc.collect()
     reset = reset_high_water_mark(os.getpid())
     baseline = footprint(os.getpid(), tree=False)
@@ -144,6 +165,8 @@ def main(argv=None) -> int:
                    "features": list(feats.shape), "baseline_bytes": baseline,
                    "peak_reset": reset, "seconds": round(seconds, 2),
                    "warnings": [e["message"] for e in events if e["event"] == "warning"],
+                   "fallbacks": [e.get("fallback") for e in events if e["event"] == "warning"],
+                   "naf_map_bytes": 4 * int(extractor.embed_dim) * ns.size * ns.size,
                    "working_memory": [e for e in events if e["event"] == "working_memory"]},
                   f, indent=1)
     return 0

@@ -8,10 +8,12 @@ pass, its peak reset there. Inputs (see ``conditioning_case``): the pass's image
 ``[1, 1024, 64, 64]`` patch tokens (32x32 for ``shape_512``), NAF at its release sizes (dim
 256, 4 heads, 9x9), the pass's grid (64^3; 32^3 for ``shape_512``) with ``--voxels`` active
 voxels spread as a character's shell. The ``encoder`` path runs NAF's image encoder alone (the
-part both paths share). Agreement: for each pass and size run both ways, the largest absolute
-difference of the ``[N, 2 x 1024]`` features divided by the largest absolute value of the
-port's. The port's path at 1024x1024 is not run here (about 20 GiB): its figure comes from its
-tensors and is labelled so.
+part both paths share); the ``banded`` path is lean where its sampled pass declines (the
+port's ``PIXAL3D_PROJ_GRID_DEVICE`` set: NAF's whole output in bands, the projection at the
+active voxels). Agreement: for each pass and size run the port's way and a lean way, the
+largest absolute difference of the ``[N, 2 x 1024]`` features divided by the largest absolute
+value of the port's. The port's path at 1024x1024 is not run here (about 20 GiB): its figure
+comes from its tensors and is labelled so.
 
 Writes ``OUT_DIR/conditioning_memory.json`` and ``.md`` (default
 ``bench/results/2026-12-04``). Run it under the guard and nice; the port at 512x512 takes about
@@ -32,8 +34,10 @@ import numpy as np
 
 GIB = 2 ** 30
 #: (pass, NAF output size, path) in the order run.
-DEFAULT_CASES = (("tex_1024", 1024, "lean"), ("tex_1024", 1024, "encoder"),
+DEFAULT_CASES = (("tex_1024", 1024, "lean"), ("tex_1024", 1024, "banded"),
+                 ("tex_1024", 1024, "encoder"),
                  ("tex_1024", 256, "port"), ("tex_1024", 256, "lean"),
+                 ("tex_1024", 256, "banded"),
                  ("shape_512", 512, "lean"), ("shape_1024", 512, "lean"),
                  ("tex_1024", 512, "lean"), ("tex_1024", 512, "port"))
 SHAPE_PORT_CASES = (("shape_512", 512, "port"), ("shape_1024", 512, "port"))
@@ -84,18 +88,22 @@ def run_case(case, voxels: dict, weights: Path, work: Path, timeout: float) -> d
 
 
 def agreement(results: list) -> list:
-    """Max |lean - port| / max |port| of the features, per pass and size run both ways."""
+    """Max |lean - port| / max |port| of the features, per pass and size run the port's way
+    and a lean way (``lean``, ``banded``)."""
     out = []
     by = {(r["pass"], r["size"], r["path"]): r for r in results}
     for (pass_name, size, path), port in by.items():
-        lean = by.get((pass_name, size, "lean"))
-        if path != "port" or lean is None:
+        if path != "port":
             continue
         shape = port["features"]
         a = np.fromfile(port["features_file"], dtype=np.float32).reshape(shape)
-        b = np.fromfile(lean["features_file"], dtype=np.float32).reshape(shape)
-        out.append({"pass": pass_name, "size": size, "features": shape,
-                    "max_rel_diff": float(np.abs(b - a).max() / np.abs(a).max())})
+        for way in ("lean", "banded"):
+            other = by.get((pass_name, size, way))
+            if other is None:
+                continue
+            b = np.fromfile(other["features_file"], dtype=np.float32).reshape(shape)
+            out.append({"pass": pass_name, "size": size, "path": way, "features": shape,
+                        "max_rel_diff": float(np.abs(b - a).max() / np.abs(a).max())})
     return out
 
 

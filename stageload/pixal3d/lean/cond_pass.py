@@ -9,13 +9,16 @@ The port's ``PIXAL3D_PROJ_GRID_DEVICE`` switch keeps a copy of the extractor's `
 ``_proj_grid_alt`` (made on first use, reused while its device matches): during a lean pass that
 copy would be made of the restricted grid and outlive the pass, so the extractor's own is put
 aside for the pass (the port then copies the restricted grid for this pass only) and put back
-after it."""
+after it. With either device switch set the port moves NAF's output, so the pass hands it the
+whole map at once, computed in bands (``LazyNAF(whole=…)``, a ``warning``), the projection still
+at the active voxels."""
 from __future__ import annotations
 
 import sys
 
 import torch
 
+from stageload.pixal3d.lean import checks
 from stageload.pixal3d.lean.sampled import LazyNAF, SampledProjGrid
 
 #: The port's copy of ``proj_grid`` for ``PIXAL3D_PROJ_GRID_DEVICE`` (809cf5f5).
@@ -46,7 +49,10 @@ def lean_cond_shape(pipeline, extractor, image, coords, camera_angle_x, distance
         if alt[0]:
             setattr(extractor, ALT_GRID, None)
         if getattr(extractor, "use_naf_upsample", False):
-            extractor.naf_model = LazyNAF(kept[2], sink)
+            switches = checks.device_switches()
+            whole = (f"{' and '.join(switches)}: the port moves NAF's output between devices"
+                     if switches else None)
+            extractor.naf_model = LazyNAF(kept[2], sink, whole=whole)
         z_global, z_proj = extractor(
             image, camera_angle_x=torch.tensor([camera_angle_x], device=device),
             distance=torch.tensor([distance], device=device),

@@ -118,12 +118,19 @@ class LazyNAF(nn.Module):
     encoder read), its keys are pooled band by band, and the upsampler's attention is left to
     the sampled projection (a :class:`LazyMap`)."""
 
-    def __init__(self, naf: nn.Module, sink=None):
+    def __init__(self, naf: nn.Module, sink=None, whole: str | None = None):
         super().__init__()
         self.naf = naf
         self.sink = sink
+        self.whole = whole
 
     def forward(self, image, features, output_size, *args, **kwargs):
+        """NAF's output as a :class:`LazyMap`; with ``whole`` (why the port needs the map: its
+        device switches move it) the map made whole in bands at once (a tensor)."""
+        lazy = self._lazy(image, features, output_size)
+        return lazy.whole(self.whole) if self.whole else lazy
+
+    def _lazy(self, image, features, output_size) -> LazyMap:
         naf = self.naf
         problem = lean_encoder.problem(naf.image_encoder)
         if problem is None and (type(naf.query_encoder).__name__, type(naf.key_encoder).__name__
