@@ -1,11 +1,9 @@
 """The values a person can choose for a Pixal3D run, each written once: the pipeline types and
-the port's advice about them, the export profiles, the remesh resolutions and the decimation
-limit.
+the port's advice about them, the export profiles, the remesh resolutions, the texture sides and
+the decimation limit; and the product's one default seed and texture side.
 
-Standard library only, with no imports at all: the runner's options table
-(``meshfacts/options.py``) loads this file by path, so that the Blender add-on can read the same
-figures without importing the ``stageload`` package into Blender's process. ``plan.py``
-(stage plans) and ``export.py`` (the levers' behaviour) import it as usual.
+Standard library only, with no imports at all: the options table (``meshfacts/options.py``),
+stageload's Pixal3D adapter and command line, and the export engine all read these figures.
 """
 from __future__ import annotations
 
@@ -38,11 +36,20 @@ PROFILES = {"fit": {"remesh_resolution": 512, "free_between_steps": True}}
 #: ``--remesh-resolution``: the pipeline's grid (the port's way), or ``min(512, grid)``.
 REMESH_RESOLUTIONS = ("grid", 512)
 
-#: The port's base-colour texture sides (``--texture-size``, px) and its default: the bounded
-#: export engine (``bounded_export``) bakes the same sides, and the runner's options
-#: table and the add-on's panel offer them from here.
+#: The port's base-colour texture sides (``--texture-size``, px): the bounded export engine
+#: (``bounded_export``) bakes the same sides, and the runner's options table and the add-on's
+#: panel offer them from here.
 TEXTURE_SIZES = (512, 1024, 2048, 4096)
-DEFAULT_TEXTURE_SIZE = 2048
+#: The product's one default texture side (px), for every backend, the command line, the panel
+#: and ``headless.py`` (the options table's ``texture_size``): 1024, the side the add-on has
+#: always made by default. Pixal3D-mac's own default, 2048, bakes and stores four times the
+#: texels (a 2048² RGBA image is 16 MiB against 4 MiB, and the built-in backend takes 2.2 s
+#: against 0.8 s to texture a character at 2048 on a 2-core Linux VM).
+DEFAULT_TEXTURE_SIZE = 1024
+#: The product's one default seed: Pixal3D-mac's own (``generate_mps.py --seed`` 42), so a
+#: Pixal3D run with the defaults draws the same noise as the port's own script; the built-in
+#: backend is deterministic and does not use it.
+DEFAULT_SEED = 42
 
 #: The largest ``--decimation-target`` (faces) accepted; the port's own default is 1,000,000.
 MAX_DECIMATION_TARGET = 100_000_000

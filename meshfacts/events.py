@@ -350,7 +350,7 @@ declare("resumed", STDOUT, {"pid": _OPT_INT, "why": TEXT, "seconds": _OPT_NUMBER
 declare("result", STDOUT,
         {"output": TEXT, "trace": _OPT_TEXT, "seconds": _OPT_NUMBER,
          "summary": optional(SUMMARY), "peak": optional(PEAK)},
-        {"backend": TEXT, "info": DICT, "trace_error": TEXT, "warnings": DICTS},
+        {"backend": _OPT_TEXT, "info": DICT, "trace_error": TEXT, "warnings": DICTS},
         {"output": "/a/goblin.glb", "trace": "/a/goblin.trace.jsonl", "seconds": 7.9,
          "summary": {"peak": {"bytes": 600000000, "t": 8.0, "stage": "shape"}},
          "peak": 600000000, "backend": "builtin", "info": {"faces": 4000}})

@@ -65,9 +65,12 @@ class Panel:
     ``label``: the property's name; ``where``: ``scene`` (the panel's settings, saved with the
     .blend) or ``preferences``; ``section``: ``main``, ``export`` (the Export sub-panel),
     ``guard`` (the preferences' memory guard box) or ``cluster`` (the batch's cluster, in the
-    preferences and the panel's Batch box); ``default``: the add-on's default when it
-    is not the runner's; ``unset``: the add-on value meaning "not given" (not passed, e.g. 0
-    faces), ``off``: the runner's word for it when it must be said (``--kill-free off``);
+    preferences and the panel's Batch box); ``default``: how a Blender property holds "not
+    given" for an option whose runner default is None (``""``, ``0``, ``False``) — never a
+    value of its own over the runner's default (tests/runner/test_options_table.py holds
+    this), so the command line, the panel and ``headless.py`` share each default; ``unset``:
+    the add-on value meaning "not given" (not passed, e.g. 0 faces), ``off``: the runner's
+    word for it when it must be said (``--kill-free off``);
     ``items``: enum items ``(value, label, description)`` (description "" = the advice or the
     option's help); ``switch``: ``(on, off)`` — a checkbox for a two-choice option;
     ``format``: the runner's text for a value (``"{:g}%"``); ``always``: passed even at the
@@ -107,7 +110,9 @@ class Option:
     ``command_help``: command → ``(help, default_text)`` where that command's ``--help`` must
     say something else (``runner export`` has no backend: its levers are the bounded
     engine's); ``check``: for text, a function that raises ``ValueError`` (what is wrong,
-    without the flag) for a value the runner would refuse (e.g. :func:`parse_ray_address`)."""
+    without the flag) for a value the runner would refuse (e.g. :func:`parse_ray_address`);
+    ``choices_by``: backend name (or ``export``, the command without a backend) → the only
+    values it takes within the range (the port's texture sides)."""
 
     name: str
     help: str
@@ -131,6 +136,7 @@ class Option:
     command_help: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False,
                                                         compare=False)
     check: Callable[[str], Any] | None = field(default=None, hash=False, compare=False)
+    choices_by: Mapping[str, tuple] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS or self.group not in GROUPS:
@@ -183,7 +189,10 @@ class Option:
                                  f"{', '.join(map(str, self.choices))}")
             return text
         if self.kind == "size":
-            return _units.parse_size(value)
+            try:
+                return _units.parse_size(value)
+            except ValueError as exc:
+                raise ValueError(f"{self.flag} {value!r}: {exc}") from None
         if self.kind in ("text", "path"):
             if self.check is not None:
                 try:
@@ -284,24 +293,26 @@ TABLE: tuple[Option, ...] = (
                ("pixal3d", "Pixal3D (staged)",
                 "TencentARC's Pixal3D through Pixal3D-mac, loading one stage's models at a "
                 "time; needs the Pixal3D-mac folder in the preferences")))),
-    Option("seed", "random seed", kind="int", low=0, metavar="N", group="job",
-           default_text="the backend's: builtin 0, pixal3d 42",
-           panel=Panel("Seed", default=0, always=True)),
-    Option("texture_size", "base-colour texture side in pixels", kind="int", low=1,
-           high=MAX_TEXTURE_SIZE, unit="px", metavar="PX",
-           default_text=f"the backend's: builtin 1024, 1-{MAX_TEXTURE_SIZE}, sizes under 512 "
-                        f"are raised to 512; pixal3d and runner export "
-                        f"{choices.DEFAULT_TEXTURE_SIZE}, one of {_PORT_SIZES}",
-           group="job", commands=(*JOB, "export"),
+    Option("seed", "random seed; 42 is Pixal3D-mac's own default, so a Pixal3D run with the "
+           "defaults draws the noise the port's own script draws (the built-in backend is "
+           "deterministic and does not use it)", kind="int", default=choices.DEFAULT_SEED,
+           low=0, metavar="N", group="job", panel=Panel("Seed", always=True)),
+    Option("texture_size", "base-colour texture side in pixels; 1024 for every backend and "
+           "the add-on alike: Pixal3D-mac's own 2048 bakes and stores four times the texels",
+           kind="int", default=choices.DEFAULT_TEXTURE_SIZE, low=1, high=MAX_TEXTURE_SIZE,
+           unit="px", metavar="PX", group="job", commands=(*JOB, "export"),
+           choices_by={"pixal3d": choices.TEXTURE_SIZES, "export": choices.TEXTURE_SIZES},
+           default_text=f"{choices.DEFAULT_TEXTURE_SIZE}; builtin takes 1-{MAX_TEXTURE_SIZE} "
+                        f"(sizes under 512 are raised to 512), pixal3d one of {_PORT_SIZES}",
            command_help={"export": (f"base-colour texture side in pixels, one of {_PORT_SIZES}",
                                     str(choices.DEFAULT_TEXTURE_SIZE))},
            # the sides every backend takes (the port's; the built-in one takes any up to the
            # largest of them): Generate and Re-export offer them all
-           panel=Panel("Texture", default=1024, always=True, items=tuple(
+           panel=Panel("Texture", always=True, items=tuple(
                (s, f"{s} px", f"Base-colour texture of {s} × {s} pixels")
                for s in choices.TEXTURE_SIZES))),
     Option("height", "height of the mesh in metres, 0.01-100 (builtin only)",
-           default_text="1 m", kind="float", low=0.01, high=100.0, unit="m", metavar="M",
+           default=1.0, kind="float", low=0.01, high=100.0, unit="m", metavar="M",
            dest_name="height_m", backends=("builtin",), group="job"),
     Option("stall_timeout", "stop the job (kind stalled) once the worker has been stalled - "
            "stopped (state T) for 10 s, or no CPU time and no event for 60 s - this many "

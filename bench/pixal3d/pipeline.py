@@ -117,7 +117,7 @@ def run(args, working, emit) -> dict:
     kept across gaps, backbone/NAF sharing) and returns the same dict.
     """
     from stageload import make_event, on_call
-    from stageload.pixal3d import Pixal3DRun
+    from stageload.pixal3d import Pixal3DRun, RunOptions
 
     from .modes import EXPORT_ENGINE, WORKING_MEMORY
 
@@ -136,9 +136,10 @@ def run(args, working, emit) -> dict:
             current["stage"] = stage
         emit(event)
 
-    pipeline = Pixal3DRun(STANDIN, device="cpu", load=load, keep_resident=keep, events=sink,
-                          prefetch=getattr(args, "prefetch", "on") == "on",
-                          working_memory=WORKING_MEMORY[args.mode])
+    options = RunOptions(load=load, keep_resident=keep, seed=42, texture_size=512,
+                         prefetch=getattr(args, "prefetch", "on") == "on",
+                         working_memory=WORKING_MEMORY[args.mode])
+    pipeline = Pixal3DRun(STANDIN, options, device="cpu", events=sink)
     if pipeline.runtime_note is not None:
         note = pipeline.runtime_note
         emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules,
@@ -157,8 +158,8 @@ def run(args, working, emit) -> dict:
         # asset over and the engine exports it in a process of its own; here the export stage
         # holds that engine's measured peak (its working share) once the models are released.
         handover = Path(tmp) / "asset.npz" if EXPORT_ENGINE[args.mode] == "bounded" else None
-        result = pipeline.generate(args.image, Path(tmp) / "out.glb", seed=42, texture_size=512,
-                                   steps=args.steps, handover=handover)
+        result = pipeline.generate(args.image, Path(tmp) / "out.glb", steps=args.steps,
+                                   handover=handover)
         if handover is not None:
             pipeline.enter("export")
         stage_end()  # export's working memory, inside the export window

@@ -106,10 +106,10 @@ class JobSpec:
             raise ValueError(f"unknown job kind {self.kind!r}; one of {', '.join(KINDS)}")
 
     @property
-    def backend(self) -> str:
-        """The job's backend: the settings' one; an export's is the asset's
-        (``option_views.EXPORT_BACKEND``)."""
-        return option_views.EXPORT_BACKEND if self.kind == "export" else self.settings.backend
+    def backend(self) -> str | None:
+        """The job's backend: the settings' one; None for an export (``runner export`` runs
+        no backend)."""
+        return None if self.kind == "export" else self.settings.backend
 
     @property
     def seed(self) -> int:

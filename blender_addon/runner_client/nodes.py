@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..ui.view import human_bytes
 from . import events as _events
+from .view import human_bytes
 
 PLACED, WAITING, RUNNING = "placed", "waiting", "running"  # a NodeJob's status
 ID_CHARS = 8  # characters of a node id shown when two nodes share a host name

@@ -44,12 +44,13 @@ def addon_value(opt, value):
     return converted
 
 
-def runner_words(opt, value, backend: str, engine: str | None = None) -> list[str]:
+def runner_words(opt, value, backend: str | None, engine: str | None = None) -> list[str]:
     """The runner's command-line words for the add-on value ``value`` of ``opt`` in a
-    ``backend`` job exporting with ``engine`` (None: any) ([] when it is not passed: another
-    backend's or engine's option, "not given", or at the runner's default)."""
+    ``backend`` job (None: ``runner export``, which has none: the command's own options
+    apply) exporting with ``engine`` (None: any) ([] when it is not passed: another backend's
+    or engine's option, "not given", or at the runner's default)."""
     panel = opt.panel
-    if not opt.applies_to(backend, engine):
+    if backend is not None and not opt.applies_to(backend, engine):
         return []
     if panel is not None and is_unset(panel, value):
         return [opt.flag, panel.off] if panel.off else []
@@ -76,24 +77,20 @@ def _same(value, default) -> bool:
     return value == default or (default is not None and str(value) == str(default))
 
 
-#: ``python -m runner export`` re-exports a Pixal3D asset (``runner/commands/export.py``: its
-#: job's backend is ``pixal3d``) with the bounded export engine, always.
-EXPORT_BACKEND, EXPORT_ENGINE = "pixal3d", "bounded"
-
-
-def job_engine(values: Mapping[str, Any], command: str = "run") -> str:
-    """The export engine of a job: ``bounded`` for ``runner export``, else the
-    ``export_engine`` of ``values`` (its add-on default when missing)."""
+def job_engine(values: Mapping[str, Any], command: str = "run") -> str | None:
+    """The export engine of a job: the ``export_engine`` of ``values`` (its add-on default
+    when missing); None for ``runner export``, whose options are its own (the command's)."""
     if command == "export":
-        return EXPORT_ENGINE
+        return None
     return str(values.get("export_engine", options.addon_default(options.get("export_engine"))))
 
 
-def job_argv(values: Mapping[str, Any], backend: str, command: str = "run") -> list[str]:
+def job_argv(values: Mapping[str, Any], backend: str | None, command: str = "run") -> list[str]:
     """The runner options for the add-on ``values`` (name → add-on value; missing names take
-    the add-on's default) of a ``backend`` job of the runner's ``command`` (``run`` / ``batch``
-    / ``export``, :data:`options.COMMANDS`), in table order: only the options ``command``
-    takes (the table's ``commands``), of ``backend`` and of the job's export engine
+    the add-on's default) of a ``backend`` job (None for ``export``) of the runner's
+    ``command`` (``run`` / ``batch`` / ``export``, :data:`options.COMMANDS`), in table order:
+    only the options ``command`` takes (the table's ``commands``), of ``backend`` and of the
+    job's export engine
     (:func:`job_engine`; the table's ``engines``) — a port lever left set in the panel is not
     passed to a bounded export, which would refuse it."""
     engine = job_engine(values, command)

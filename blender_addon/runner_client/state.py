@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from dataclasses import MISSING, dataclass, field, fields
 
-from ..ui.view import PanelView, guard_line, human_bytes, human_seconds, make_view  # noqa: F401
 from . import events as _events
 from . import facts as _facts
 from .status import (
@@ -34,6 +33,7 @@ from .status import (
     WAITING,
     Status,
 )
+from .view import PanelView, guard_line, human_bytes, human_seconds, make_view  # noqa: F401
 
 PROTOCOL_VERSION = _facts.PROTOCOL_VERSION
 

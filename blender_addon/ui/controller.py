@@ -18,8 +18,8 @@ from ..runner_client.job_spec import JobSettings, JobSpec
 from ..runner_client.nodes import NodeBoard
 from ..runner_client.process import BAD_LINE, EOF, EVENT, RunnerProcess, SpawnError, runner_env
 from ..runner_client.state import CANCELLED, DONE, FAILED, RUNNING, STARTING, JobState
+from ..runner_client.view import PanelView
 from . import importer
-from .view import PanelView
 
 TICK_SECONDS = 0.1
 CANCEL_GRACE = 8.0  # > the runner's own SIGTERM→SIGKILL grace (stageload.guard: 5 s)

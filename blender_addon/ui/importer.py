@@ -210,7 +210,7 @@ def _place(obj: bpy.types.Object, location, collection: bpy.types.Collection,
 def _record(obj: bpy.types.Object, glb: Path, metadata: dict) -> None:
     """The run's facts as ``obj``'s custom properties (``PROP_*``; see :func:`import_glb`)."""
     obj[PROP_GLB] = str(glb)
-    obj[PROP_BACKEND] = str(metadata.get("backend", ""))
+    obj[PROP_BACKEND] = str(metadata.get("backend") or "")  # none: a re-export's own
     obj[PROP_SEED] = int(metadata.get("seed", 0))
     peak = metadata.get("peak")
     obj[PROP_PEAK] = float(peak) if peak is not None else -1.0

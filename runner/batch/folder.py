@@ -80,36 +80,32 @@ def file_sha256(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def job_fingerprint(backend: str, seed, texture_size, height_m, options: dict) -> dict:
-    """The options that shape a GLB, as recorded in the manifest: ``backend``, ``seed``,
-    ``texture_size`` (px), ``height_m`` (metres) — None meaning the backend's default — and the
-    backend's own options whose ``affects_output`` is True (e.g. ``pipeline_type``, not
-    ``load``). Two runs with equal fingerprints and equal input bytes give the same GLB."""
-    entry = backends.get(backend)
-    own = {o.dest: options.get(o.dest) for o in entry.options if o.affects_output}
-    return {"backend": backend, "seed": seed, "texture_size": texture_size,
-            "height_m": height_m, **own}
+def job_fingerprint(options) -> dict:
+    """The options that shape a GLB, as recorded in the manifest (``JobOptions.shaping``): the
+    job's backend and each option that applies to it and whose ``affects_output`` is True
+    (``seed``, ``texture_size``, ``pipeline_type``; not ``load``), defaults filled in. Two runs
+    with equal fingerprints and equal input bytes give the same GLB."""
+    return options.shaping()
 
 
 class Batch:
-    """One ``batch`` command: ``ns`` the parsed command line, ``options`` the backend's own
-    options, ``config`` the ``GuardConfig``; events go to ``emitter``. Publishes ``hello`` at
-    once; :meth:`run` does the rest."""
+    """One ``batch`` command: ``ns`` the parsed command line, ``options`` the job's
+    ``JobOptions`` (each image's), ``config`` the ``GuardConfig``; events go to ``emitter``.
+    Publishes ``hello`` at once; :meth:`run` does the rest."""
 
-    def __init__(self, ns, options: dict, config, emitter, cancel):
+    def __init__(self, ns, options, config, emitter, cancel):
         self.ns, self.options, self.config = ns, options, config
         self.emitter, self.cancel = emitter, cancel
         self.started = time.time()
         self.in_dir = Path(ns.input_dir).expanduser().absolute()
         self.out_dir = Path(ns.output_dir).expanduser().absolute()
         self.manifest_path = self.out_dir / MANIFEST
-        self.fingerprint = job_fingerprint(ns.backend, ns.seed, ns.texture_size, ns.height_m,
-                                           options)
+        self.fingerprint = job_fingerprint(options)
         self.counts = {"done": 0, "failed": 0, "skipped": 0}
         self.header: dict = {}
         self.hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="batch",
                           backend=ns.backend, image=None, output=None, trace=None,
-                          stages=backends.get(ns.backend).planned_stages(options),
+                          stages=backends.get(ns.backend).planned_stages(),
                           input_dir=str(self.in_dir), output_dir=str(self.out_dir),
                           manifest=str(self.manifest_path), python=sys.executable)
         emitter.emit(self.hello)
@@ -234,10 +230,8 @@ class Batch:
             return None
         # A changed image or changed options: this batch may replace what it wrote itself
         # (a GLB recorded as done, a trace recorded for this image), nothing else.
-        job = Job(input=ImageInput(image), output=output, backend=ns.backend, trace=trace,
-                  seed=ns.seed, texture_size=ns.texture_size, height_m=ns.height_m,
+        job = Job(input=ImageInput(image), output=output, options=self.options, trace=trace,
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
-                  options=self.options, stall_timeout=ns.stall_timeout,
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
         return job, digest
 

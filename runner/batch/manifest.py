@@ -1,4 +1,4 @@
-"""The batch manifest ``OUTDIR/manifest.json`` (its fields: ``runner/commands/batch.py``): read, and
+"""The batch manifest ``OUTDIR/manifest.json`` (its fields: ``runner/batch/folder.py``): read, and
 updated one image at a time by merging into what is on disk under a lock, so several batches
 writing into one folder keep each other's records.
 

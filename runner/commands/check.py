@@ -29,6 +29,7 @@ import sys
 
 from meshfacts.errors import KINDS, RunnerError, explain
 from meshfacts.events import make
+from meshfacts.job_options import JobOptions
 from runner import backends
 from runner.cluster.auth import require_cluster_for_token
 from runner.cluster.check import cluster_check
@@ -240,11 +241,10 @@ def _cluster(parser, ns, raw: dict, emitter: Emitter) -> int:
 
 def check_backend_options(ns) -> None:
     """Refuse the backend option values a run would refuse (``--keep-resident abc``), with the
-    same ``RunnerError('usage')`` (exit 2) and message: each backend's ``Backend.validate`` over
-    its own options as given. Unlike a run, an option of a backend that was not requested is
+    same ``RunnerError('usage')`` (exit 2) and message: ``JobOptions.parse`` of each backend
+    over its own options as given. Unlike a run, an option of a backend that was not requested is
     allowed (``check --pixal3d-dir DIR`` reports every backend, the add-on's Check does that)."""
     given = backend_options(ns)
     for name in backends.names():
         entry = backends.get(name)
-        entry.validate(texture_size=None, height_m=None,
-                       options={o.dest: given.get(o.dest) for o in entry.options})
+        JobOptions.parse(name, {o.dest: given.get(o.dest) for o in entry.options})

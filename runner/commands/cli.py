@@ -12,8 +12,10 @@ from pathlib import Path
 
 from meshfacts.errors import RunnerError, explain
 from meshfacts.events import make
+from meshfacts.job_options import JobOptions
 from runner import backends
 from runner.commands.option_args import add_arguments as add_table_arguments
+from runner.commands.option_args import given
 from runner.job.cancel import Cancel
 from runner.job.inputs import ImageInput
 from runner.job.records import Job
@@ -94,20 +96,18 @@ def backend_options(ns: argparse.Namespace) -> dict:
     return {opt.dest: getattr(ns, opt.dest, None) for opt in backends.all_options()}
 
 
-def validate_job(ns: argparse.Namespace) -> dict:
-    """Check the parsed job options against the chosen backend's registry entry
-    (``Backend.validate``) and return that backend's own options with defaults filled in.
-    Raises ``RunnerError('usage')`` — before ``hello`` is followed by anything else."""
+def validate_job(ns: argparse.Namespace) -> JobOptions:
+    """The job's options, parsed once (``JobOptions.parse``: every value checked, an option of
+    another backend refused, each default filled in) and the chosen backend's refusals of
+    combinations (its precheck runs later, with the files). Raises ``RunnerError('usage')``
+    — before ``hello`` is followed by anything else."""
+    options = JobOptions.parse(ns.backend, given(ns))
     backend = backends.get(ns.backend)
-    given = backend_options(ns)
-    backend.validate(texture_size=ns.texture_size, height_m=ns.height_m, options=given)
     floor = backend.texture_floor
-    if floor is not None and ns.texture_size is not None and ns.texture_size < floor:
-        from runner.job.trace import log
-
-        log(f"--texture-size {ns.texture_size} is below the {backend.name} backend's smallest "
-            f"texture; a {floor} px texture is made instead")
-    return backend.job_options(given)
+    if floor is not None and options.texture_size < floor:
+        log(f"--texture-size {options.texture_size} is below the {backend.name} backend's "
+            f"smallest texture; a {floor} px texture is made instead")
+    return options
 
 
 def guard_config(ns: argparse.Namespace):
@@ -197,16 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as err:
         return usage_failure(suggest_command(err, argv), "single", argv)
     emitter, cancel = setup(ns)
-    job = Job(input=ImageInput(ns.image), output=Path(ns.output), backend=ns.backend,
-              trace=Path(ns.trace) if ns.trace else None, seed=ns.seed,
-              texture_size=ns.texture_size, height_m=ns.height_m, overwrite=ns.overwrite,
-              options=options, stall_timeout=ns.stall_timeout)
+    job = Job(input=ImageInput(ns.image), output=Path(ns.output), options=options,
+              trace=Path(ns.trace) if ns.trace else None, overwrite=ns.overwrite)
     hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="single",
                  backend=ns.backend, image=str(Path(ns.image).absolute()),
                  output=str(Path(ns.output).expanduser().absolute()),
                  trace=str(job.resolved_trace()),
-                 stages=backends.get(ns.backend).planned_stages(job.options),
-                 python=sys.executable)
+                 stages=backends.get(ns.backend).planned_stages(), python=sys.executable)
     emitter.emit(hello)
     return run_and_report(emitter, cancel,
                           lambda: JobRun(job, emitter.emit, cancel, config,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from meshfacts.errors import RunnerError
 from meshfacts.events import make
+from meshfacts.job_options import JobOptions
 from runner.commands.cli import (
     DEFAULT_GRACE,
     ArgumentParser,
@@ -35,7 +36,7 @@ from runner.commands.cli import (
     setup,
     usage_failure,
 )
-from runner.commands.option_args import add_arguments
+from runner.commands.option_args import add_arguments, given
 from runner.job.inputs import AssetInput
 from runner.job.records import Job
 from runner.job.run import RUNNER_VERSION, JobRun
@@ -93,20 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         require_path(ns.output, "output")
-        asset = AssetInput.enter(ns.asset, ns.texture_size, ns.decimation_target,
-                                 ns.export_budget)
+        options = JobOptions.parse(None, given(ns))  # no backend: the export levers only
+        asset = AssetInput.enter(ns.asset, options)
         config = guard_config(ns)
     except RunnerError as err:
         return usage_failure(err, "export", argv)
     emitter, cancel = setup(ns)
-    # backend: the asset is a Pixal3D run's (hello and result say so); no backend runs
-    job = Job(input=asset, output=Path(ns.output), backend="pixal3d",
-              trace=Path(ns.trace) if ns.trace else None, texture_size=ns.texture_size,
-              overwrite=ns.overwrite)
+    # no backend runs: hello and result say backend null (the export process is the engine)
+    job = Job(input=asset, output=Path(ns.output), options=options,
+              trace=Path(ns.trace) if ns.trace else None, overwrite=ns.overwrite)
     hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="export",
-                 backend="pixal3d", image=None, asset=str(Path(ns.asset).absolute()),
+                 backend=None, image=None, asset=str(Path(ns.asset).absolute()),
                  output=str(Path(ns.output).expanduser().absolute()),
-                 trace=str(job.resolved_trace()), stages=list(AssetInput.stages),
+                 trace=str(job.resolved_trace()), stages=list(AssetInput.STAGES),
                  python=sys.executable)
     emitter.emit(hello)
     return run_and_report(emitter, cancel,

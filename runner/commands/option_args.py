@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from meshfacts import options
+from meshfacts.job_options import job_fields
 
 
 def _argparse_type(opt: options.Option):
@@ -26,30 +27,50 @@ def _argparse_type(opt: options.Option):
 
 def add_arguments(parser, command: str = "run") -> None:
     """The table's options that ``command`` takes (``options.COMMANDS``) on ``parser`` (argparse):
-    job options at the top level, backends' own options in a "backend options" group (value
-    as given, default None = not given, so another backend's option can be told apart and
-    refused; defaults are applied by the backend registry) — for ``export``, which has no
-    backend, an "export levers" group. Each help line is ``command``'s (``help_text``). Guard
-    options are left to ``stageload.guard.add_guard_arguments``."""
+    job options at the top level, backends' own options in a "backend options" group — for
+    ``export``, which has no backend, an "export levers" group. A field of the job's
+    ``meshfacts.job_options.JobOptions`` is read as text, default None (not given): the job's
+    options are checked and defaulted once, by ``JobOptions.parse``, which also refuses
+    another backend's option given. The other options (``--backend``, ``--cluster`` …) are
+    converted here. Each help line is ``command``'s (``help_text``). Guard options are left to
+    ``stageload.guard.add_guard_arguments``."""
     if command not in options.COMMANDS:
         raise ValueError(f"unknown command {command!r}")
+    parsed_later = {o.dest for o in job_fields()}
     group = None
     for opt in options.table():
         if command not in opt.commands or opt.group == "guard":
             continue
-        if opt.group == "job":
-            kwargs = {"type": _argparse_type(opt)} if opt.kind not in ("choice", "text") else {}
-            parser.add_argument(opt.flag, dest=opt.dest, default=opt.default,
-                                choices=opt.choices or None, metavar=opt.metavar,
-                                help=opt.help_text(command), **kwargs)
+        if opt.dest in parsed_later:
+            target = parser
+            if opt.group != "job":
+                if group is None:
+                    group = parser.add_argument_group("export levers" if command == "export"
+                                                      else "backend options")
+                target = group
+            _add_raw(target, opt, command)
             continue
-        if group is None:
-            group = parser.add_argument_group("export levers" if command == "export"
-                                              else "backend options")
-        if opt.switch:
-            group.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
-                               const=True, help=opt.help_text(command))
-        else:
-            group.add_argument(opt.flag, dest=opt.dest, default=None,
-                               choices=[str(c) for c in opt.choices] or None,
-                               metavar=opt.metavar, help=opt.help_text(command))
+        kwargs = {"type": _argparse_type(opt)} if opt.kind not in ("choice", "text") else {}
+        parser.add_argument(opt.flag, dest=opt.dest, default=opt.default,
+                            choices=opt.choices or None, metavar=opt.metavar,
+                            help=opt.help_text(command), **kwargs)
+
+
+def _add_raw(target, opt: options.Option, command: str) -> None:
+    """``opt`` on ``target`` as given (text, or True for a switch), default None; a choice
+    shows its values as argparse would (``{lean,port}``) and is checked by ``JobOptions``."""
+    if opt.switch:
+        target.add_argument(opt.flag, dest=opt.dest, default=None, action="store_const",
+                            const=True, help=opt.help_text(command))
+        return
+    metavar = opt.metavar
+    if opt.choices and metavar is None:
+        metavar = "{" + ",".join(map(str, opt.choices)) + "}"
+    target.add_argument(opt.flag, dest=opt.dest, default=None, metavar=metavar,
+                        help=opt.help_text(command))
+
+
+def given(ns: argparse.Namespace) -> dict:
+    """The job's options as given on the command line (``dest`` → text; None: not given), for
+    ``JobOptions.parse``."""
+    return {o.dest: getattr(ns, o.dest, None) for o in job_fields()}

@@ -8,11 +8,12 @@ makes; ``runner.job.run.JobRun`` runs any of them through the same steps:
   backend (mode ``whole``, or ``model`` when the backend exports in a process of its own).
 - ``AssetInput``: a saved asset (``.npz``: a Pixal3D run's ``--keep-asset``, the port's
   ``--save-mesh``) turned into a GLB by the bounded export engine (``python -m runner
-  export``). Entering: the levers are checked once, when the input is made
-  (:meth:`AssetInput.enter`, on the command line); the asset's size and headers against the
-  budget's plan (no array read), published as ``asset``. The worker is the export process
-  (mode ``export``, no backend: it calls the engine). An asset refused for what it holds
-  (``bad_asset``) leaves nothing behind: no default trace, no folder the job made.
+  export``). Entering: the levers (the job's ``JobOptions``, parsed on the command line) are
+  checked once against the engine, when the input is made (:meth:`AssetInput.enter`); the
+  asset's size and headers against the budget's plan (no array read), published as
+  ``asset``. The worker is the export process (mode ``export``, no backend: the export step
+  :data:`runner.job.export_step.BOUNDED`). An asset refused for what it holds (``bad_asset``)
+  leaves nothing behind: no default trace, no folder the job made.
 
 A batch's folder is the third way in (``runner.batch.folder.Batch.images``): it makes one
 ``ImageInput`` per image.
@@ -28,7 +29,7 @@ from meshfacts.errors import RunnerError
 from meshfacts.events import make
 from runner import backends
 from runner.images.reading import load_image
-from runner.job.export_step import levers
+from runner.job.export_step import BOUNDED, levers
 from runner.job.records import WorkerJob
 
 
@@ -61,6 +62,10 @@ class ImageInput:
         backend.run_precheck(job.options)  # cheap: files and folders only
         return backend
 
+    def stages(self, backend) -> list[str]:
+        """The job's stage plan: the backend's."""
+        return backend.planned_stages()
+
     def check(self, job) -> tuple[dict, list[str]]:
         """Decode and check the image (``load_image``, absolute as in ``hello``): the
         ``input`` event with its facts (``ImageInfo``) and the notes on what was converted.
@@ -80,20 +85,24 @@ class ImageInput:
         pixels, self.pixels = self.pixels, None
         return pixels
 
-    def worker_mode(self, backend, job) -> str:
-        """``model`` when the backend exports in a process of its own, else ``whole``."""
-        return "model" if backend.splits_export(job.options) else "whole"
+    def hand_over(self, backend, job):
+        """The job's export in a process of its own (``Backend.hand_over``: the backend
+        decides, once), or None: the backend exports in the model process."""
+        return backend.hand_over_of(job.options)
 
-    def worker_job(self, backend, job, mode: str, output: Path,
-                   handover: str | None) -> WorkerJob:
-        """The worker's job in ``mode``, writing to ``output`` (the partial GLB): the
-        backend's own options as given."""
-        return WorkerJob(
-            backend=backend.name, image=str(self.path.absolute()), output=str(output),
-            seed=job.seed, texture_size=job.texture_size, height_m=job.height_m, mode=mode,
-            handover=handover, probed=self.facts if mode != "export" else None,
-            options={o.dest: job.options[o.dest] for o in backend.options
-                     if job.options.get(o.dest) is not None})
+    def worker_mode(self, hand_over) -> str:
+        """``model`` with a hand-over (the job's :meth:`hand_over`), else ``whole``."""
+        return "whole" if hand_over is None else "model"
+
+    def worker_job(self, job, mode: str, output: Path, handover: str | None,
+                   hand_over) -> WorkerJob:
+        """The worker's job in ``mode``, writing to ``output`` (the partial GLB); in mode
+        ``model`` with the hand-over file ``handover`` (a path in the job folder) and the name
+        of the export step that continues from it (``hand_over.step``)."""
+        return WorkerJob(image=str(self.path.absolute()), output=str(output),
+                         options=job.options, mode=mode, handover=handover,
+                         export=None if hand_over is None else hand_over.step.name,
+                         probed=self.facts)
 
 
 class AssetInput:
@@ -105,24 +114,35 @@ class AssetInput:
     """The asset cannot be exported as it is (found from its headers before the trace opens,
     or from its values in the export process's ``load`` step): the job leaves nothing."""
     process = ("export", "the export process")
-    stages = ("export",)
-    """The job's stage plan: one stage."""
+    STAGES = ("export",)
+    """The job's stage plan: one stage, which the export process enters itself."""
 
     def __init__(self, path: Path | str, chosen):
         self.path = Path(path)
         self.chosen = chosen
 
     @classmethod
-    def enter(cls, path: Path | str, texture_size=None, decimation_target=None,
-              export_budget=None) -> AssetInput:
-        """The asset at ``path`` with the runner's lever values (None: the engine's default),
-        checked now — the one check of the levers in this process. Raises
-        ``RunnerError('usage')`` naming a bad value (e.g. a budget below 256M)."""
-        return cls(path, levers(texture_size, decimation_target, export_budget))
+    def enter(cls, path: Path | str, options) -> AssetInput:
+        """The asset at ``path`` with the levers of ``options`` (the job's ``JobOptions``,
+        without a backend), checked now against the engine (``export_step.levers``: e.g. a
+        budget below 256M) — the one check of the levers in this process. Raises
+        ``RunnerError('usage')`` naming a bad value."""
+        return cls(path, levers(options))
 
     def backend(self, job) -> None:
-        """No backend: the export process calls the engine itself."""
+        """No backend: the export process runs the bounded export engine itself."""
         return None
+
+    def stages(self, backend) -> list[str]:
+        """The job's stage plan: :data:`STAGES`."""
+        return list(self.STAGES)
+
+    def hand_over(self, backend, job) -> None:
+        """None: the export process is the whole job (the bounded export engine, always)."""
+        return None
+
+    def worker_mode(self, hand_over) -> str:
+        return "export"
 
     def handover_pixels(self) -> None:
         """No pixels: the export process reads the asset itself."""
@@ -132,20 +152,13 @@ class AssetInput:
         """The ``asset`` event with the asset's facts (``check_asset``); no notes."""
         return make("asset", **check_asset(self.path, self.chosen)), []
 
-    def worker_mode(self, backend, job) -> str:
-        return "export"
-
-    def worker_job(self, backend, job, mode: str, output: Path,
-                   handover: str | None) -> WorkerJob:
+    def worker_job(self, job, mode: str, output: Path, handover: str | None,
+                   hand_over) -> WorkerJob:
         """The export process's job: from the asset (its hand-over) to ``output`` with the
-        chosen levers; the engine announces the one-stage plan itself."""
-        chosen = self.chosen
-        options = {"decimation_target": chosen.decimation_target, "stages": list(self.stages)}
-        if chosen.budget is not None:
-            options["export_budget"] = chosen.budget
-        return WorkerJob(backend=None, image=None, output=str(output), mode="export",
-                         texture_size=chosen.texture_size,
-                         handover=str(self.path.expanduser().absolute()), options=options)
+        job's levers and the bounded engine; it enters the one-stage plan itself."""
+        return WorkerJob(image=None, output=str(output), options=job.options, mode="export",
+                         handover=str(self.path.expanduser().absolute()),
+                         export=BOUNDED.name, stages=list(self.STAGES))
 
 
 def check_asset(path: Path, chosen) -> dict:

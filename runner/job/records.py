@@ -9,9 +9,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from meshfacts import options as options_table
 from meshfacts.errors import RunnerError
-from runner import backends
+from meshfacts.job_options import JobOptions
 from runner.job.outputs import default_trace_path
+
+
+def default_options() -> JobOptions:
+    """The default backend's options with every default (a job made without options)."""
+    return JobOptions.parse(options_table.get("backend").default, {})
 
 
 @dataclass
@@ -19,23 +25,28 @@ class Job:
     """One job → GLB. ``input``: what it starts from (``runner.job.inputs.ImageInput`` or
     ``AssetInput``: each checks itself and makes its worker job). Paths as given (made
     absolute during validation); ``trace`` None means ``OUT.trace.jsonl`` next to the output;
-    ``options`` are the backend's own options (``dest`` → value); ``seed`` (int),
-    ``texture_size`` (px), ``height_m`` (metres) — each None for the backend's own default."""
+    ``options``: the job's options, parsed once where they entered
+    (``meshfacts.job_options.JobOptions``: the backend, seed, texture size, the backend's
+    own options; ``backend`` None for ``runner export``)."""
 
     input: Any
     output: Path
-    backend: str = backends.DEFAULT
+    options: JobOptions = field(default_factory=default_options)
     trace: Path | None = None
-    seed: int | None = None
-    texture_size: int | None = None
-    height_m: float | None = None
     overwrite: bool = False
-    options: dict = field(default_factory=dict)
     replace_trace: bool | None = None
     """Replace an existing trace of an earlier run (None: the same as ``overwrite``)."""
-    stall_timeout: float | None = None
-    """Seconds a stalled worker may stay stalled before the job is stopped as ``stalled``
-    (``--stall-timeout``; None: never, ``runner.job.stall``)."""
+
+    @property
+    def backend(self) -> str | None:
+        """The job's backend (None: ``runner export``, which runs none)."""
+        return self.options.backend
+
+    @property
+    def stall_timeout(self) -> float | None:
+        """Seconds a stalled worker may stay stalled before the job is stopped as ``stalled``
+        (``--stall-timeout``; None: never, ``runner.job.stall``)."""
+        return self.options.stall_timeout
 
     def resolved_trace(self) -> Path:
         """The trace path this job will write (absolute)."""
@@ -60,52 +71,47 @@ export process: from the hand-over file to the GLB)."""
 class WorkerJob:
     """The job one worker process (``python -m runner.worker.run --job JSON``) runs.
 
-    ``backend`` (registry name; None for an export process of the bounded engine, which needs none),
     ``image`` (absolute path of the input image; None for an export process, whose input is the
-    hand-over), ``output`` (the partial GLB path the process writes), ``seed`` / ``texture_size``
-    (px, int) / ``height_m`` (metres, float) — each None for the backend's default — ``options``
-    (the backend's own options, ``dest`` → JSON value), ``mode`` (one of ``WORKER_MODES``) and
-    ``handover`` (the hand-over file's path: required for ``model`` and ``export``, absent for
-    ``whole``).
+    hand-over), ``output`` (the partial GLB path the process writes), ``options`` (the job's
+    ``JobOptions``; its ``backend`` None for ``runner export``, which runs none), ``mode``
+    (one of ``WORKER_MODES``), ``handover`` (the hand-over file's path: required for ``model``
+    and ``export``, absent for ``whole``), ``export`` (the name of the export step that turns
+    the hand-over into the GLB, ``runner.job.export_step``: decided once, by the backend, when
+    the job was made; None for ``whole``), ``stages`` (an export process that enters its
+    ``export`` stage itself: the plan it belongs to; None when the supervisor entered it).
     Raises ``ValueError`` naming the field for anything else: the record crosses a process
     boundary and is checked where it is made and where it enters the worker.
     """
 
-    backend: str | None
     image: str | None
     output: str
-    seed: int | None = None
-    texture_size: int | None = None
-    height_m: float | None = None
-    options: dict = field(default_factory=dict)
+    options: JobOptions = field(default_factory=default_options)
     mode: str = "whole"
     handover: str | None = None
+    export: str | None = None
+    stages: list | None = None
     probed: dict | None = None
     """What the supervisor's probe learnt about the image (``runner.images.reading.ImageInfo`` as a
     dict): the worker then takes the decoded pixels from its stdin (``inputs.read_pixels``)
     instead of decoding the file again. None: the worker decodes ``image`` itself."""
 
+    @property
+    def backend(self) -> str | None:
+        """The job's backend (None: an export process of ``runner export``)."""
+        return self.options.backend
+
     def __post_init__(self):
-        for name in ("backend", "image", "output"):
-            value = getattr(self, name)
-            if value is None and name != "output" and self.mode == "export":
-                continue  # the export process starts from its hand-over, with the engine
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"worker job: {name} must be a non-empty string")
-        for name in ("seed", "texture_size"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"worker job: {name} must be an integer or null")
-        height = self.height_m
-        if height is not None and (isinstance(height, bool)
-                                   or not isinstance(height, (int, float))):
-            raise ValueError("worker job: height_m must be a number or null")
-        if not isinstance(self.options, dict) or not all(isinstance(k, str)
-                                                         for k in self.options):
-            raise ValueError("worker job: options must be an object with string keys")
+        if not isinstance(self.options, JobOptions):
+            raise ValueError("worker job: options must be the job's JobOptions")
+        if not isinstance(self.output, str) or not self.output:
+            raise ValueError("worker job: output must be a non-empty string")
         if self.mode not in WORKER_MODES:
             raise ValueError(f"worker job: mode {self.mode!r} is not one of "
                              f"{', '.join(WORKER_MODES)}")
+        if self.mode != "export" and (not isinstance(self.image, str) or not self.image):
+            raise ValueError("worker job: image must be a non-empty string")
+        if self.mode != "export" and self.backend is None:
+            raise ValueError("worker job: a worker that generates needs a backend")
         if (self.mode == "whole") != (self.handover is None):
             raise ValueError(f"worker job: mode {self.mode!r} "
                              + ("takes no handover" if self.mode == "whole"
@@ -113,20 +119,18 @@ class WorkerJob:
         if self.handover is not None and (not isinstance(self.handover, str)
                                           or not self.handover):
             raise ValueError("worker job: handover must be a non-empty string")
+        if (self.mode == "whole") != (self.export is None) or \
+                (self.export is not None and not isinstance(self.export, str)):
+            raise ValueError(f"worker job: export (the export step's name) is "
+                             f"{'absent' if self.mode == 'whole' else 'required'} in mode "
+                             f"{self.mode!r}")
+        if self.stages is not None and (self.mode != "export" or not isinstance(self.stages, list)
+                                        or "export" not in self.stages):
+            raise ValueError("worker job: stages (a plan with an export stage) belong to an "
+                             "export process")
         if self.probed is not None and (self.mode == "export" or not _image_size(self.probed)):
             raise ValueError("worker job: probed must be an image's facts with its width and "
                              "height, for a worker that generates")
-        if self.backend is None and self.options.get("export_engine") not in (None, "bounded"):
-            raise ValueError("worker job: an export without a backend is the bounded engine's")
-
-    def backend_kwargs(self) -> dict:
-        """The keyword arguments for the backend's ``generate`` / ``export``: ``options`` plus
-        ``seed``, ``texture_size`` (int) and ``height_m`` (float) where given."""
-        kwargs = dict(self.options)
-        for key, cast in (("seed", int), ("texture_size", int), ("height_m", float)):
-            if getattr(self, key) is not None:  # unset: the backend's own default
-                kwargs[key] = cast(getattr(self, key))
-        return kwargs
 
     def to_json(self) -> str:
         """The record as one JSON object (the worker's ``--job``)."""
@@ -135,7 +139,8 @@ class WorkerJob:
     @classmethod
     def from_json(cls, text: str) -> WorkerJob:
         """Parse :meth:`to_json`'s output. Raises ``ValueError`` for text that is not a JSON
-        object of this record's fields (an unknown or missing field is named)."""
+        object of this record's fields (an unknown or missing field is named, the options are
+        checked again: ``JobOptions.from_dict``)."""
         try:
             obj = json.loads(text)
         except ValueError as exc:
@@ -146,10 +151,10 @@ class WorkerJob:
         unknown = sorted(set(obj) - known)
         if unknown:
             raise ValueError(f"worker job: unknown field(s) {', '.join(unknown)}")
-        missing = [name for name in ("backend", "image", "output") if name not in obj]
+        missing = [name for name in ("image", "output", "options") if name not in obj]
         if missing:
             raise ValueError(f"worker job: missing field(s) {', '.join(missing)}")
-        return cls(**obj)
+        return cls(**{**obj, "options": JobOptions.from_dict(obj["options"])})
 
 
 @dataclass

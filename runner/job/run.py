@@ -22,9 +22,6 @@ into ``memory`` events (``runner.job.memory``), every event and sample written t
 """
 from __future__ import annotations
 
-import dataclasses
-import os
-import shlex
 import sys
 import threading
 import time
@@ -49,9 +46,7 @@ from runner.job.outputs import (
     discard_dir,
     failed_runs_trace,
     job_dir,
-    leftover_asset,
     missing_folders,
-    new_file_mode,
     output_conflict,
     remove_empty,
     sweep_stale_job_dirs,
@@ -64,37 +59,9 @@ from runner.job.trace import JobTrace, log, summarize_trace
 from runner.job.worker_process import judge_end, worker_argv
 from runner.protocol import relay
 from stageload.guard import Guard
-from stageload.pixal3d.plan import STAGES  # torch-free: the one stage list
-from stageload.summary import summarize
 
 RUNNER_VERSION = __version__
 """The ``runner`` field of ``hello`` and of a batch's manifest (``runner.__version__``)."""
-
-
-def export_need(config) -> int | None:
-    """Bytes the export process is predicted to need for the guard's admission: the
-    ``export`` stage's peak in the ``--need-from`` trace (``stageload.summary``) when one was
-    given and has that stage, else ``--need`` (None: no prediction)."""
-    if config.need_source:
-        try:
-            with open(config.need_source, encoding="utf-8") as f:
-                stages = summarize(f.read().splitlines())["stages"]
-            peak = next((st["peak"] for st in stages if st["stage"] == "export"), None)
-            if peak:
-                return int(peak)
-        except Exception as exc:  # the whole-run figure still applies
-            log(f"--need-from: no export peak in {config.need_source} ({exc}); using the "
-                "whole run's")
-    return config.need
-
-
-def asset_kept(err: RunnerError, asset: str, output: Path) -> RunnerError:
-    """``err`` (the export's failure) saying that the decoded ``asset`` was kept and the
-    command that exports it again to ``output`` (``details.asset``: its path)."""
-    again = f"python -m runner export {shlex.quote(asset)} -o {shlex.quote(str(output))}"
-    return RunnerError(err.kind, f"{err.message} The decoded asset was kept at {asset}; "
-                       f"re-export it with `{again}`.", err.hint, **{**err.details,
-                                                                     "asset": asset})
 
 
 class JobRun:
@@ -102,7 +69,14 @@ class JobRun:
     gets them too, plus the samples. ``preamble`` (e.g. ``hello``) is written first into the
     trace. ``tag`` fields are added to every published event (batch: ``item``). ``python`` is
     the worker's interpreter (default: this one). ``guard_config`` is a
-    ``stageload.guard.GuardConfig``."""
+    ``stageload.guard.GuardConfig``.
+
+    The job's input says what it runs: its backend, its stage plan (:attr:`stages`) and its
+    hand-over (:attr:`hand_over`: the backend's object for an export in a process of its own,
+    e.g. the Pixal3D backend's ``runner.backends.pixal3d.handover.HandOver``, or None), which
+    this run calls before the trace opens and once the model process has handed over, lending
+    it :meth:`publish`, :meth:`wait_for_admission`, :meth:`launch`, :meth:`outcome` and
+    :meth:`commit_output`."""
 
     def __init__(self, job: Job, emit: Callable[[dict], None], cancel: Cancel, guard_config, *,
                  preamble: list[dict] = (), python: str | None = None, tag: dict | None = None):
@@ -118,6 +92,8 @@ class JobRun:
             self.trace(obj)
         self.tracker = MemoryTracker()
         self.backend = None
+        self.hand_over = None
+        self.stages: list[str] = []
         self.guard = None
         self.output: Path | None = None
         self.partial: Path | None = None
@@ -150,8 +126,8 @@ class JobRun:
                 self.admit()
                 info = self.outcome(self.spawn())
                 handover = info.pop("handover", None)
-                if handover:  # the model process has exited: export on its own
-                    info = self.export_handover(info, handover)
+                if handover and self.hand_over is not None:  # the model process has exited
+                    info = self.hand_over.finish(self, info, handover)
                 else:
                     info = self.commit_output(info)
             except RunnerError as err:
@@ -167,11 +143,14 @@ class JobRun:
 
     # -- validate ------------------------------------------------------------------------------
     def validate(self) -> None:
-        """The input's backend (``input.backend``), then the input, output and trace (no trace
-        before they pass: nothing of an earlier run is touched); opens the trace and publishes
-        the input's facts (``input`` for an image, ``asset`` for an asset)."""
+        """The input's backend (``input.backend``), its stage plan and hand-over, then the
+        input, output and trace (no trace before they pass: nothing of an earlier run is
+        touched); opens the trace and publishes the input's facts (``input`` for an image,
+        ``asset`` for an asset)."""
         source = self.job.input
         self.backend = source.backend(self.job)
+        self.stages = source.stages(self.backend)
+        self.hand_over = source.hand_over(self.backend, self.job)
         try:
             event, self.notes = self._check_files()
         except RunnerError:
@@ -180,7 +159,6 @@ class JobRun:
             traceback.print_exc(file=sys.stderr)
             raise RunnerError("internal", f"Unexpected {type(exc).__name__} while checking "
                               f"the input: {exc}") from None
-        self.check_kept_asset()
         self.publish(event)
         for note in self.notes:  # people read stderr: what was done to their picture
             log(f"note: {source.path.name}: {note}")
@@ -201,6 +179,8 @@ class JobRun:
         # Held until the job's last line: no other runner writes this GLB or trace meanwhile.
         self.claims = claim_all([self.output, trace_path])
         check_output(self.output, job.overwrite)  # again: it may have appeared before the claim
+        if self.hand_over is not None:  # before the trace opens: it reads an earlier run's
+            self.hand_over.check(self, trace_path)
         self.open_trace(trace_path, replace)
         return checked
 
@@ -211,76 +191,12 @@ class JobRun:
         failed or cancelled run of this output (``failed_runs_trace``: its ``hello`` names this
         output and a runner no longer running, it does not end in ``result``, no GLB) is
         replaced, one stderr line saying so, so the same command works again after a failure
-        (docs/runner.md); the asset that run kept, if any, is noted (``leftover_asset``: the
-        same command may replace it). Raises ``RunnerError`` (``check_trace``'s kinds)."""
-        self.leftover_asset = leftover_asset(trace_path, self.output)
+        (docs/runner.md). Raises ``RunnerError`` (``check_trace``'s kinds)."""
         if not replace and failed_runs_trace(trace_path, self.output):
             log(f"replacing {trace_path}: the trace of an earlier run of {self.output.name} "
                 "that produced no GLB")
             replace = True
         self.trace.open(check_trace(trace_path, replace), replace)
-
-    def kept_asset_path(self) -> Path:
-        """Where ``--keep-asset`` keeps the hand-over asset: ``NAME.asset.npz`` beside the GLB."""
-        return self.output.with_name(self.output.stem + ".asset.npz")
-
-    leftover_asset: str | None = None
-    """The asset a failed run of this output kept, as its leftover trace says (``open_trace``)."""
-
-    def may_replace_asset(self) -> bool:
-        """True when ``NAME.asset.npz`` may be replaced: ``--overwrite``, or it is the asset a
-        failed run of this output kept (its leftover trace names it), so the same command works
-        again after a failure, as for the trace."""
-        return self.job.overwrite or self.leftover_asset == str(self.kept_asset_path())
-
-    def check_kept_asset(self) -> None:
-        """With ``--keep-asset``, refuse (``output_exists``) an existing ``NAME.asset.npz``
-        unless it may be replaced (``may_replace_asset``): before anything runs, as for the
-        GLB."""
-        if self.job.options.get("keep_asset") and not self.may_replace_asset() \
-                and self.kept_asset_path().exists():
-            raise RunnerError("output_exists", f"{self.kept_asset_path()} exists (--keep-asset "
-                              "would replace it).", "Choose another output name, or pass "
-                              "--overwrite to replace it.")
-
-    def keep_asset(self, handover: str) -> str | None:
-        """Move the hand-over asset out of the job folder to :meth:`kept_asset_path` (after the
-        GLB was committed, or after the export failed), with the mode of any new file (the
-        GLB's, ``new_file_mode``: the job folder's file is private). A file that appeared there
-        meanwhile is kept, with a warning; the asset is then discarded with the job folder, as
-        is one that cannot be moved (a warning says why). Returns the kept path or None."""
-        target = self.kept_asset_path()
-        if target.exists() and not self.may_replace_asset():
-            self.publish(make("warning", message=f"{target} appeared during the run; it was "
-                              "kept and the asset was not", source="runner"))
-            return None
-        try:
-            os.chmod(handover, new_file_mode())
-            os.replace(handover, target)
-        except OSError as exc:
-            self.publish(make("warning", message=f"The asset could not be kept at {target} "
-                              f"({exc.strerror or exc}); it was discarded", source="runner"))
-            return None
-        return str(target)
-
-    def export_handover(self, info: dict, handover: str) -> dict:
-        """The export process on the decoded asset ``handover`` (the model process has exited:
-        the file is complete), then the commit; returns ``info`` with the export's. With
-        ``--keep-asset`` the asset is kept beside the GLB (``info["asset"]``) — also when the
-        export fails or is cancelled, since it is the expensive part to make again: the error
-        then says where it is and how to export it again (``details.asset``). Raises
-        ``RunnerError``."""
-        keep = bool(self.job.options.get("keep_asset"))
-        try:
-            info = self.commit_output({**info, **self.outcome(self.spawn_export(handover))})
-        except RunnerError as err:
-            kept = self.keep_asset(handover) if keep else None
-            if kept is None:
-                raise
-            raise asset_kept(err, kept, self.output) from None
-        if keep:
-            info["asset"] = self.keep_asset(handover)
-        return info
 
     def commit_output(self, info: dict) -> dict:
         """Commit the partial GLB to the output (``commit``); returns ``info`` with the
@@ -301,9 +217,9 @@ class JobRun:
         except ValueError as exc:  # stageload.guard.ConfigError, e.g. --log cannot be opened
             raise RunnerError("usage", str(exc)) from None
         self.cancel.listeners.append(self._on_cancel)
-        self._wait_for_admission("")
+        self.wait_for_admission("")
 
-    def _wait_for_admission(self, what: str) -> None:
+    def wait_for_admission(self, what: str) -> None:
         """The guard's admission wait; ``what`` (e.g. " the export") names what waits in the
         messages. Raises ``RunnerError`` (``cancelled`` / ``guard_timeout``)."""
         admitted = self.guard.wait_for_admission()
@@ -320,12 +236,12 @@ class JobRun:
     def spawn(self) -> Child:
         """Start the input's worker (``input.worker_mode``, ``input.worker_job``) on a fresh
         partial file, relay its events and sample it until it ends. Returns the finished
-        ``Child``. A worker in ``model`` mode (the backend exports in a process of its own,
-        ``Backend.splits_export``) or ``export`` mode (an asset's export process) writes its
-        partial GLB in a private job folder next to the output; in ``model`` mode it writes
-        the decoded asset to the hand-over file in that folder."""
+        ``Child``. A worker in ``model`` mode (the job has a hand-over: its export runs in a
+        process of its own) or ``export`` mode (an asset's export process) writes its partial
+        GLB in a private job folder next to the output; in ``model`` mode it writes the decoded
+        asset to the hand-over file in that folder."""
         source = self.job.input
-        mode = source.worker_mode(self.backend, self.job)
+        mode = source.worker_mode(self.hand_over)
         stale = sweep_stale_partials(self.output) if mode != "export" else []
         for path in stale + sweep_stale_job_dirs(self.output.parent):
             log(f"removed {path.name}, left by a runner that was killed")
@@ -339,41 +255,8 @@ class JobRun:
             self.partial = self.job_dir / f"{self.output.stem}.glb"
             handover = str(self.job_dir / "asset.npz") if mode == "model" else None
         name, what = source.process
-        work = source.worker_job(self.backend, self.job, mode, self.partial, handover)
+        work = source.worker_job(self.job, mode, self.partial, handover, self.hand_over)
         return self.launch(name, work, what, stdin=source.handover_pixels())
-
-    def spawn_export(self, handover: str) -> Child:
-        """The export process, after the model process has exited: the guard re-checks
-        admission (``export_need``), then ``runner.worker.run`` in ``export`` mode continues from
-        the ``handover`` file into the partial GLB, relayed and sampled like the worker (one
-        ``export`` stage, carrying this process's pid). Returns the finished ``Child``."""
-        if self.cancel:
-            raise cancel_error(self.cancel, "before the export process started")
-        self.guard.config = dataclasses.replace(self.guard_config,
-                                                need=export_need(self.guard_config))
-        self._wait_for_admission(" the export")
-        job = self.job.input.worker_job(self.backend, self.job, "export", self.partial,
-                                        handover)
-        # the supervisor enters the stage (announce_export): the process must not enter it again
-        job = dataclasses.replace(job, options={**job.options, "stage_announced": True})
-        return self.launch("export", job, "the export process", announce=self.announce_export)
-
-    def announce_export(self, child: Child) -> None:
-        """Enter the ``export`` stage as the export process starts, before it is sampled:
-        ``stage`` (with its ``pid``), ``ready`` (the model process has exited: nothing left to
-        release) and the sub-step ``handover`` (its interpreter's start, imports and the
-        hand-over's load, until its own first sub-step). So the new process's first seconds
-        count in ``export``, never in ``decode``."""
-        start, pid = time.perf_counter(), child.proc.pid
-        for ev in (make("stage", stage="export", index=STAGES.index("export"), count=len(STAGES),
-                        pid=pid),
-                   make("ready", stage="export", seconds=time.perf_counter() - start,
-                        released_bytes=0),
-                   make("stage", stage="handover", parent="export", pid=pid)):
-            closing = self.tracker.on_event(ev)  # the live memory events' stage, as relayed
-            if closing is not None:
-                self.publish(make("memory", **closing))
-            self.publish(ev)
 
     def supervision(self) -> Supervision:
         """What this job lends each of its children: guard, cancel, trace, publish, tracker

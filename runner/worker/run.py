@@ -34,9 +34,9 @@ import traceback
 
 from meshfacts.errors import KINDS, RunnerError
 from meshfacts.events import make
+from meshfacts.job_options import JobOptions
 from runner import backends
 from runner.images.reading import load_image, read_pixels
-from runner.job import export_step as bounded_export
 from runner.job.limits import cause_chain, memory_error, resource_error
 from runner.job.records import WorkerJob
 from runner.stdfds import reopen_closed_std_fds
@@ -237,18 +237,17 @@ def _load_backend(backend):
 
 def run_worker(job: WorkerJob, emit) -> int:
     """Run one ``runner.job.records.WorkerJob`` sending events to ``emit``; returns the exit status.
-    ``whole``: the backend's ``generate`` writes the GLB to ``job.output``; ``model``: it is
+    ``whole``: the backend's ``run_job`` writes the GLB to ``job.output``; ``model``: it is
     given ``handover`` and writes the decoded asset there instead of exporting; ``export``:
-    this is the export process — the bounded export engine on ``handover`` (no backend, no
-    torch: ``bounded_export.export``), or with ``--export-engine port`` the backend's
-    ``export(handover, output)``."""
+    this is the export process — the job's export step (``job.export``, named when the job
+    was made: ``runner.job.export_step``) from ``handover`` to the GLB."""
     module = None
     try:
-        if job.mode == "export" and (job.backend is None
-                                     or bounded_export.engine(job.options) == "bounded"):
-            emit(_started(None))
-            result = bounded_export.export(job.handover, job.output, emit=emit,
-                                           **job.backend_kwargs())
+        if job.mode == "export":
+            module = step = backends.export_step_named(job.export)  # its ERRORS, if any
+            emit(_started(_import_torch() if step.needs_torch else None))
+            result = step.run(job.handover, job.output, job.options, emit=emit,
+                              stages=job.stages)
         else:
             module, call = _backend_call(job, emit)
             result = call()
@@ -282,31 +281,23 @@ def _backend_call(job: WorkerJob, emit):
     """The backend's part of :func:`run_worker`, up to the call: torch imported only for a
     backend that uses it (the built-in backend runs in an interpreter without torch:
     Blender's own Python with the extension's wheels, docs/blender.md), ``worker`` started,
-    the image loaded, the module imported. Returns ``(module, call)``: ``call()`` runs
-    ``generate`` (modes ``whole``/``model``) or the port's ``export``."""
+    the image loaded, the module imported. Returns ``(module, call)``: ``call()`` runs the
+    module's ``run_job`` with the job's options (and, in mode ``model``, its hand-over
+    file)."""
     backend = backends.get(job.backend)
-    exporting = job.mode == "export"
-    needs_torch = backend.export_needs_torch(job.options) if exporting else backend.needs_torch
-    torch = _import_torch() if needs_torch else None
+    torch = _import_torch() if backend.needs_torch else None
     emit(_started(torch))
     if not backend.installed():
         raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                           "installed.", backend.install_hint or None)
-    if exporting:
-        image, info = None, None
-    elif job.probed is not None:  # decoded once, by the supervisor's probe
+    if job.probed is not None:  # decoded once, by the supervisor's probe
         image, info = read_pixels(sys.stdin.buffer, job.probed)
     else:
         image, info = load_image(job.image)
     module = _load_backend(backend)
-    kwargs = job.backend_kwargs()
-    if exporting:  # the export process of the port's engine: from the hand-over file
-        return module, functools.partial(module.export, job.handover, job.output, emit=emit,
-                                         **kwargs)
-    if job.mode == "model":
-        kwargs["handover"] = job.handover
-    return module, functools.partial(module.generate, image, job.output,
-                                     had_alpha=info.had_alpha, emit=emit, **kwargs)
+    extra = {"handover": job.handover} if job.mode == "model" else {}
+    return module, functools.partial(module.run_job, image, job.output, job.options,
+                                     had_alpha=info.had_alpha, emit=emit, **extra)
 
 
 def _quiet_full_disk_finalizers() -> None:
@@ -345,12 +336,12 @@ def probe(options: dict, emit) -> int:
     checks = {}
     for name in backends.names():
         backend = backends.get(name)
-        mine = {o.dest: options[o.dest] for o in backend.options if options.get(o.dest) is not None}
         if backend.needs_torch and not out["torch"]["ok"]:
             checks[name] = {"ok": False, "reason": "torch cannot be imported",
                             "hint": out["torch"]["hint"]}
         else:
-            checks[name] = backend.check(**mine)
+            checks[name] = backend.check(JobOptions.parse(name, {
+                o.dest: options.get(o.dest) for o in backend.options}))
         checks[name]["title"] = backend.title
     out["backends"] = checks
     emit(make("probe", **out))
@@ -358,7 +349,8 @@ def probe(options: dict, emit) -> int:
 
 
 def self_check(name: str, options: dict, emit) -> int:
-    """The deep self-check of backend ``name`` (its module's ``self_check(emit=, **options)``:
+    """The deep self-check of backend ``name`` (its module's ``self_check(options, emit=)``
+    with the backend's own ``options`` parsed, ``JobOptions``:
     the pixal3d backend's lean parts against the port): its ``self_check`` events as they come,
     then one ``self_check_done`` event with the report (without the parts, already sent), or
     an ``error`` event (the kind its exception maps to). Returns the exit status."""
@@ -371,7 +363,8 @@ def self_check(name: str, options: dict, emit) -> int:
         if function is None:
             raise RunnerError("usage", f"The {name} backend has no deep self-check (it has no "
                               "lean parts).", "Use --deep with --backend pixal3d.")
-        report = function(emit=emit, **backend.job_options(options))
+        report = function(JobOptions.parse(name, {o.dest: options.get(o.dest)
+                                                  for o in backend.options}), emit=emit)
     except Exception as exc:
         err = _classify(exc, module)
         emit(make("error", **err.fields()))

@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from meshfacts.choices import DEFAULT_TEXTURE_SIZE, SHARED_OPTIONS, TEXTURE_SIZES
+from meshfacts.choices import DEFAULT_SEED, DEFAULT_TEXTURE_SIZE, SHARED_OPTIONS, TEXTURE_SIZES
 
 #: ``check`` exit statuses by the ``PortError`` subclass it reports (None: usable).
 CHECK_EXIT = {None: 0, "PortMissing": 1, "PortVersionError": 3}
@@ -89,9 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--model-path", default=None,
                      help="the port's --model-path (default its MODEL_PATH)")
     run.add_argument("--device", default=None, help="mps, cuda or cpu (default mps when available)")
-    run.add_argument("--seed", type=int, default=42)
+    run.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                     help=f"the port's seed (default {DEFAULT_SEED}, the product's)")
     run.add_argument("--texture-size", type=int, default=DEFAULT_TEXTURE_SIZE,
-                     choices=TEXTURE_SIZES)
+                     choices=TEXTURE_SIZES,
+                     help=f"base-colour texture side (default {DEFAULT_TEXTURE_SIZE}, the "
+                          "product's)")
     run.add_argument("--fov", type=float, default=None,
                      help="manual field of view in radians (skips MoGe-2)")
     run.add_argument("--steps", type=int, default=None,
@@ -190,26 +193,32 @@ class _PortOutputToStderr:
         os.close(self.events_fd)
 
 
-def _export_settings(ns):
-    """The export levers of ``run`` → ``ResolvedExport``; ``PortError``-free, ``ValueError``
-    for a bad combination (reported as a usage error by the caller)."""
+def _run_options(ns):
+    """``run``'s options → ``options.RunOptions`` (the export levers resolved);
+    ``PortError``-free, ``ValueError`` for a bad combination (reported as a usage error by the
+    caller)."""
     from stageload.pixal3d.export.run import ExportOptions
-    return ExportOptions(decimation_target=ns.decimation_target,
-                         remesh=None if ns.remesh is None else ns.remesh == "on",
-                         remesh_resolution=ns.remesh_resolution,
-                         profile=None if ns.export_profile == "port" else ns.export_profile,
-                         allow_dense_grid_sample=ns.allow_dense_grid_sample).resolve()
+    from stageload.pixal3d.options import RunOptions
+    export = ExportOptions(decimation_target=ns.decimation_target,
+                           remesh=None if ns.remesh is None else ns.remesh == "on",
+                           remesh_resolution=ns.remesh_resolution,
+                           profile=None if ns.export_profile == "port" else ns.export_profile,
+                           allow_dense_grid_sample=ns.allow_dense_grid_sample).resolve()
+    return RunOptions(pipeline_type=ns.pipeline_type, load=ns.load,
+                      keep_resident=ns.keep_resident, prefetch=ns.prefetch == "on",
+                      working_memory=ns.working_memory, seed=ns.seed,
+                      texture_size=ns.texture_size, export=export)
 
 
 def _usage_problem(ns) -> str | None:
-    """What is wrong with ``run``'s output, input or export levers, for one ``error:`` line
-    (None: nothing)."""
+    """What is wrong with ``run``'s output, input or options, for one ``error:`` line (None:
+    nothing)."""
     if Path(ns.output).exists():
         return f"{ns.output} exists; choose another output (nothing is overwritten)"
     if not Path(ns.image).is_file():
         return f"input image {ns.image} not found"
     try:
-        _export_settings(ns)
+        _run_options(ns)
     except ValueError as exc:
         return str(exc)
     return None
@@ -248,18 +257,13 @@ def _run(ns) -> int:
             if sampler is not None:
                 sampler.start()
             try:
-                run = Pixal3DRun(ns.pixal3d_dir, device=ns.device, model_path=ns.model_path,
-                                 load=ns.load,
-                                 pipeline_type=ns.pipeline_type, keep_resident=ns.keep_resident,
-                                 prefetch=ns.prefetch == "on",
-                                 working_memory=ns.working_memory,
+                run = Pixal3DRun(ns.pixal3d_dir, _run_options(ns), device=ns.device,
+                                 model_path=ns.model_path,
                                  events=fan_out(out.emit, trace, sample_at_stage_edges),
                                  preserve_rng=not ns.no_rng_restore,
                                  fingerprint=ns.fingerprint, direct_to_device=not ns.no_direct_load,
                                  port_args=ns.port_arg)
-                result = run.generate(ns.image, ns.output, seed=ns.seed,
-                                      texture_size=ns.texture_size,
-                                      fov=ns.fov, steps=ns.steps, export=_export_settings(ns))
+                result = run.generate(ns.image, ns.output, fov=ns.fov, steps=ns.steps)
                 run.close()
             except (PortError, EmptyMeshError) as err:
                 print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)

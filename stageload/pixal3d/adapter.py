@@ -3,23 +3,24 @@ run one image after another through the port's own ``run()``, export the port's 
 
 The run's parts, one module each:
 
-- ``staged_build.py``: staged mode — the pipeline constructed as the port does with every load
+- ``build/staged.py``: staged mode — the pipeline constructed as the port does with every load
   deferred, then a ``StagedModels`` whose loaders read each model straight to the device when
   a stage needs it (its docstring gives the steps);
-- ``eager_build.py``: eager mode — ``generate_mps.init_pipeline`` (the port's own loading:
+- ``build/eager.py``: eager mode — ``generate_mps.init_pipeline`` (the port's own loading:
   every model, four backbones, three NAFs, ``low_vram`` as the port sets it), each load
   reported as a ``load`` event in ``setup``;
 - ``pipeline_hooks.py``: the stage, progress and latent hooks on the pipeline instance
   (``stageload.on_call``), installed and removed as objects; before ``export`` everything is
   released;
 - ``camera.py``: the ``camera`` stage (MoGe-2 or a manual field of view);
-- ``handover.py``: the end of generation — the hand-over file for an export process, or the
-  ``export`` stage here;
-- ``legacy.py``: the 0578f857-shaped path (ports without ``load_pipeline`` /
-  ``image_to_asset`` / ``asset_to_glb``).
+- ``export/handover.py``: the end of generation — the hand-over file for an export process,
+  or the ``export`` stage here;
+- ``export/legacy.py``: the 0578f857-shaped path (ports without ``load_pipeline`` /
+  ``image_to_asset`` / ``asset_to_glb``);
+- ``options.py``: the run's options (``RunOptions``), each default the product's one.
 
-This module holds what ties them: the run's options, the port's argument namespace, the
-stage transitions and the keep-resident policy, and ``generate``.
+This module holds what ties them: the port's argument namespace, the stage transitions and the
+keep-resident policy, and ``generate``.
 """
 from __future__ import annotations
 
@@ -32,16 +33,17 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import nn
 
-from meshfacts.choices import LOAD_MODES, PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
+from meshfacts.choices import PIPELINE_ADVICE, PIPELINE_ADVICE_SOURCE
 from stageload.pixal3d.build.direct import LoadNote, RuntimeNote
 from stageload.pixal3d.build.eager import build_eager
 from stageload.pixal3d.build.staged import PendingExtractor, StagedBuild
 from stageload.pixal3d.export.handover import hand_over_or_export
 from stageload.pixal3d.export.legacy import legacy_image_to_asset
-from stageload.pixal3d.export.run import ResolvedExport, port_argv
+from stageload.pixal3d.export.run import port_argv
 from stageload.pixal3d.lean.mps_limit import budget_from_memory
-from stageload.pixal3d.lean.working import WorkingMemory, check_mode
+from stageload.pixal3d.lean.working import WorkingMemory
 from stageload.pixal3d.lean.working import install as install_working_memory
+from stageload.pixal3d.options import RunOptions
 from stageload.pixal3d.port import knobs
 from stageload.pixal3d.port.args import given_options, port_namespace
 from stageload.pixal3d.port.open import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
@@ -71,12 +73,11 @@ class Pixal3DRun:
 
     Args:
         port_dir: the Pixal3D-mac folder (None: ``$PIXAL3D_DIR`` or the interpreter's own).
+        options: what the run does (``options.RunOptions``: pipeline type, staged or eager
+            loading, keep-resident bytes, prefetch, working memory, seed, texture side, export
+            levers); None: ``RunOptions()``, every option's default.
         device: ``"mps"``, ``"cuda"`` or ``"cpu"`` (default: mps when available, else cpu).
         model_path: the port's ``--model-path`` (default its ``MODEL_PATH``, a Hugging Face id).
-        load: ``"staged"`` or ``"eager"`` (the port's own ``init_pipeline``).
-        pipeline_type: ``"1024_cascade"`` or ``"1536_cascade"``.
-        keep_resident: bytes a model needed again later may keep occupying across stages that do
-            not list it (the shape decoder between ``shape_512`` and ``decode``); 0 keeps none.
         events: sink for stage/ready/load/reload/release events (see ``stageload.events``).
         preserve_rng: restore every generator after each load (False only for the control run).
         fingerprint: folder for a fingerprint of each run (see ``fingerprint.py``), or None.
@@ -88,15 +89,6 @@ class Pixal3DRun:
             this).
         port_args: extra options for the port's own ``parse_args`` (``["--low-vram",
             "--no-native-remesh"]``), honoured or refused as ``knobs`` says.
-        prefetch: staged only: once a stage is ready and has loaded its own models, read the
-            next stage's weight files ahead into the OS's file cache (``stageload.prefetch``; the
-            files per model from ``prefetch_files.model_files``); default True. Eager loads
-            everything in setup.
-        working_memory: ``"lean"`` (default) installs the lean working memory on the pipeline
-            (``working.install``: the projection at the active voxels and NAF's output at
-            the pixels they read — whole, in bands, where the port needs the map —, attention
-            and decoder rows in chunks); ``"port"`` keeps the port's own
-            computations exactly.
 
     Runs the port's own entry points where it has them (0be9e69a: ``load_pipeline`` →
     ``image_to_asset`` → ``asset_to_glb``, with the environment set-up of its ``main()``);
@@ -104,8 +96,8 @@ class Pixal3DRun:
 
     Raises ``PortError`` subclasses before anything is loaded: ``PortMissing``,
     ``PortVersionError`` (the port lacks a name it relies on), ``KnobRefused`` (a port option
-    or environment switch this mode cannot honour, named); ``ValueError`` for an unknown
-    ``load`` or ``working_memory``.
+    or environment switch this mode cannot honour, named); ``options.RunOptions`` raises
+    ``ValueError`` for an unknown ``load`` or ``working_memory``.
     Attributes after a run: ``load_notes`` (``pipeline.models`` name → ``direct.LoadNote``: how
     it was last loaded, and why it fell back if it did), ``runtime_note`` (``direct.RuntimeNote``:
     what setup paid for the meta-device runtime, staged with ``direct_to_device`` only; None
@@ -114,20 +106,17 @@ class Pixal3DRun:
     ``share_stats`` (``{"backbone": (calls, hits), "naf": (calls, hits)}``).
     """
 
-    def __init__(self, port_dir: Optional[os.PathLike | str] = None, *,
+    def __init__(self, port_dir: Optional[os.PathLike | str] = None,
+                 options: Optional[RunOptions] = None, *,
                  device: Optional[str] = None, model_path: Optional[str] = None,
-                 load: str = "staged", pipeline_type: str = "1024_cascade",
-                 keep_resident: int = 0, events: Optional[EventSink] = None,
+                 events: Optional[EventSink] = None,
                  preserve_rng: bool = True, fingerprint: Optional[os.PathLike | str] = None,
                  port: Optional[Port] = None, direct_to_device: bool = True,
-                 port_args: Sequence[str] = (), prefetch: bool = True,
-                 working_memory: str = "lean"):
-        if load not in LOAD_MODES:
-            raise ValueError(f"load must be one of {', '.join(LOAD_MODES)}, got {load!r}")
-        self.working_memory_mode = check_mode(working_memory)
+                 port_args: Sequence[str] = ()):
+        self.options = options = options or RunOptions()
+        load, pipeline_type = options.load, options.pipeline_type
+        self.working_memory_mode = options.working_memory
         self.working_memory = WorkingMemory(self.working_memory_mode)
-        if keep_resident < 0:
-            raise ValueError(f"keep_resident is bytes >= 0, got {keep_resident}")
         self.plan = plan_for(pipeline_type)
         self.port = port or open_port(port_dir)  # PortError here: nothing loaded yet
         self.gm = self.port.gm
@@ -136,13 +125,13 @@ class Pixal3DRun:
         self.model_path = model_path or self.gm.MODEL_PATH
         self.load_mode = load
         self.pipeline_type = pipeline_type
-        self.keep_resident = int(keep_resident)
+        self.keep_resident = options.keep_resident
         self._events = events
         self._send = with_gpu_events(events, self.device)
         self.preserve_rng = preserve_rng
         self.fingerprint_dir = Path(fingerprint) if fingerprint else None
         self.direct_to_device = direct_to_device
-        self.prefetch = bool(prefetch)
+        self.prefetch = options.prefetch
         self.resident_bytes: dict[str, int] = {}
         self.kept: dict[str, list[str]] = {}
         self.last_latents: dict[str, Any] = {}
@@ -248,10 +237,11 @@ class Pixal3DRun:
         return extra
 
     def _namespace(self, **values):
-        """The port's argument namespace with the adapter's values (see ``portargs``)."""
+        """The port's argument namespace with the adapter's values (see ``port.args``)."""
         values.setdefault("extra", getattr(self, "port_args", ()))
         return port_namespace(self.gm, model_path=self.model_path,
-                              pipeline_type=self.pipeline_type, **values)
+                              pipeline_type=self.pipeline_type, seed=self.options.seed,
+                              texture_size=self.options.texture_size, **values)
 
     @property
     def stage(self) -> Optional[str]:
@@ -314,14 +304,13 @@ class Pixal3DRun:
         return camera_params(self, image, fov=fov, mesh_scale=mesh_scale,
                              extend_pixel=extend_pixel, image_resolution=image_resolution)
 
-    def generate(self, image, output: os.PathLike | str, *, seed: int = 42,
-                 texture_size: int = 2048, fov: Optional[float] = None,
+    def generate(self, image, output: os.PathLike | str, *, fov: Optional[float] = None,
                  steps: Optional[int] = None, max_num_tokens: int = 49152,
-                 no_texture: bool = False, export: Optional[ResolvedExport] = None,
+                 no_texture: bool = False,
                  handover: Optional[os.PathLike | str] = None) -> dict:
-        """One image (a PIL image or a path) → a GLB at ``output``, as the port's ``main()``.
+        """One image (a PIL image or a path) → a GLB at ``output``, as the port's ``main()``,
+        with the run's seed, texture side and export levers (:attr:`options`).
 
-        ``export``: the export levers (``stageload.pixal3d.export.run``; None: the port's own).
         ``handover``: instead of exporting, release every model and write the decoded asset
         there with the port's own mesh checkpoint (``export.save_asset``; ``.npz``, must not
         exist) for an export process (``export.export_handover``); no ``export`` stage is
@@ -339,10 +328,9 @@ class Pixal3DRun:
         output = Path(output)
         if output.exists():
             raise FileExistsError(f"{output} exists; the adapter never overwrites a file")
-        settings = export or ResolvedExport()
-        args = self._namespace(output=str(output), seed=seed, texture_size=texture_size,
-                               fov=fov, steps=steps, max_num_tokens=max_num_tokens,
-                               no_texture=no_texture,
+        settings = self.options.export
+        args = self._namespace(output=str(output), fov=fov, steps=steps,
+                               max_num_tokens=max_num_tokens, no_texture=no_texture,
                                extra=tuple(self.port_args) + tuple(port_argv(settings)))
         if not isinstance(image, Image.Image):
             image = Image.open(image)
@@ -358,7 +346,7 @@ class Pixal3DRun:
                   "seconds": time.perf_counter() - start,
                   "resident_bytes": dict(self.resident_bytes), "kept": dict(self.kept),
                   "latents": list(self.last_latents),
-                  "fingerprint": self._close_recorder(seed, asset)}
+                  "fingerprint": self._close_recorder(self.options.seed, asset)}
         if handover is not None:
             result["handover"] = str(handover)
         return result

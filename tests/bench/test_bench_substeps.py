@@ -1,4 +1,4 @@
-"""Issue 22 item 10: the benchmark reads events the way the product writes them — a ``stage``
+"""The benchmark reads events the way the product writes them — a ``stage``
 event with a ``parent`` is a sub-step inside its stage, never a stage — and a stage whose
 working memory was never allocated fails the benchmark instead of shrinking its figure."""
 from __future__ import annotations

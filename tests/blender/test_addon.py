@@ -182,7 +182,7 @@ def test_generate_imports_one_textured_object_at_the_cursor(built_zip, tmp_path,
 
 
 def test_zero_setup_generate_with_only_bpy_installed(built_zip, tmp_path, shared_images):
-    """The key check of issue 13: a virtual environment holding only bpy (5.x) — no torch,
+    """The zero-setup check: a virtual environment holding only bpy (5.x) — no torch,
     SciPy, trimesh, Pillow or psutil — installs the zip with Blender's own installer and
     Generate with every preference at its default imports a textured object; no process is
     left."""
@@ -258,7 +258,7 @@ def test_installed_headless_run_by_a_bpy_only_python_uses_the_bundled_wheels(bui
     """``python <installed extension>/headless.py IMAGE --glb …`` with the venv holding only bpy
     (no Pillow, psutil …), bpy not imported before the script: the runner runs with that Python
     and the wheels Blender installed, as the panel does — not exit 34 asking for `pip install
-    -e`, and no warning about the runner's hello (issue 23 item 9)."""
+    -e`, and no warning about the runner's hello."""
     v = scenario("install_only", built_zip, tmp_path, python=bpy5_python(), timeout=300)
     assert v["enabled"], v
     env = dict(os.environ, BLENDER_USER_RESOURCES=str(tmp_path / "user"),
@@ -507,6 +507,6 @@ def test_importer_joins_parts_drops_helper_nodes_and_keeps_placement(built_zip, 
     assert v["image_size"] == [64, 32]
     assert v["peak_prop"] == 5e9
     assert v["missing_error"].startswith("The runner's GLB is missing: ")
-    assert v["second"] == ["parts_2", "parts_2"]  # issue 23 item 10: not parts.001
+    assert v["second"] == ["parts_2", "parts_2"]  # not parts.001
     assert v["second_materials"] and all(m.startswith("parts_2") and "." not in m
                                          for m in v["second_materials"]), v["second_materials"]

@@ -1,4 +1,4 @@
-"""The add-on's batch on a Ray cluster (issue 21, item 5): the cluster address preference (checked
+"""The add-on's batch on a Ray cluster: the cluster address preference (checked
 where it enters, a batch's only: the Generate command line never carries ``--cluster``), the
 per-node lines made from a real recorded cluster batch (fixtures/cluster_batch_2nodes.ndjson,
 ``python -m runner batch … --cluster`` on a 2-node ``ray.cluster_utils.Cluster``), and one

@@ -1,4 +1,4 @@
-"""The add-on's boundary with the runner (issue 14 item 11): crafted events never raise in
+"""The add-on's boundary with the runner: crafted events never raise in
 ``JobState.apply``/``view``, a newer protocol is named, and the reader thread survives what a
 broken runner prints — deep nesting, a 10 MB line — while reading in chunks.
 
@@ -169,7 +169,7 @@ def test_the_reader_survives_deep_nesting_and_a_10_mb_line_and_keeps_draining(tm
     assert [e["event"] for e in evs[:2]] == ["hello", "stage"] and evs[1]["v"] == 99
     assert sum(e["event"] == "memory" for e in evs) == 2000
     assert evs[-1]["event"] == "result"
-    # One byte per system call took 3.4 s for the 10 MB line alone (issue 14); in chunks the
+    # One byte per system call took 3.4 s for the 10 MB line alone; in chunks the
     # whole ~18 MB stream is read in well under that even on a loaded 2-core machine.
     assert elapsed < 3.0, elapsed
     assert job.proc.stdout.closed and job.proc.stderr.closed and job.proc.stdin.closed

@@ -300,7 +300,7 @@ def test_bad_python_names_the_command_line_option(tmp_path, shared_images):
 
 
 def test_a_runner_that_dies_gets_a_command_line_hint(tmp_path, shared_images):
-    """Tester's report 2026-12-01 item 10: an interpreter that exits without an answer is
+    """An interpreter that exits without an answer is
     named with what to do from the command line, not the add-on's "Check" button and system
     console."""
     proc = run(shared_images[0], "--glb", tmp_path / "g.glb", "--python", "/bin/false",
@@ -354,7 +354,7 @@ def test_signal_stops_the_runner_with_one_line(tmp_path, shared_images, sig, cod
 @pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C"),
                                              (signal.SIGTERM, 143, "SIGTERM")])
 def test_signal_during_the_preview_render_is_prompt(tmp_path, shared_images, sig, code, name):
-    """SIGINT and SIGTERM while the preview renders (tester item 7: they waited for the render,
+    """SIGINT and SIGTERM while the preview renders (they waited for the render,
     35 s at 4096 px): the render's own process is killed at once, the finished GLB is kept and
     named, no preview and no hidden render folder is left. 4096 px renders for about 9 s
     here (Mesa's software renderer); the signal goes right when the render starts."""
@@ -389,8 +389,7 @@ def test_signal_during_the_preview_render_is_prompt(tmp_path, shared_images, sig
 
 
 def test_headless_prints_the_input_notes(tmp_path):
-    """An EXIF-rotated JPEG: the runner's note reaches the headless script's stderr (issue 23
-    item 8)."""
+    """An EXIF-rotated JPEG: the runner's note reaches the headless script's stderr."""
     from PIL import ImageDraw
 
     stored = Image.new("RGB", (192, 128), (255, 255, 255))
@@ -408,7 +407,7 @@ def test_headless_prints_the_input_notes(tmp_path):
 @pytest.mark.slow
 def test_headless_says_when_the_worker_stalls_and_resumes(tmp_path, shared_images):
     """A real worker SIGSTOPped for 11 s (the runner's threshold is 10 s), then SIGCONT: the
-    headless script prints the runner's stalled and resumed events (issue 23 item 7)."""
+    headless script prints the runner's stalled and resumed events."""
     src = next(p for p in shared_images if p.stem == "typical_humanoid_goblin")
     proc = subprocess.Popen([PY, str(SCRIPT), str(src), "--glb", str(tmp_path / "g.glb")], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""The add-on's views of the options table (meshfacts/options.py, issue 19): the panel's and the
+"""The add-on's views of the options table (meshfacts/options.py): the panel's and the
 preferences' properties, the job description (blender_addon/runner_client/job_spec.py) and
 headless.py's arguments
 are made from the table, checked both ways; a made-up entry shows up in all of them with no
@@ -17,6 +17,8 @@ import pytest
 from blender_addon.runner_client import job_spec as job
 from blender_addon.runner_client import option_views
 from blender_addon.runner_client.facts import options
+from meshfacts.job_options import JobOptions
+from runner.commands.option_args import given
 
 REPO = Path(__file__).resolve().parents[2]
 HEADLESS = REPO / "blender_addon" / "headless.py"
@@ -105,8 +107,9 @@ def test_job_settings_check_values_like_the_runner():
     assert settings.texture_size == 2048
     spec = job.JobSpec(Path("/a.png"), Path("/a.glb"), Path("/a.trace.jsonl"), settings)
     ns = build_parser().parse_args(spec.argv("/py")[3:])
-    assert (ns.backend, ns.texture_size, ns.decimation_target, ns.remesh, ns.export_profile) \
-        == ("pixal3d", 2048, "5000", "off", "fit")
+    parsed = JobOptions.parse(ns.backend, given(ns))  # as the runner parses them, once
+    assert (parsed.backend, parsed.texture_size, parsed.decimation_target, parsed.remesh,
+            parsed.export_profile) == ("pixal3d", 2048, 5000, "off", "fit")
     assert ns.guard_swap_budget is None  # 0 GiB: off
     for bad in ({"backend": "magic"}, {"texture_size": 0}, {"texture_size": "huge"},
                 {"seed": -1}, {"wait_free_percent": 96}, {"pipeline_type": "2048_cascade"},
@@ -241,7 +244,9 @@ def test_an_export_job_passes_only_what_runner_export_takes():
     assert argv[:6] == ["/py", "-m", "runner", "export", "/a.asset.npz", "-o"]
     ns = build_parser().parse_args(argv[4:])  # refuses any option it does not take
     assert (ns.asset, ns.output, ns.trace) == ("/a.asset.npz", "/a_reexport.glb", "/t.jsonl")
-    assert (ns.texture_size, ns.decimation_target, int(ns.export_budget)) == (512, "4000", 1 << 30)
+    parsed = JobOptions.parse(None, given(ns))  # no backend: runner export's levers
+    assert (parsed.texture_size, parsed.decimation_target, parsed.export_budget) == \
+        (512, 4000, 1 << 30)
     assert ns.cancel_on_stdin_eof and ns.guard_busy == ["ffmpeg"] and ns.guard_quiet_for == 5.0
     with pytest.raises(ValueError, match="unknown job kind"):
         job.JobSpec(Path("a"), Path("b"), Path("c"), kind="render")
@@ -252,21 +257,20 @@ def test_the_panel_offers_every_texture_size_the_runner_takes():
     Pixal3D backend and ``runner export`` take (4096 among them, as the README's re-export
     example uses), each accepted by the add-on's check and passed to ``runner export``."""
     from bounded_export import TEXTURE_SIZES
-    from runner import backends
     from runner.commands.export import build_parser
 
     opt = options.get("texture_size")
     name, kw = option_views.property_spec(opt)
     offered = [int(identifier) for identifier, _label, _desc in kw["items"]]
     assert name == "EnumProperty" and 4096 in offered
-    assert set(offered) == set(backends.get("pixal3d").texture_sizes) == set(TEXTURE_SIZES)
-    assert all(low <= size <= high for size in offered
-               for low, high in [backends.get("builtin").texture_sizes])
+    assert set(offered) == set(opt.choices_by["pixal3d"]) == set(TEXTURE_SIZES)
+    assert all(opt.low <= size <= opt.high for size in offered)  # the built-in backend's range
     for size in offered:
         settings = job.JobSettings(backend="pixal3d", texture_size=str(size))
         spec = job.JobSpec(Path("/a.asset.npz"), Path("/b.glb"), Path("/t.jsonl"), settings,
                            kind="export")
-        assert build_parser().parse_args(spec.argv("/py")[4:]).texture_size == size
+        ns = build_parser().parse_args(spec.argv("/py")[4:])
+        assert JobOptions.parse(None, given(ns)).texture_size == size
 
 
 WRAP = """

@@ -25,6 +25,8 @@ from blender_addon.runner_client.process import (
     SpawnError,
     runner_env,
 )
+from meshfacts.job_options import JobOptions
+from runner.commands.option_args import given
 
 PY = sys.executable
 
@@ -272,10 +274,11 @@ def test_job_command_line_parses_with_the_runner_parser(tmp_path):
     argv = spec.argv("/py")
     assert argv[:3] == ["/py", "-m", "runner"]
     ns = build_parser().parse_args(argv[3:])
+    parsed = JobOptions.parse(ns.backend, given(ns))  # as the runner parses them, once
     assert ns.image == str(spec.image) and ns.output == str(spec.output)
-    assert ns.trace == str(spec.trace) and ns.backend == "pixal3d" and ns.seed == 42
-    assert ns.texture_size == 2048 and ns.pipeline_type == "1536_cascade" and ns.overwrite
-    assert ns.pixal3d_dir == os.path.expanduser("~/Pixal3D-mac")
+    assert ns.trace == str(spec.trace) and ns.backend == "pixal3d" and parsed.seed == 42
+    assert parsed.texture_size == 2048 and parsed.pipeline_type == "1536_cascade"
+    assert ns.overwrite and parsed.pixal3d_dir == os.path.expanduser("~/Pixal3D-mac")
     assert ns.guard_wait_free.percent == 40
 
 
@@ -289,7 +292,8 @@ def test_batch_command_line_parses_with_the_runners_batch_parser(tmp_path):
     argv = spec.batch_argv("/py", tmp_path / "my art", out)
     assert argv[:4] == ["/py", "-m", "runner", "batch"]
     ns = build_parser().parse_args(argv[4:])
-    assert ns.seed == 3 and ns.texture_size == 512 and ns.cancel_on_stdin_eof
+    parsed = JobOptions.parse(ns.backend, given(ns))
+    assert parsed.seed == 3 and parsed.texture_size == 512 and ns.cancel_on_stdin_eof
 
 
 def test_check_summary_from_the_real_runner(tmp_path):
@@ -408,8 +412,8 @@ def test_export_settings_reach_the_runner_parser_and_defaults_are_not_passed(tmp
 
 def test_check_summary_without_torch_reads_as_a_sentence():
     """A check answered by a Python without torch (the built-in backend's case): "no torch",
-    then the runner's reason — never "torch The Python at … cannot import torch" (issue 23
-    item 10). The event is the runner's documented `check` line."""
+    then the runner's reason — never "torch The Python at … cannot import torch". The event
+    is the runner's documented `check` line."""
     line = json.dumps({"v": 1, "event": "check", "t": 1.0,
                        "python": {"version": "3.11.7", "executable": "/x/python"},
                        "torch": {"version": None, "ok": False,

@@ -1,4 +1,4 @@
-"""README's demo section says what ``make demo`` writes (tester's report 2026-12-01, item 15):
+"""README's demo section says what ``make demo`` writes:
 every file of the Makefile's ``demo`` recipe — the GLB, ``.blend``, preview and the trace the
 runner keeps next to the GLB — and, since the recipe passes ``--overwrite``, that a second run
 replaces them."""

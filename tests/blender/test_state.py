@@ -255,7 +255,7 @@ def test_a_sub_step_with_a_bad_parent_is_dropped_not_taken_for_a_stage():
 
 def test_input_notes_are_shown_with_the_result_and_checked_at_the_boundary():
     """The runner's ``input`` notes (what was done to the picture) appear in the result line
-    (issue 23 item 8); notes that are not a list of strings are dropped with a warning."""
+   ; notes that are not a list of strings are dropped with a warning."""
     events = load("builtin_goblin_512.ndjson")
     st = JobState()
     st.begin(events[0]["image"], now=events[0]["t"])
@@ -272,7 +272,7 @@ def test_input_notes_are_shown_with_the_result_and_checked_at_the_boundary():
 
 
 def test_a_stall_is_shown_with_the_job_until_it_resumes():
-    """``stalled`` / ``resumed`` (issue 23 item 7): the panel's note line says it while the
+    """``stalled`` / ``resumed``: the panel's note line says it while the
     worker is stalled; bad fields are dropped at the boundary."""
     st = JobState()
     st.begin("x.png", now=0.0)

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from bounded_export import BadAsset, budget
-from runner.backends import parse_size
+from meshfacts.units import parse_size
 
 SIZES = [  # (faces, voxels, texture): the tester's 256-grid asset; a mid one; the 7.9 M asset
     (293_000, 300_000, 2048),

@@ -1,4 +1,4 @@
-"""Issue 22 item 7: ``stageload guard`` SIGKILLed while its command runs — the command's whole
+"""``stageload guard`` SIGKILLed while its command runs — the command's whole
 process group is stopped by the guard's death watcher (a pipe only the guard holds; the
 watcher sees end-of-file when the kernel closes it), and a guard that ends normally releases
 the watcher without touching anything. Linux run here; the same POSIX code is the macOS path."""

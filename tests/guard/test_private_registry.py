@@ -1,4 +1,4 @@
-"""Issue 22 item 6: the guards' registry and reservations live in a private folder (0700, this
+"""The guards' registry and reservations live in a private folder (0700, this
 user's, checked on every use; by default under $XDG_RUNTIME_DIR or the user's cache folder, not
 a guessable /tmp name), and a guard with --need refuses when reservations cannot be used instead
 of admitting without them."""

@@ -1,4 +1,4 @@
-"""Admission is a reservation, not a snapshot (issue 14 item 10): guards — the
+"""Admission is a reservation, not a snapshot: guards — the
 ``python -m stageload guard`` command and the runner's — admitted with ``--need`` hold that
 need until their command's measured footprint takes it over, and later admissions anywhere on
 the machine see it. Every guard here shares a registry folder of its own

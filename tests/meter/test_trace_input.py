@@ -1,4 +1,4 @@
-"""Traces as untrusted input (issue 14 item 12): junk numbers, a FIFO, an endless line, and a
+"""Traces as untrusted input: junk numbers, a FIFO, an endless line, and a
 large trace read in bounded memory — for `stageload summary`, `stageload plot` and the guard's
 `--need-from`, which all read the same files. Real files, FIFOs and subprocesses throughout."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 22 item 1: a checkpoint that lacks a parameter its model has, or holds a tensor of
+"""A checkpoint that lacks a parameter its model has, or holds a tensor of
 another shape or kind, is ``bad_weights`` naming the file and the tensor — through the direct
 loader, the port's own loader and the runner — never a fallback that keeps the parameter's
 random initialisation. A fallback that remains (the technique's own limits) is a ``warning``."""

@@ -1,4 +1,4 @@
-"""A full output drive during a Pixal3D job (issue 23 item 6): a real 2 MiB tmpfs almost filled
+"""A full output drive during a Pixal3D job: a real 2 MiB tmpfs almost filled
 by a filler file, so the writability probe passes and the hand-over ``.npz`` (``numpy.savez``,
 a ``ZipFile``) written into the job folder next to the output hits ENOSPC. The job ends
 ``disk_full`` (exit 22) and stderr holds nothing but the runner's and the guard's own lines —

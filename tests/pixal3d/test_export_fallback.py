@@ -1,4 +1,4 @@
-"""Issue 22 items 2-3: the port's fallback export paths through the real runner on the stand-in
+"""The port's fallback export paths through the real runner on the stand-in
 port. A native export that fails (MemoryError) and falls back to the port's simpler baker is a
 ``warning`` event (fallback, cause, what differs) on stdout, a ``runner: warning:`` line on
 stderr, in the result and in the batch manifest; ``--strict-export`` makes it an error; a disk

@@ -60,7 +60,7 @@ def test_export_runs_after_the_model_process_in_a_process_of_its_own(
     subs = [e for e in trace if e.get("event") == "stage" and e.get("parent") == "export"]
     assert [e["stage"] for e in subs] == ["handover", *SUBSTEPS]
     assert all(e["t"] >= export_ready["t"] for e in subs)
-    # issue 22 item 9: the export process's start (imports, the asset load) is in export's
+    # the export process's start (imports, the asset load) is in export's
     # window — its handover sub-step — and none of its samples falls in decode's
     export_stage = next(e for e in stages if e["stage"] == "export")
     samples = [e for e in trace if e.get("event") == "sample" and e.get("pid") == pids["export"]]
@@ -166,7 +166,7 @@ def test_cancel_during_export_stops_the_export_process_and_removes_the_job_folde
 
 
 def test_export_admission_uses_the_export_peak_of_the_need_from_trace(tmp_path):
-    from runner.job.run import export_need
+    from runner.backends.pixal3d.handover import export_need
     from stageload.guard import GuardConfig
 
     trace = tmp_path / "earlier.jsonl"

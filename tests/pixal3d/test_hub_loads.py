@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.build.hub_loads import load_camera_estimator
+from tests.pixal3d.runs import new_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,8 +48,8 @@ def _snapshot(repo_id: str) -> Path:
 @pytest.fixture()
 def staged(standin_dir, standin_weights):
     events: list[dict] = []
-    run = Pixal3DRun(standin_dir, device="cpu", events=events.append, preserve_rng=False,
-                     working_memory="port", prefetch=False)
+    run = new_run(standin_dir, events=events.append, preserve_rng=False,
+                  working_memory="port", prefetch=False)
     yield run, events
     run.close()
 

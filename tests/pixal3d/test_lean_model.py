@@ -11,15 +11,15 @@ import importlib
 import pytest
 import torch
 
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.errors import StageOutOfMemory
 from stageload.pixal3d.lean import models as lean_model
 from stageload.pixal3d.lean import mps_limit
+from tests.pixal3d.runs import new_run
 
 
 @pytest.fixture(scope="module")
 def run(standin_dir, standin_weights):
-    run = Pixal3DRun(standin_dir, device="cpu", load="eager", working_memory="port")
+    run = new_run(standin_dir, load="eager", working_memory="port")
     run.hooks.remove()  # the pipeline alone: these tests call its methods and install lean_model
     yield run
     run.close()

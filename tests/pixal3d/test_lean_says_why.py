@@ -14,8 +14,8 @@ import importlib
 import pytest
 import torch
 
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.lean import models as lean_model
+from tests.pixal3d.runs import new_run
 
 SEED, TEXTURE, STEPS = 3, 512, 1
 LEAN_BOUND = 1e-4  # docs/pixal3d.md, "Working memory" (tests/pixal3d/test_working_memory.py)
@@ -23,10 +23,10 @@ LEAN_BOUND = 1e-4  # docs/pixal3d.md, "Working memory" (tests/pixal3d/test_worki
 
 def _run(standin_dir, image, tmp_path, name, **kwargs):
     events: list[dict] = []
-    run = Pixal3DRun(standin_dir, device="cpu", events=events.append, prefetch=False, **kwargs)
+    run = new_run(standin_dir, events=events.append, prefetch=False, seed=SEED,
+                  texture_size=TEXTURE, **kwargs)
     try:
-        run.generate(image, tmp_path / f"{name}.glb", seed=SEED, texture_size=TEXTURE,
-                     steps=STEPS)
+        run.generate(image, tmp_path / f"{name}.glb", steps=STEPS)
     finally:
         run.close()
     return run, events

@@ -9,8 +9,9 @@ import shutil
 
 import pytest
 
-from stageload.pixal3d import Pixal3DRun, compare
+from stageload.pixal3d import compare
 from stageload.pixal3d.port.static import check_static
+from tests.pixal3d.runs import new_run
 
 OLD_MAIN = '''def main():
     args = parse_args()
@@ -61,10 +62,10 @@ def test_the_older_driver_gives_what_the_entry_points_give(standin_dir, standin_
                                                            rgb_image, tmp_path, load):
     results = {}
     for name, folder in (("entry", standin_dir), ("legacy", legacy_dir)):
-        run = Pixal3DRun(folder, device="cpu", load=load, fingerprint=tmp_path / f"{name}.fp")
+        run = new_run(folder, load=load, seed=5, texture_size=512,
+                      fingerprint=tmp_path / f"{name}.fp")
         assert run.entry_points is (name == "entry")
-        results[name] = run.generate(rgb_image, tmp_path / f"{name}.glb", seed=5, texture_size=512,
-                                     fov=0.6, steps=2)
+        results[name] = run.generate(rgb_image, tmp_path / f"{name}.glb", fov=0.6, steps=2)
         run.close()
     report = compare(results["entry"]["fingerprint"], results["legacy"]["fingerprint"])
     assert report["identical"] and "mesh" in report["entries"], report

@@ -1,6 +1,6 @@
 """An address-space limit (RLIMIT_AS, ``prlimit --as``) under which the Pixal3D stand-in's
 allocations fail: ``out_of_memory`` naming the limit and its value, with a hint to raise it
-(issue 23 item 4) — a real run under a real limit."""
+— a real run under a real limit."""
 from __future__ import annotations
 
 import json

@@ -23,8 +23,8 @@ _PROBE = textwrap.dedent("""
     if mode == "prepared":
         note = prepare_meta_runtime()
     elif mode == "adapter":
-        from stageload.pixal3d import Pixal3DRun
-        note = Pixal3DRun(standin, device="cpu", load="staged").runtime_note
+        from stageload.pixal3d import Pixal3DRun, RunOptions
+        note = Pixal3DRun(standin, RunOptions(load="staged"), device="cpu").runtime_note
     dynamo_before = "torch._dynamo" in sys.modules
     n0, t0 = len(sys.modules), time.perf_counter()
     model, load_note = load_port_model(port.models, path, "cpu", lambda: 1 / 0)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from stageload.meter import system_memory
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.lean import working
 from stageload.pixal3d.lean.mps_limit import KILL_FREE_SHARE, budget_from_memory
+from tests.pixal3d.runs import new_run
 
 GiB = 1024**3
 
@@ -40,7 +40,7 @@ def test_a_lean_run_hands_the_limit_to_the_part_that_sets_it(monkeypatch, standi
     given = []
     real = lean_model.install
     monkeypatch.setattr(lean_model, "install", lambda *a, **kw: given.append(kw) or real(*a, **kw))
-    run = Pixal3DRun(standin_dir, device="cpu", load="eager", working_memory="port")
+    run = new_run(standin_dir, load="eager", working_memory="port")
     try:
         run.hooks.remove()  # the pipeline alone
         done = working.install(run.pipeline, None, "lean", mps_limit_bytes=5 * GiB)

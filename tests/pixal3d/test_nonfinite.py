@@ -1,4 +1,4 @@
-"""Weights that are all NaN (issue 23 item 3): the sampler outputs are not finite, which the
+"""Weights that are all NaN: the sampler outputs are not finite, which the
 run says at once (a ``warning`` event naming the sampler and how many values) and the empty
 mesh that follows is blamed on — not on the macOS GPU watchdog. Real stand-in weights, every
 floating tensor overwritten with NaN, a real staged run on the CPU."""
@@ -10,8 +10,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.errors import EmptyMeshError
+from tests.pixal3d.runs import new_run
 
 
 def _all_nan(folder):
@@ -33,10 +33,10 @@ def test_nan_weights_say_the_sampler_output_is_not_finite(standin_dir, standin_w
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("TORCH_HOME", str(torch_home))
     events = []
-    run = Pixal3DRun(standin_dir, device="cpu", events=events.append)
+    run = new_run(standin_dir, events=events.append, seed=3, texture_size=512)
     image = repo_root / "tests" / "data" / "images" / "character_1.png"  # alpha: no matting
     with pytest.raises(EmptyMeshError) as err:
-        run.generate(image, tmp_path / "out.glb", seed=3, texture_size=512, fov=0.6, steps=1)
+        run.generate(image, tmp_path / "out.glb", fov=0.6, steps=1)
     run.close()
     assert "sampler output was not finite" in err.value.message, err.value.message
     assert "NaN or infinite" in err.value.message

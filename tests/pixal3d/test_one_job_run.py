@@ -1,10 +1,13 @@
 """Every input kind through one job run: a Pixal3D run on the stand-in port and ``python -m
 runner export`` of the asset it kept both run ``runner.job.run.JobRun.run`` (with an
-``ImageInput`` and an ``AssetInput``), and each process of either job checks the export levers
-once — where they enter it: the supervisor (the command line, or the backend's precheck), the
-model process (its own options check) and the export process (``export_asset``, the engine's
-entry). Counted in the real processes by the runner's test hook (tests/runner/worker_hook),
-which wraps ``JobRun.run`` and ``ExportLevers.check`` and writes one line per call."""
+``ImageInput`` and an ``AssetInput``), and each process of either job parses the job's options
+once, where they enter it (``JobOptions.parse``: the command line, or the worker job's JSON),
+and checks the export levers against the engine only where the engine is to run them: the
+supervisor (the backend's precheck, or ``runner export``'s input) and the export process
+(``export_asset``, the engine's entry) — the model process, which never exports, not at all.
+Counted in the real processes by the runner's test hook (tests/runner/worker_hook), which
+wraps ``JobRun.run``, ``JobOptions.parse`` and ``ExportLevers.check`` and writes one line per
+call."""
 from __future__ import annotations
 
 import json
@@ -30,6 +33,12 @@ def _counted_check(self):
     _note("levers")
     return _check(self)
 _engine.ExportLevers.check = _counted_check
+from meshfacts.job_options import JobOptions as _Options
+_parse = _Options.parse.__func__
+def _counted_parse(cls, *args, **kwargs):
+    _note("parse")
+    return _parse(cls, *args, **kwargs)
+_Options.parse = classmethod(_counted_parse)
 '''
 SUPERVISOR = COUNT + r'''
 from runner.job import run as _jobrun
@@ -91,8 +100,10 @@ def test_a_pixal3d_run_and_runner_export_share_one_job_run_and_check_levers_once
                  "export's supervisor": export_pids["supervisor"],
                  "export's export": export_pids["export"]}
     assert len(set(processes.values())) == len(processes)  # five processes, each its own
-    assert {name: seen[pid]["levers"] for name, pid in processes.items()} == {
+    assert {name: seen[pid]["parse"] for name, pid in processes.items()} == {
         name: 1 for name in processes}
-    # no other process checked them (the decimation's child processes take arrays, not levers)
-    assert all(count["levers"] == 0 for pid, count in seen.items()
+    assert {name: seen[pid]["levers"] for name, pid in processes.items()} == {
+        name: 0 if name == "model" else 1 for name in processes}
+    # no other process parsed or checked them (the decimation's children take arrays)
+    assert all(count["levers"] == count["parse"] == 0 for pid, count in seen.items()
                if pid not in processes.values())

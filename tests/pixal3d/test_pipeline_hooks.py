@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from stageload.errors import HookError
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.pipeline_hooks import (
     SAMPLERS,
     Hook,
@@ -17,6 +16,7 @@ from stageload.pixal3d.pipeline_hooks import (
     StageHooks,
     samplers,
 )
+from tests.pixal3d.runs import new_run
 
 STAGE_METHODS = ("preprocess_image", "get_proj_cond_ss", "get_proj_cond_shape", "decode_latent")
 
@@ -32,7 +32,7 @@ def _hooked(pipeline) -> dict:
 
 @pytest.mark.parametrize("load", ["staged", "eager"])
 def test_the_hooks_come_with_the_run_and_go_with_close(standin_dir, standin_weights, load):
-    run = Pixal3DRun(standin_dir, device="cpu", load=load)
+    run = new_run(standin_dir, load=load)
     pipeline = run.pipeline
     assert list(samplers(pipeline)), "the stand-in has hookable samplers"
     on = _hooked(pipeline)
@@ -53,7 +53,7 @@ def test_the_hooks_come_with_the_run_and_go_with_close(standin_dir, standin_weig
 
 
 def test_a_hook_that_fails_half_way_removes_what_it_installed(standin_dir, standin_weights):
-    run = Pixal3DRun(standin_dir, device="cpu")
+    run = new_run(standin_dir)
     pipeline = run.pipeline
     run.close()
 

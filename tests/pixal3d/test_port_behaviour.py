@@ -18,10 +18,10 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from stageload.pixal3d import Pixal3DRun
 from stageload.pixal3d.build.direct import build_with_cpu_retry
 from stageload.pixal3d.errors import EmptyMeshError, KnobRefused
 from stageload.pixal3d.port import knobs
+from tests.pixal3d.runs import new_run
 
 SEED = 3
 
@@ -33,7 +33,7 @@ def _refused(standin_dir, monkeypatch, **kwargs):
     monkeypatch.setattr(safetensors.torch, "load_file",
                         lambda *a, **k: reads.append(a) or real(*a, **k))
     with pytest.raises(KnobRefused) as err:
-        Pixal3DRun(standin_dir, device="cpu", events=events.append, **kwargs)
+        new_run(standin_dir, events=events.append, **kwargs)
     assert reads == [] and [e for e in events if e["event"] in ("load", "stage")] == []
     return err.value
 
@@ -63,7 +63,7 @@ def test_environment_switches_refused_in_their_modes(standin_dir, standin_weight
     monkeypatch.setenv(name, "tex_slat_decoder")
     if load not in knobs.ENV_REFUSED[name][0]:
         monkeypatch.setenv(name, "0")  # "off" is never refused; the on case is honoured below
-        Pixal3DRun(standin_dir, device="cpu", load=load).close()
+        new_run(standin_dir, load=load).close()
         return
     err = _refused(standin_dir, monkeypatch, load=load)
     assert err.missing == (name,) and name in err.message
@@ -87,14 +87,13 @@ def honoured(standin_dir, standin_weights, rgb_image, tmp_path_factory):
     try:
         # what the port's own code prints as it honours them
         with contextlib.redirect_stdout(printed):
-            run = Pixal3DRun(standin_dir, device="cpu", events=events.append,
-                             port_args=["--low-vram", "--no-fdg-cap-partial-quads",
+            run = new_run(standin_dir, events=events.append, seed=SEED, texture_size=512,
+                          port_args=["--low-vram", "--no-fdg-cap-partial-quads",
                                         "--tex-sat-boost", "1.5",
                                         "--save-mesh", str(out / "mesh.npz"),
                                         "--no-native-remesh"])
             fdg_flag = os.environ.get("PIXAL3D_FDG_CAP_PARTIAL_QUADS")
-            result = run.generate(rgb_image, out / "out.glb", seed=SEED, texture_size=512,
-                                  fov=0.6, steps=2)
+            result = run.generate(rgb_image, out / "out.glb", fov=0.6, steps=2)
             run.close()
     finally:
         for k, v in old.items():
@@ -132,7 +131,7 @@ def test_every_honoured_switch_is_accepted_and_left_to_the_port(standin_dir, sta
     which name a device, in test_lean_says_why.py)."""
     value = "cpu" if name.endswith("_DEVICE") else "1"
     monkeypatch.setenv(name, value)
-    Pixal3DRun(standin_dir, device="cpu", load=load).close()
+    new_run(standin_dir, load=load).close()
     assert os.environ[name] == value  # the adapter does not rewrite it
 
 
@@ -149,14 +148,13 @@ def test_progress_arrives_once_per_sampler_step(honoured):
 
 def test_1536_cascade_warns_with_the_ports_advice(standin_dir, standin_weights):
     events = []
-    Pixal3DRun(standin_dir, device="cpu", pipeline_type="1536_cascade",
-               events=events.append).close()
+    new_run(standin_dir, pipeline_type="1536_cascade", events=events.append).close()
     warning = events[0]
     assert warning["event"] == "warning" and "1536_cascade" in warning["message"]
     assert "catastrophic shatter" in warning["message"]
     assert "INVESTIGATION_FACTS.md" in warning["source"]
     events = []
-    Pixal3DRun(standin_dir, device="cpu", events=events.append).close()
+    new_run(standin_dir, events=events.append).close()
     assert not [e for e in events if e["event"] == "warning"]
 
 
@@ -173,9 +171,9 @@ def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights,
     state["subdiv.bias"] = torch.full_like(state["subdiv.bias"], -100.0)
     safetensors.torch.save_file(state, str(ckpt))
     monkeypatch.setenv("HF_HOME", str(weights))
-    run = Pixal3DRun(standin_dir, device="cpu")
+    run = new_run(standin_dir, seed=SEED, texture_size=512)
     with pytest.raises(EmptyMeshError) as err:
-        run.generate(rgb_image, tmp_path / "out.glb", seed=SEED, texture_size=512, fov=0.6, steps=1)
+        run.generate(rgb_image, tmp_path / "out.glb", fov=0.6, steps=1)
     run.close()
     assert "empty mesh" in err.value.message and "--steps 1" in err.value.hint
     assert not (tmp_path / "out.glb").exists()

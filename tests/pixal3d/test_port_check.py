@@ -10,8 +10,9 @@ import sys
 import pytest
 import safetensors.torch
 
-from stageload.pixal3d import Pixal3DRun, PortError, check_port, open_port
+from stageload.pixal3d import PortError, check_port, open_port
 from stageload.pixal3d.errors import PortMissing, PortVersionError
+from tests.pixal3d.runs import new_run
 
 
 def _copy_without(standin_dir, tmp_path, relpath, old, new):
@@ -48,7 +49,7 @@ def test_missing_name_stops_before_anything_is_loaded(standin_dir, standin_weigh
                         lambda *a, **k: reads.append(a) or real(*a, **k))
     events = []
     with pytest.raises(PortError) as err:
-        Pixal3DRun(broken, device="cpu", events=events.append)
+        new_run(broken, events=events.append)
     assert isinstance(err.value, PortVersionError)
     assert name in str(err.value)
     assert events == [] and reads == []

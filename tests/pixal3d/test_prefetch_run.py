@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import trimesh
 
-from stageload.pixal3d import Pixal3DRun, compare, plan_for
+from stageload.pixal3d import compare, plan_for
+from tests.pixal3d.runs import new_run
 
 SEED = 3
 TEXTURE = 512
@@ -18,9 +19,9 @@ TEXTURE = 512
 
 def _run(standin_dir, image, out, name, **kwargs):
     events = []
-    run = Pixal3DRun(standin_dir, device="cpu", events=events.append,
-                     fingerprint=out / f"{name}.fp", **kwargs)
-    run.generate(image, out / f"{name}.glb", seed=SEED, texture_size=TEXTURE)
+    run = new_run(standin_dir, events=events.append, fingerprint=out / f"{name}.fp",
+                  seed=SEED, texture_size=TEXTURE, **kwargs)
+    run.generate(image, out / f"{name}.glb")
     run.close()
     return {"run": run, "events": events, "glb": out / f"{name}.glb", "fp": out / f"{name}.fp"}
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 import trimesh
 
-from stageload.pixal3d import Pixal3DRun, compare, plan_for
+from stageload.pixal3d import compare, plan_for
 from stageload.trace import TraceWriter, read_trace
+from tests.pixal3d.runs import new_run
 
 SEED = 7
 TEXTURE = 512
@@ -23,9 +24,9 @@ def _run(standin_dir, image, out_dir, name, **kwargs):
         def sink(event):
             events.append(event)
             trace(event)
-        run = Pixal3DRun(standin_dir, device="cpu", events=sink, fingerprint=out_dir / f"{name}.fp",
-                         **kwargs)
-        result = run.generate(image, out_dir / f"{name}.glb", seed=SEED, texture_size=TEXTURE)
+        run = new_run(standin_dir, events=sink, fingerprint=out_dir / f"{name}.fp",
+                      seed=SEED, texture_size=TEXTURE, **kwargs)
+        result = run.generate(image, out_dir / f"{name}.glb")
     return {"run": run, "result": result, "events": events, "trace": trace_path,
             "glb": out_dir / f"{name}.glb", "fp": out_dir / f"{name}.fp"}
 
@@ -188,7 +189,7 @@ def test_second_image_rearms_the_plan_and_reproduces_the_run(runs, rgb_image, tm
     staged = runs["staged"]
     again = []
     staged["run"].events = again.append  # the first run's trace file is closed
-    staged["run"].generate(rgb_image, tmp_path / "again.glb", seed=SEED, texture_size=TEXTURE)
+    staged["run"].generate(rgb_image, tmp_path / "again.glb")
     assert [e["stage"] for e in again if e["event"] == "stage" and "parent" not in e] == \
         list(plan_for("1024_cascade"))[1:]
     assert {e["event"] for e in _loads(again)} == {"reload"}  # every model read again, none outside
@@ -246,9 +247,9 @@ def test_staged_equals_eager_at_seeds_0_and_1_to_the_final_mesh(standin_dir, sta
     and the final mesh bit-identical staged vs eager (fingerprints), and the GLBs equal."""
     runs = {}
     for load in ("staged", "eager"):
-        run = Pixal3DRun(standin_dir, device="cpu", load=load, fingerprint=tmp_path / f"{load}.fp")
-        runs[load] = run.generate(rgb_image, tmp_path / f"{load}.glb", seed=seed,
-                                  texture_size=TEXTURE, steps=2)
+        run = new_run(standin_dir, load=load, seed=seed, texture_size=TEXTURE,
+                      fingerprint=tmp_path / f"{load}.fp")
+        runs[load] = run.generate(rgb_image, tmp_path / f"{load}.glb", steps=2)
         run.close()
     report = compare(runs["staged"]["fingerprint"], runs["eager"]["fingerprint"])
     assert report["identical"] and "mesh" in report["entries"], report

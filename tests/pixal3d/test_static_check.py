@@ -65,7 +65,7 @@ def test_the_standin_passes_names_the_commit_and_imports_neither_torch_nor_the_p
     (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(",
       "    def decode_latents("),
      "Pixal3DImageTo3DPipeline.decode_latent (missing; renamed to decode_latents?)"),
-    # issue 22 item 8: the held-back mutation — a hooked method gains a required parameter
+    # the held-back mutation — a hooked method gains a required parameter
     (("pixal3d/pipelines/pixal3d_image_to_3d.py", "    def decode_latent(self, ",
       "    def decode_latent(self, required_extra, "),
      "Pixal3DImageTo3DPipeline.decode_latent(self, shape_slat, tex_slat, resolution) (the port has "

@@ -1,4 +1,4 @@
-"""Missing and damaged weights (issue 23 items 1 and 2): ``runner check`` lists every file the
+"""Missing and damaged weights: ``runner check`` lists every file the
 plan reads without loading it, and a run fails right after ``hello`` — before the guard, the
 trace or the worker — with ``weights_missing`` (the first missing file, where it is expected,
 the port's own download advice) or ``bad_weights`` (the file, the tensor when known, what is

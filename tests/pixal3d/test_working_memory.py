@@ -11,8 +11,9 @@ import pytest
 import torch
 import trimesh
 
-from stageload.pixal3d import Pixal3DRun, compare, plan_for
+from stageload.pixal3d import compare, plan_for
 from stageload.pixal3d.lean.working import PARTS, check_mode
+from tests.pixal3d.runs import new_run
 
 SEED, TEXTURE, STEPS = 3, 512, 1
 #: The largest relative difference of a lean run's latents from the port's
@@ -22,10 +23,9 @@ LEAN_BOUND = 1e-4
 
 def _run(standin_dir, image, tmp_path, name, **kwargs):
     events: list[dict] = []
-    run = Pixal3DRun(standin_dir, device="cpu", events=events.append, prefetch=False,
-                     fingerprint=tmp_path / f"{name}.fp", **kwargs)
-    result = run.generate(image, tmp_path / f"{name}.glb", seed=SEED, texture_size=TEXTURE,
-                          steps=STEPS)
+    run = new_run(standin_dir, events=events.append, prefetch=False, seed=SEED,
+                  texture_size=TEXTURE, fingerprint=tmp_path / f"{name}.fp", **kwargs)
+    result = run.generate(image, tmp_path / f"{name}.glb", steps=STEPS)
     run.close()
     return {"run": run, "events": events, "result": result, "glb": tmp_path / f"{name}.glb"}
 
@@ -117,5 +117,5 @@ def test_lean_stays_within_the_stated_bound_of_port(runs):
 
 def test_an_unknown_mode_is_refused_before_anything_loads(standin_dir, standin_weights):
     with pytest.raises(ValueError, match="working_memory must be one of lean, port"):
-        Pixal3DRun(standin_dir, device="cpu", working_memory="tiny")
+        new_run(standin_dir, working_memory="tiny")
     assert check_mode(None) == "lean" and check_mode("port") == "port"

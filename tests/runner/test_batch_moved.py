@@ -1,4 +1,4 @@
-"""A batch output folder that was moved or copied resumes (tester's report 2026-12-01, item 5):
+"""A batch output folder that was moved or copied resumes:
 the manifest's and the traces' paths name the old folder, but the records are resolved relative
 to the folder they are in, so finished images whose GLB, trace and input sha256 match are
 skipped — also when the manifest was damaged and rebuilt from the traces. And a rerun never

@@ -1,4 +1,4 @@
-"""Batch file names and disks (issue 14 item 13): a file whose name is not valid UTF-8 is
+"""Batch file names and disks: a file whose name is not valid UTF-8 is
 processed and recorded like any other (the manifest stays UTF-8 JSON, the images after it
 run, no temporary manifest is left, a resume skips it); a 100 % full disk fails the
 writability probe before any work."""

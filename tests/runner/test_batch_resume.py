@@ -1,4 +1,4 @@
-"""Batch resume notices changes (tester's report, items 6, 7, 9): an image is skipped only when
+"""Batch resume notices changes: an image is skipped only when
 its bytes (sha256) and the output-shaping options match the manifest; a changed image or
 ``--texture-size`` re-runs and replaces what the batch itself wrote; a GLB the manifest does not
 attribute to the batch is left alone; the manifest gets the usual file mode; a file given as the
@@ -38,8 +38,9 @@ def test_resume_reruns_changed_images_and_options(rt, shared_images, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["images"]["one.png"]
     assert entry["sha256"] == hashlib.sha256((src / "one.png").read_bytes()).hexdigest()
-    assert entry["options"]["backend"] == "builtin" and entry["options"]["texture_size"] is None
-    # item 9: the manifest has the mode every other new file gets (0666 & ~umask), not 0600
+    # the options as parsed once: each default filled in (the table's 1024 px texture)
+    assert entry["options"]["backend"] == "builtin" and entry["options"]["texture_size"] == 1024
+    # the manifest has the mode every other new file gets (0666 & ~umask), not 0600
     mode = stat.S_IMODE((out / "manifest.json").stat().st_mode)
     assert mode == 0o666 & ~_umask() == stat.S_IMODE((out / "one.glb").stat().st_mode), oct(mode)
 

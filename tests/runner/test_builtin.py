@@ -236,7 +236,7 @@ def sheet_colours(mesh: trimesh.Trimesh, rows: int) -> tuple[np.ndarray, np.ndar
 
 
 def test_back_shows_the_colours_but_no_face(runs):
-    """Issue 13: seen from behind, the body shows the front's colours blurred, not the mirrored
+    """Seen from behind, the body shows the front's colours blurred, not the mirrored
     face. High-frequency energy (variance of the Laplacian of the luminance) of what the back
     sheet shows is under 2 % of the front's, over the body and over the head (the top fifth);
     the mean colour is within 3 % (of 255) per channel. Before, the back used the front's

@@ -1,5 +1,5 @@
-"""The built-in backend's matte on unusual transparency and on white subjects on white (issue 14
-item 6), and on a white belly with no drawn line on white (issue 23 item 12).
+"""The built-in backend's matte on unusual transparency and on white subjects on white, and on
+a white belly with no drawn line on white.
 
 Every picture is made here from the shared character PNGs (real art with a real alpha channel):
 flattened onto white, given a dark outline and white areas, saved as JPEG or as a palette PNG,
@@ -108,7 +108,7 @@ def test_subject_on_white_comes_out_as_its_alpha_version(characters, kind):
 @pytest.mark.parametrize("rim", [20, 30, 45])
 def test_white_belly_without_a_line_on_white_keeps_its_belly(characters, rim):
     """A white belly that meets the silhouette across a shaded rim, its outermost pixel ``rim``
-    units per channel off white (no drawn line; issue 23 item 12's held-back picture, 0.955
+    units per channel off white (no drawn line; the held-back review picture, 0.955
     there), flattened onto white as JPEG: the flood stops at the rim, so the belly stays and the
     silhouette matches the alpha's (≥ 0.97) on every character, and ≥ 97 % of the belly more
     than 3 px inside the silhouette is kept. Before the strict flood threshold the flood went

@@ -1,5 +1,5 @@
 """A tall, thin picture costs the built-in backend memory in proportion to its pixels and the
-texture, not its longest side squared (tester finding 1: 300 × 16000 px asked for a 5.9 GiB
+texture, not its longest side squared (300 × 16000 px asked for a 5.9 GiB
 array in the texture stage, because the input was padded out to the texture's square box).
 
 The run goes through the real runner in a subprocess under an address-space limit

@@ -212,7 +212,7 @@ def test_check_accepts_another_backends_good_options(rt, tmp_path):
 
 
 def test_check_says_on_stderr_what_it_found(rt, tmp_path, monkeypatch):
-    """Tester's report 2026-12-01 item 9: `runner check` tells a person on stderr (its stdout
+    """`runner check` tells a person on stderr (its stdout
     stays the one JSON line the add-on's Check parses, blender_addon/config.summarize_check)."""
     from blender_addon.runner_client import config
 

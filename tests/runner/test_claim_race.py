@@ -1,5 +1,5 @@
 """Claims taken at once by many threads of one process in one folder (a cluster batch claims
-each image's outputs from its own thread, tester2 finding 2): each ``claim_all`` also sweeps the
+each image's outputs from its own thread): each ``claim_all`` also sweeps the
 folder's stale claims, and that sweep must never make another thread's fresh claim look held by
 "another runner". Real files, real flock; no cluster needed."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the command line tells a person (issue 14 item 7): every failure as
+"""What the command line tells a person: every failure as
 ``runner: KIND: message — hint`` on stderr (usage and batch-level errors too), a success as
 ``runner: wrote …``, a raised texture size said aloud, one guard admission line without repeated
 figures, ``input.path`` absolute like ``hello.image``, ``memory`` events 4 per second as

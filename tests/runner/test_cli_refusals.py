@@ -1,7 +1,7 @@
-"""Refusals up front and clear messages from the command line (tester's report 2026-12-01,
-items 6, 8, 10, 11): a batch whose backend cannot run is refused as a whole before anything is
-written; a dangling symlink at the output path is refused before the job runs; and the messages
-for odd paths, odd files and misplaced arguments say what is really wrong."""
+"""Refusals up front and clear messages from the command line: a batch whose backend cannot
+run is refused as a whole before anything is written; a dangling symlink at the output path is
+refused before the job runs; and the messages for odd paths, odd files and misplaced arguments
+say what is really wrong."""
 from __future__ import annotations
 
 import os

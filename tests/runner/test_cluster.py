@@ -215,7 +215,7 @@ def test_a_cluster_folder_whose_manifest_is_deleted_resumes_from_its_traces(node
 
 
 def test_nodes_that_cannot_run_the_backend_are_left_out_and_named(nodes, tmp_path):
-    """tester2 finding 5, on the real nodes: no node has the Pixal3D folder given, so the
+    """On the real nodes: no node has the Pixal3D folder given, so the
     first image to reach each big node fails there with pixal3d_missing; that node is left out
     for the batch (one warning each), the image is placed again on the other, and when none is
     left both images fail with pixal3d_missing naming the nodes — no more than one attempt per
@@ -256,7 +256,7 @@ def test_check_lists_the_nodes(nodes):
         assert row["backends"]["builtin"]["ok"] is True
         assert row["backends"]["pixal3d"]["ok"] is False  # no Pixal3D folder given
     assert len(rows) == 3
-    # for a person (tester2 finding 6): a line per node and backend, the verdict; and not
+    # for a person: a line per node and backend, the verdict; and not
     # Ray's "SIGTERM handler is not set" warning (its other messages still pass)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("runner: check: ")]
     assert sum(ln.startswith("runner: check: node ") for ln in lines) == 3, proc.stderr

@@ -101,7 +101,7 @@ def test_addresses_and_room():
 
 
 def test_the_unavailable_hint_starts_the_head_with_a_slot_as_the_docs_do():
-    """tester2 finding 7: the hint said ``"image_to_mesh": 0`` for the head, so a 1-machine
+    """The hint said ``"image_to_mesh": 0`` for the head, so a 1-machine
     user following it got a cluster with no slot. Nothing listens on the port asked here."""
     import re
     import socket
@@ -175,7 +175,7 @@ DONE = {"event": "result", "exit_code": 0}
 
 
 def test_a_node_without_weights_gives_the_image_back_and_is_left_out(tmp_path):
-    """tester2 finding 5: node a lacks the weights → the image runs again on b (done), the
+    """Node a lacks the weights → the image runs again on b (done), the
     retry names a; a is excluded for the batch (one warning naming its host), so the next
     image goes straight to b."""
     batch = _Batch(_nodes("a", "b"))

@@ -1,4 +1,4 @@
-"""Concurrent writers (issue 14 item 9): two runs on one output with ``--overwrite`` never
+"""Concurrent writers: two runs on one output with ``--overwrite`` never
 leave a trace that describes another job than the GLB (each output is claimed for the whole
 job: the second runner is refused at once), and two batches writing into one folder keep
 each other's manifest records (updates are merged under a lock). Looped so that the races

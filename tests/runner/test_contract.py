@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from meshfacts.errors import KINDS, RunnerError
+from meshfacts.job_options import JobOptions
 from runner import backends
 
 
@@ -48,7 +49,8 @@ def test_stage_plans_match_the_backends():
 
 def test_a_backend_that_is_not_installed_says_so():
     ghost = backends.Backend(name="ghost", module="runner.backends.no_such_backend",
-                             title="not here", stages=("a",), install_hint="Install it.")
+                             load=lambda: None, title="not here", stages=("a",),
+                             install_hint="Install it.")
     assert not ghost.installed()
     assert ghost.check() == {"ok": False, "reason": "not installed", "hint": "Install it."}
 
@@ -63,17 +65,23 @@ def test_pixal3d_entry_options():
                                                "--decimation-target",
                                                "--remesh", "--remesh-resolution",
                                                "--allow-dense-grid-sample", "--strict-export"]
-    assert entry.splits_export({})
-    assert not entry.splits_export({"export_process": "in-process", "export_engine": "port"})
+    def hand_over(backend, **given):
+        return backends.get(backend).hand_over_of(JobOptions.parse(backend, given))
+
+    # decided once, from the job's options: the export step's name travels in the worker job
+    assert hand_over("pixal3d").step.name == "bounded"
+    assert hand_over("pixal3d", export_process="in-process", export_engine="port") is None
     # the bounded engine (the default) exports without torch, the port's with it
-    assert not entry.export_needs_torch({}) and entry.export_needs_torch({"export_engine": "port"})
-    assert not backends.get("builtin").splits_export({})
+    assert not hand_over("pixal3d").step.needs_torch
+    assert hand_over("pixal3d", export_engine="port").step.needs_torch
+    assert hand_over("builtin") is None
+    assert backends.export_step_named("port") is hand_over("pixal3d", export_engine="port").step
 
 
 def test_backend_exception_kinds():
     """An exception's own `kind` wins over the module's ERRORS table; the hint travels. The
-    Pixal3D adapter's exception classes carry no runner kind: runner/backends/pixal3d.py maps
-    each class (looked up along the MRO) to one."""
+    Pixal3D adapter's exception classes carry no runner kind: runner/backends/pixal3d/errors.py
+    maps each class (looked up along the MRO) to one."""
     import types
 
     from runner.backends import pixal3d as backend

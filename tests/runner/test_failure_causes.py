@@ -1,4 +1,4 @@
-"""The cause of a backend's failure is kept (issue 14 item 3): an out-of-memory error anywhere
+"""The cause of a backend's failure is kept: an out-of-memory error anywhere
 in the exception's cause chain — torch's CPU allocator refusing a real allocation,
 ``torch.OutOfMemoryError`` — is reported as ``out_of_memory`` with its hint; a worker that
 crashes with SIGSEGV is ``worker_crashed``, not "killed from outside"."""

@@ -1,4 +1,4 @@
-"""What was done to the picture on the way in reaches the person (issue 23 item 8): the
+"""What was done to the picture on the way in reaches the person: the
 ``input`` event's notes are printed on the runner's stderr (``runner: note: NAME: NOTE``) and
 recorded in the batch manifest — real runs of the built-in backend on real odd images."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Job options are checked by the supervisor before anything starts (tester's report, item 2):
+"""Job options are checked by the supervisor before anything starts:
 a bad --height / --texture-size, an option the chosen backend rejects, or another backend's
 option is a usage error (exit 2) right after ``hello`` — no input event, no guard, no worker,
 no traceback, no output."""
@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from meshfacts import options
+from meshfacts.choices import TEXTURE_SIZES
+from meshfacts.job_options import JobOptions
 from runner import backends
 
 BAD = [
@@ -51,30 +54,34 @@ def test_batch_checks_options_too(rt, shared_images, tmp_path):
 
 
 def test_good_values_pass_validation():
-    """The registry accepts what each backend documents (no false refusals)."""
-    builtin, pixal3d = backends.get("builtin"), backends.get("pixal3d")
+    """The job's options accept what each backend documents (no false refusals), and fill in
+    each default once."""
     for size in (1, 512, 1024, 4096):
-        builtin.validate(texture_size=size, height_m=1.8, options={})
+        JobOptions.parse("builtin", {"texture_size": size, "height_m": 1.8})
     for size in (512, 1024, 2048, 4096):
-        pixal3d.validate(texture_size=size, height_m=None,
-                         options={"pipeline_type": "1536_cascade", "keep_resident": "1G"})
-    assert pixal3d.job_options({"load": "eager"}) == {
+        JobOptions.parse("pixal3d", {"texture_size": size, "pipeline_type": "1536_cascade",
+                                     "keep_resident": "1G"})
+    parsed = JobOptions.parse("pixal3d", {"load": "eager"})
+    assert {o.dest: getattr(parsed, o.dest) for o in backends.get("pixal3d").options} == {
         "pixal3d_dir": None, "pipeline_type": "1024_cascade", "load": "eager",
-        "keep_resident": "0", "prefetch": "on", "working_memory": "lean", "export_process": "own",
+        "keep_resident": 0, "prefetch": "on", "working_memory": "lean", "export_process": "own",
         "export_profile": "port",
-        "export_engine": "bounded", "export_budget": None, "keep_asset": None,
+        "export_engine": "bounded", "export_budget": None, "keep_asset": False,
         "decimation_target": None, "remesh": None, "remesh_resolution": None,
-        "allow_dense_grid_sample": None, "strict_export": None}
+        "allow_dense_grid_sample": False, "strict_export": False}
 
 
 def test_registry_ranges_match_the_backends():
     """The supervisor's figures are the backends' own (it may not import them: no torch)."""
     from runner.backends import pixal3d
     from runner.backends.builtin.texture import MAX_TEXTURE_SIZE
+    from stageload.pixal3d.plan import STAGES
 
-    assert backends.get("builtin").texture_sizes == (1, MAX_TEXTURE_SIZE)
-    assert backends.get("pixal3d").texture_sizes == pixal3d.TEXTURE_SIZES
-    assert backends.get("pixal3d").height_range is None
+    texture = options.get("texture_size")
+    assert (texture.low, texture.high) == (1, MAX_TEXTURE_SIZE)
+    assert texture.choices_by["pixal3d"] == TEXTURE_SIZES
+    assert options.get("height").backends == ("builtin",)
+    assert pixal3d.STAGES is STAGES
 
 
 def _help(repo_root, *command) -> str:
@@ -143,6 +150,6 @@ def test_export_help_describes_the_export_only(repo_root):
     assert "backend" not in text.lower() and "the port simplifies" not in flat
     assert "export levers:" in text
     assert "--texture-size PX base-colour texture side in pixels, one of 512, 1024, 2048, " \
-           "4096 (default: 2048)" in flat
+           "4096 (default: 1024)" in flat
     assert "faces the bounded export engine decimates the mesh to (default: 1,000,000)" in flat
     assert "at least 256M" in flat

@@ -1,4 +1,4 @@
-"""Nothing of a job outlives the runner (issue 14 item 1): a helper the worker started — left
+"""Nothing of a job outlives the runner: a helper the worker started — left
 in the worker's process group, or in a session of its own, and re-parented to init when its
 shell exits — is stopped by the supervisor after a ``result`` and after an ``error``."""
 from __future__ import annotations

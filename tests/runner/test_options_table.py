@@ -1,4 +1,4 @@
-"""The options table (meshfacts/options.py, issue 19) against each view made from it, both ways:
+"""The options table (meshfacts/options.py) against each view made from it, both ways:
 every entry is on the command lines that should take it and nowhere else, every option those
 command lines take is an entry (or one of the few plumbing options named here), the backend
 registry's options are the table's, the options shared with ``python -m stageload.pixal3d run``
@@ -80,8 +80,7 @@ def test_the_registry_options_are_the_tables():
     assert owned == {o.dest for o in options.table() if o.group == "backend"}
     assert list(options.get("backend").choices) == backends.names()
     assert options.get("backend").default == backends.DEFAULT
-    height = options.get("height")
-    assert backends.get("builtin").height_range == (height.low, height.high)
+    assert options.get("height").backends == ("builtin",)  # the built-in backend's metres
 
 
 def test_values_round_trip_through_the_runner_parser():
@@ -224,18 +223,21 @@ def test_export_levers_name_the_engines_that_take_them():
     the chosen engine) agrees with the runner's own check: a lever the runner refuses with an
     engine at any value is marked as not applying to it, so the add-on never sends it."""
     from meshfacts.errors import RunnerError
-    from runner.job.export_step import ENGINES, check_options
+    from meshfacts.job_options import JobOptions
+    from runner.backends import pixal3d
 
-    assert options.ENGINES == ENGINES == tuple(options.get("export_engine").choices)
+    engines = tuple(step.name for step in pixal3d.EXPORT_STEPS)
+    assert options.ENGINES == engines == tuple(options.get("export_engine").choices)
     levers = [o for o in options.table() if o.panel is not None and
               o.panel.section == "export" and o.name != "export_engine"]
     assert levers
     refused_somewhere = set()
     for opt in levers:
-        for engine in ENGINES:
+        for engine in engines:
             for value in _sample_values(opt):
                 try:
-                    check_options({"export_engine": engine, opt.name: value})
+                    pixal3d.check_export(JobOptions.parse(
+                        "pixal3d", {"export_engine": engine, opt.name: value}))
                 except RunnerError:
                     refused_somewhere.add(opt.name)
                     assert not opt.applies_to("pixal3d", engine), (opt.name, engine, value)
@@ -258,6 +260,8 @@ def test_working_memory_is_a_pixal3d_choice_from_the_table_to_every_view():
     runner's default (lean) unsaid, and never sends it with the built-in backend."""
     from blender_addon.runner_client import option_views
     from meshfacts.errors import RunnerError
+    from meshfacts.job_options import JobOptions
+    from runner.commands.option_args import given
     from stageload.pixal3d import __main__ as cli
 
     opt = options.get("working_memory")
@@ -267,11 +271,16 @@ def test_working_memory_is_a_pixal3d_choice_from_the_table_to_every_view():
     assert [v for v, *_ in opt.panel.items] == ["lean", "port"]
     for command in ("run", "batch"):
         parser = _parser(command)
-        args = ["x", "-o", "y"]
-        assert parser.parse_args(args).working_memory is None  # the backend's default applies
-        assert parser.parse_args(args + ["--working-memory", "port"]).working_memory == "port"
-        with pytest.raises(RunnerError, match="--working-memory: invalid choice: 'tiny'"):
-            parser.parse_args(args + ["--working-memory", "tiny"])
+        args = ["x", "-o", "y", "--backend", "pixal3d"]
+
+        def parsed(*more, parser=parser, args=args):
+            return JobOptions.parse("pixal3d", given(parser.parse_args(args + list(more))))
+
+        assert parser.parse_args(args).working_memory is None  # not given: parsed once, later
+        assert parsed().working_memory == "lean"  # ... with the table's default
+        assert parsed("--working-memory", "port").working_memory == "port"
+        with pytest.raises(RunnerError, match="--working-memory 'tiny' is not one of lean, port"):
+            parsed("--working-memory", "tiny")
     stageload_run = cli._parser().parse_args(["run", "a.png", "-o", "b.glb"])
     assert stageload_run.working_memory == "lean"
     argv = option_views.job_argv({"working_memory": "port"}, "pixal3d")
@@ -282,3 +291,34 @@ def test_working_memory_is_a_pixal3d_choice_from_the_table_to_every_view():
     option_views.add_addon_arguments(headless)
     assert headless.parse_args([]).working_memory == "lean"
     assert headless.parse_args(["--working-memory", "port"]).working_memory == "port"
+
+
+def test_each_option_has_one_default_for_the_runner_the_panel_and_headless():
+    """A Panel default only spells "not given" for an option the runner has no default for
+    (``""``, 0, False): it never overrides the table's default, so the command line, the panel
+    and ``headless.py`` start a job with the same values — seed 42 and a 1024 px texture among
+    them — and the worker, the backends and the Pixal3D adapter default nothing again."""
+    from blender_addon.runner_client import option_views
+    from meshfacts.job_options import JobOptions, job_fields
+    from runner.commands.option_args import given
+    from stageload.pixal3d.options import RunOptions
+
+    for opt in options.addon_options():
+        if opt.panel.default is not None:
+            assert opt.default is None, (opt.name, opt.default, opt.panel.default)
+    headless = argparse.ArgumentParser()
+    option_views.add_addon_arguments(headless)
+    defaults = headless.parse_args([])
+    for backend in backends.names():
+        parsed = JobOptions.parse(backend, given(_parser("run").parse_args(["x", "-o", "y"])))
+        for opt in job_fields():
+            if opt.panel is None or not opt.applies_to(backend):
+                continue
+            addon = options.addon_default(opt)
+            assert getattr(defaults, opt.name) == addon, opt.name
+            words = option_views.runner_words(opt, addon, backend)
+            if words:  # what the add-on passes parses to the runner's own default
+                passed = JobOptions.parse(backend, {opt.dest: words[-1]})
+                assert getattr(passed, opt.dest) == getattr(parsed, opt.dest), opt.name
+    assert (parsed.seed, parsed.texture_size) == (42, 1024)
+    assert (RunOptions().seed, RunOptions().texture_size) == (parsed.seed, parsed.texture_size)

@@ -1,6 +1,6 @@
 """An output GLB that is the input is refused before anything is written, even with
 ``--overwrite``: the same path, a hard link to it, or a symbolic link to it, for a single run
-and for ``runner export`` (tester's report 2026-12-04, item 2)."""
+and for ``runner export``."""
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,4 @@
-"""Output and trace paths the system cannot create (issue 23 item 5): a name over the file
+"""Output and trace paths the system cannot create: a name over the file
 system's NAME_MAX, a path over PATH_MAX — counting the hidden partial GLB and job folder the
 runner makes for an output — are ``output_invalid`` (exit 23) before any work, said why, never
 an ``internal`` traceback. Real folders nested to ~3,900 and ~4,000 characters."""

@@ -1,4 +1,4 @@
-"""A Pixal3D folder that is wrong in a way the runner cannot fix (issue 14 item 8): a port
+"""A Pixal3D folder that is wrong in a way the runner cannot fix: a port
 whose module exits the process at import (a module-level ``parse_args()``), and a file given
 as the folder. Both end as ``pixal3d_missing`` naming the folder and what is wrong — in a run
 and in ``runner check`` — never as ``worker_crashed`` or "does not exist"."""

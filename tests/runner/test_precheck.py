@@ -78,13 +78,15 @@ def test_precheck_reads_only_the_file_system(tmp_path):
         "import json, sys\n"
         "from runner import backends\n"
         "from meshfacts.errors import RunnerError\n"
+        "from meshfacts.job_options import JobOptions\n"
         "b = backends.get('pixal3d')\n"
-        "out = {'good': b.run_precheck({'pixal3d_dir': sys.argv[1]})}\n"
+        "def job(folder): return JobOptions.parse('pixal3d', {'pixal3d_dir': folder})\n"
+        "out = {'good': b.run_precheck(job(sys.argv[1]))}\n"
         "try:\n"
-        "    b.run_precheck({'pixal3d_dir': sys.argv[2]})\n"
+        "    b.run_precheck(job(sys.argv[2]))\n"
         "except RunnerError as e:\n"
         "    out['bad'] = [e.kind, e.exit_code, e.details]\n"
-        "backends.get('builtin').run_precheck({})\n"
+        "backends.get('builtin').run_precheck(JobOptions.parse('builtin', {}))\n"
         "out['torch'] = 'torch' in sys.modules\n"
         "print(json.dumps(out))\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]), **weights.env)

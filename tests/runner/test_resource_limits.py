@@ -1,4 +1,4 @@
-"""System limits said as such (issue 23 item 4): real resource limits set with ``prlimit`` on
+"""System limits said as such: real resource limits set with ``prlimit`` on
 real runs. Open files (RLIMIT_NOFILE, which binds root too) → ``resource_limit`` naming it,
 whether the supervisor or the worker's start hits it (the address-space limit:
 tests/pixal3d/test_memory_limit.py). The

@@ -1,4 +1,4 @@
-"""One peak, one stage (issue 15 item 4): the live ``memory`` events the runner sends the add-on
+"""One peak, one stage: the live ``memory`` events the runner sends the add-on
 (``runner.job.memory.MemoryTracker``) and ``stageload summary`` read one trace by one stage-window
 rule, so the panel and the summary give each stage the same peak and blame the same stage (or
 none) for the run's peak.

@@ -1,4 +1,4 @@
-"""Claim files left by a runner killed outright (issue 23 item 10): the next job that claims
+"""Claim files left by a runner killed outright: the next job that claims
 anything in the same folder removes them, while a claim a live process holds stays. Real
 processes take real flock claims; the stale one's holder is SIGKILLed."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A worker that stops moving is noticed (issue 23 item 7): a real worker SIGSTOPped mid-stage
+"""A worker that stops moving is noticed: a real worker SIGSTOPped mid-stage
 gets a ``stalled`` event (why ``stopped``) and, after SIGCONT, a ``resumed`` one, the job then
 ends normally; with ``--stall-timeout`` it ends as ``stalled`` (exit 49) with nothing left
 running; a worker that sleeps without CPU time or events is ``stalled`` (why ``idle``). The

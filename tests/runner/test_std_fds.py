@@ -1,5 +1,5 @@
 """A closed stdin, stdout or stderr (``python -m runner … >&-``) is pointed at /dev/null first
-thing, in the supervisor and the worker (issue 14 item 2): the job still writes its GLB."""
+thing, in the supervisor and the worker: the job still writes its GLB."""
 from __future__ import annotations
 
 import shlex

@@ -1,4 +1,4 @@
-"""stdin is read only with --cancel-on-stdin-eof (tester's report, item 3): the runner inside a
+"""stdin is read only with --cancel-on-stdin-eof: the runner inside a
 shell ``while read`` loop leaves the loop's input alone and every line gets its job; the
 Blender add-on's command line asks for the stdin cancel."""
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_addon_command_line_asks_for_the_stdin_cancel(tmp_path):
 
 def test_stdin_closed_at_once_without_the_opt_in_is_not_cancelled(rt, shared_images, tmp_path):
     """A run with stdin closed at once and without --cancel-on-stdin-eof is not cancelled (the
-    hidden --ignore-stdin no-op, kept for older command lines, is gone: issue 19)."""
+    hidden --ignore-stdin no-op, kept for older command lines, is gone)."""
     out = tmp_path / "a.glb"
     proc = subprocess.run([rt.PY, "-m", "runner", str(shared_images[0]), "-o", str(out)],
                           input="", capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""The trace never replaces a file it should not (tester's report, items 1 and 5): a trace path
+"""The trace never replaces a file it should not: a trace path
 that is the input image or the output GLB is a usage error straight after ``hello``; an existing
 file at the trace path is kept unless ``--overwrite``, and even then only a runner trace that no
 live runner is writing; two runners on the same output leave the winner's trace intact. The one

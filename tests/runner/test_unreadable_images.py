@@ -1,9 +1,8 @@
 """A file Pillow cannot identify is told apart by what it starts with: a 32-bit floating-point
 RGB TIFF (Pillow's TIFF reader has no mode for it) is ``image_unsupported`` with a hint on what
 to save instead, a TIFF cut inside its header ``image_truncated``, a text file still
-``not_an_image`` — each from the real ``python -m runner`` (tester's report 2026-12-04,
-item 3). The TIFFs are written here byte by byte (TIFF 6.0 baseline layout), as Pillow cannot
-write a multi-channel float TIFF."""
+``not_an_image`` — each from the real ``python -m runner``. The TIFFs are written here byte by
+byte (TIFF 6.0 baseline layout), as Pillow cannot write a multi-channel float TIFF."""
 from __future__ import annotations
 
 import struct

@@ -120,7 +120,7 @@ class Backbone(nn.Module):
         return cls(name, dim)
 
 
-# -- issue 14 item 5: copies and pickles of a hooked object ------------------------------------
+# -- copies and pickles of a hooked object ------------------------------------
 class Encoder:
     """A pipeline object holding weights, with a method a stage boundary is hooked on."""
 

@@ -103,7 +103,7 @@ def test_empty_allocator_cache_reports_what_it_did():
         assert "malloc_trim" in done
 
 
-# -- issue 14 item 4: a kept submodule, moving/casting/saving a released model ----------------
+# -- a kept submodule, moving/casting/saving a released model ----------------
 REFUSED_CALLS = {
     "call": lambda m: m(torch.zeros(1, 8)),
     "to-cpu": lambda m: m.to("cpu"),

@@ -103,7 +103,7 @@ def _calls_to(module: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", ["runner/backends/__init__.py", "stageload/pixal3d/__main__.py",
+@pytest.mark.parametrize("path", ["stageload/pixal3d/options.py", "stageload/pixal3d/__main__.py",
                                   "stageload/summary.py", "stageload/plot.py",
                                   "stageload/guard/config.py", "stageload/guard/amount.py",
                                   "stageload/pixal3d/export/run.py"])

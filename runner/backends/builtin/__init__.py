@@ -7,7 +7,8 @@ blurred copy of it seen from behind — the front's colours mirrored, no face (t
 writes a watertight GLB
 (export). See docs/builtin.md.
 
-Entry point: :func:`generate`. Errors for input it cannot handle: :class:`EmptyMatteError`,
+Entry points: :func:`run_job` (the runner's worker, with the job's options) and
+:func:`generate` (the method itself). Errors for input it cannot handle: :class:`EmptyMatteError`,
 :class:`BackgroundNotPlainError` (both :class:`BuiltinBackendError`, with ``kind`` and ``hint``).
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from meshfacts import choices
+from meshfacts import options as options_table
 from meshfacts.events import make
 
 from .errors import BackgroundNotPlainError, BuiltinBackendError, EmptyMatteError
@@ -29,7 +32,7 @@ from .matte import compute_matte
 from .texture import MAX_TEXTURE_SIZE, make_texture
 
 __all__ = [
-    "NAME", "STAGES", "ERRORS", "generate",
+    "NAME", "STAGES", "ERRORS", "generate", "run_job",
     "BuiltinBackendError", "EmptyMatteError", "BackgroundNotPlainError",
 ]
 
@@ -45,8 +48,21 @@ ERRORS = {
 }
 
 
+HEIGHT_M = options_table.get("height").default
+"""The product's default height (metres): the options table's, like every default here."""
+
+
+def run_job(image: "Image.Image", output: "str | os.PathLike", options, *, had_alpha: bool,
+            emit: "Callable[[dict], None] | None" = None) -> dict:
+    """The runner's entry: :func:`generate` with the job's ``JobOptions`` (its texture side and
+    height; the seed is not used). Returns and raises as :func:`generate`."""
+    return generate(image, output, had_alpha=had_alpha, seed=options.seed,
+                    texture_size=options.texture_size, height_m=options.height_m, emit=emit)
+
+
 def generate(image: "Image.Image", output: "str | os.PathLike", *, had_alpha: bool,
-             seed: int = 0, texture_size: int = 1024, height_m: float = 1.0,
+             seed: int = choices.DEFAULT_SEED, texture_size: int = choices.DEFAULT_TEXTURE_SIZE,
+             height_m: float = HEIGHT_M,
              emit: "Callable[[dict], None] | None" = None, max_cells: int = DEFAULT_MAX_CELLS,
              depth_scale: float = DEFAULT_DEPTH_SCALE) -> dict:
     """Turn one character image into a textured, watertight GLB written exactly to ``output``.

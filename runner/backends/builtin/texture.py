@@ -195,7 +195,8 @@ def box_resampler(shape: tuple[int, int], box: tuple[float, float, float, float]
     Pillow's ``resize(box=…)`` takes a box only inside the image, and pads nothing itself (it
     renormalises a filter clipped at the image's edge, which would extend edge pixels), so the
     input is padded with zeros (no weight). Two ways, equal up to Pillow's float rounding (a
-    texel channel may differ by 1 of 255; ``tests/runner/test_builtin_texture_window.py``):
+    texel channel may differ by 1 of 255; ``tests/runner/test_builtin_thin.py``,
+    ``test_window_equals_whole_box``):
 
     * **whole**: the input padded out to the whole box, one resize. Used when that array holds
       at most ``PAD_BUDGET`` × (input pixels + ``size``²) values — every picture that is not

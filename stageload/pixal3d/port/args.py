@@ -45,12 +45,13 @@ def given_options(gm, extra: Sequence[str]) -> list:
     return sorted(k for k, v in mine.items() if base.get(k, object()) != v)
 
 
-def port_namespace(gm, *, model_path: str, pipeline_type: str, extra: Sequence[str] = (),
-                   output: Optional[str] = None, seed: int = 42, texture_size: int = 2048,
+def port_namespace(gm, *, model_path: str, pipeline_type: str, seed: int, texture_size: int,
+                   extra: Sequence[str] = (), output: Optional[str] = None,
                    fov: Optional[float] = None, steps: Optional[int] = None,
                    max_num_tokens: int = 49152,
                    no_texture: bool = False):
-    """The namespace the port's functions receive: the adapter's own values, then ``extra``."""
+    """The namespace the port's functions receive: the adapter's own values (the run's
+    ``RunOptions``: no default of their own here), then ``extra``."""
     argv = [PLACEHOLDER_IMAGE, "--model-path", model_path, "--pipeline-type", pipeline_type,
             "--seed", str(seed), "--texture-size", str(texture_size)]
     if output is not None:

@@ -63,9 +63,11 @@ def deep_check(port_dir=None, *, device: Optional[str] = None,
     ``metal`` (:mod:`.environment`), ``parts`` (the records, also sent to ``emit`` as
     ``self_check`` events), ``unchecked``, ``bound``, ``seconds``."""
     from stageload.pixal3d.adapter import Pixal3DRun
+    from stageload.pixal3d.options import RunOptions
     began = time.perf_counter()
-    run = Pixal3DRun(port_dir, device=device, model_path=model_path, load="staged",
-                     pipeline_type=pipeline_type, working_memory="port", prefetch=False)
+    options = RunOptions(load="staged", pipeline_type=pipeline_type, working_memory="port",
+                         prefetch=False)
+    run = Pixal3DRun(port_dir, options, device=device, model_path=model_path)
     run.hooks.remove()  # the parts call the pipeline's methods themselves: no stages here
     ctx = check_parts.Context(run, run.device, run.port.root, pipeline_type)
     records = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..runner_client import facts as _facts
-from ..runner_client.status import (
+from . import facts as _facts
+from .status import (
     ACTIVE,
     CANCELLED,
     DONE,
