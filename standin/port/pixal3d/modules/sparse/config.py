@@ -1,20 +1,29 @@
-"""Stand-in of ``pixal3d.modules.sparse.config``: the sparse attention backend.
+"""Stand-in of ``pixal3d.modules.sparse.config``: the sparse convolution and attention back ends.
 
-``ATTN`` is read once from ``SPARSE_ATTN_BACKEND`` (else ``ATTN_BACKEND``) when valid, as the
-real module does. The real default is ``flash_attn``; the Mac port runs ``naive`` (fp32
-matmul + softmax over 2,048-query chunks) unless mtlflashattn is installed, so that is this
-stand-in's default: it is the path whose working memory the stand-in exists to mirror.
+``CONV`` is read once from ``SPARSE_CONV_BACKEND`` and ``ATTN`` from ``SPARSE_ATTN_BACKEND``
+(else ``ATTN_BACKEND``) when valid, as the real module does. The real defaults are
+``flex_gemm`` and ``flash_attn``; the Mac port runs ``none`` (its pure-PyTorch submanifold
+convolution, ``conv/conv_none.py``) unless its Metal flex_gemm is installed, and ``naive``
+attention (fp32 matmul + softmax over 2,048-query chunks) unless mtlflashattn is: those are this
+stand-in's defaults, the paths whose working memory the stand-in exists to mirror. ``flex_gemm``
+runs the stand-in ``flex_gemm.ops.spconv``; ``spconv`` and ``torchsparse`` are known names whose
+libraries the stand-in does not have (their import fails, as on a Mac).
 """
 import os
 from typing import *
 
+CONV = 'none'
 ATTN = 'naive'
 
+VALID_CONV_BACKENDS = ['none', 'spconv', 'torchsparse', 'flex_gemm']
 VALID_ATTN_BACKENDS = ['sdpa', 'naive']
 
 
 def __from_env():
-    global ATTN
+    global ATTN, CONV
+    conv = os.environ.get('SPARSE_CONV_BACKEND')
+    if conv is not None and conv in VALID_CONV_BACKENDS:
+        CONV = conv
     env = os.environ.get('SPARSE_ATTN_BACKEND')
     if env is None:
         env = os.environ.get('ATTN_BACKEND')
@@ -23,6 +32,11 @@ def __from_env():
 
 
 __from_env()
+
+
+def set_conv_backend(backend: Literal['none', 'spconv', 'torchsparse', 'flex_gemm']):
+    global CONV
+    CONV = backend
 
 
 def set_attn_backend(backend: Literal['sdpa', 'naive']):

@@ -1,1 +1,0 @@
-from standin_hf import add_ballast, ballast  # noqa: F401

@@ -1,0 +1,1 @@
+from .spatial2channel import SparseChannel2Spatial  # noqa: F401
