@@ -4,7 +4,8 @@
 signatures and control flow at commit 0be9e69a and tiny models (see ``port/README.md``); point
 ``--pixal3d-dir`` / ``Pixal3DRun(PORT_DIR)`` / ``open_port(PORT_DIR)`` at it.
 ``make_weights(root, scale)`` writes its weights (see ``port/make_weights.py``) and
-``weights_module()`` is that module (``REAL_BYTES``, ``MODELS``).
+``weights_module()`` is that module (``REAL_BYTES``, ``MODELS``, ``TEST_DECODERS``,
+``REAL_DECODERS``).
 
 Import it as ``from standin import PORT_DIR, make_weights`` from the repository root: pytest
 puts the root on ``sys.path`` (``pythonpath = ["."]`` in pyproject.toml) and ``python -m``
@@ -35,8 +36,9 @@ def weights_module() -> ModuleType:
     return sys.modules[_MODULE]
 
 
-def make_weights(root, scale: float = 1e-4, seed: int = 0):
-    """Write every stand-in checkpoint under ``root`` at ``scale`` x the real sizes; returns
-    the ``WeightsInfo`` of ``port/make_weights.py`` (``env``, ``model_path``, ``bytes``).
-    Raises ``ValueError`` for a scale outside (0, 1]."""
-    return weights_module().make_weights(root, scale=scale, seed=seed)
+def make_weights(root, scale: float = 1e-4, seed: int = 0, decoders: str = "test"):
+    """Write every stand-in checkpoint under ``root`` at ``scale`` x the real sizes (the
+    decoders at ``decoders`` widths: ``"test"`` or ``"real"``); returns the ``WeightsInfo`` of
+    ``port/make_weights.py`` (``env``, ``model_path``, ``bytes``). Raises ``ValueError`` for a
+    scale outside (0, 1] or another ``decoders``."""
+    return weights_module().make_weights(root, scale=scale, seed=seed, decoders=decoders)

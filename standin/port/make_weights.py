@@ -28,11 +28,22 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
 - ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub):
   ``NAF_CONFIG`` and the weights of ``NAF(**NAF_CONFIG)``, not scaled.
 
-Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, shape decoder 0.9 GB, DINOv3
-ViT-L fp32 1.2 GB, and 13.2 GB over the eight loads of a staged 1024_cascade run (seven models,
-the shape decoder twice). The split of the remaining 8.8 GB over the other five models, and
-the sizes of BiRefNet, MoGe-2, NAF and the unused 512 texture flow, are assumptions of this
-stand-in (marked below), not measurements.
+Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, DINOv3 ViT-L fp32 1.2 GB, and
+13.2 GB over the eight loads of a staged 1024_cascade run (seven models, the shape decoder
+twice). The three decoders' sizes are computed from their released configs (``REAL_DECODERS``:
+parameters × bytes, fp16 torso; the shape decoder's 0.95 GB is SPEC's 0.9 GB). The split of the
+rest over the other four pipeline models, and the sizes of BiRefNet, MoGe-2, NAF and the unused
+512 texture flow, are assumptions of this stand-in (marked below), not measurements.
+
+The decoders are the real architecture (``pixal3d/models``): their size comes from their widths
+and depths, not from ``scale``. ``decoders="test"`` (the default) writes ``TEST_DECODERS``
+(16 channels a level: a run decodes in about a second), ``decoders="real"`` the released widths
+(``REAL_DECODERS``: 0.15 + 0.95 + 0.95 GB; for benches). Their weights are chosen, not trained
+(``decoder_weights``): whatever the stand-in flows make, the sparse structure is the box
+[15, 17)³ of the 32 grid, the shape decoder's finest voxels its one-voxel boundary layer at the
+pipeline's resolution with a closed flexible-dual-grid surface through their centres, and the
+texture decoder colours them by the side of the box they face — a small, bounded, checkable
+result from the real forward with nothing added to it.
 """
 from __future__ import annotations
 
@@ -54,13 +65,13 @@ GB = 10 ** 9
 #: Real on-load size of each checkpoint in bytes (see the module docstring for the sources).
 REAL_BYTES = {
     "sparse_structure_flow_model": int(2.2 * GB),   # assumed
-    "sparse_structure_decoder": int(0.3 * GB),      # assumed
+    "sparse_structure_decoder": 147_585_412,        # REAL_DECODERS (73,671,201 parameters)
     "shape_slat_flow_model_512": int(2.6 * GB),     # assumed
     "shape_slat_flow_model_1024": int(2.6 * GB),    # assumed
-    "shape_slat_decoder": int(0.9 * GB),            # SPEC §1
+    "shape_slat_decoder": 948_598_492,              # REAL_DECODERS; SPEC §1: 0.9 GB
     "tex_slat_flow_model_512": int(2.6 * GB),       # assumed (unused by 1024_cascade)
     "tex_slat_flow_model_1024": int(2.6 * GB),      # SPEC §1
-    "tex_slat_decoder": int(1.1 * GB),              # assumed (makes the 8 loads sum to 13.2 GB)
+    "tex_slat_decoder": 948_567_448,                # REAL_DECODERS (474,216,006 parameters)
     "dinov3": int(1.2 * GB),                        # SPEC §1 (ViT-L fp32)
     "birefnet": int(0.9 * GB),                      # assumed
     "moge": int(1.3 * GB),                          # assumed
@@ -79,23 +90,65 @@ MODELS = {
     "sparse_structure_flow_model": ("SparseStructureFlowModel", dict(
         resolution=16, in_channels=LATENT, model_channels=16, cond_channels=HIDDEN,
         proj_channels=HIDDEN)),
-    "sparse_structure_decoder": ("SparseStructureDecoder",
-                                 dict(latent_channels=LATENT, model_channels=8)),
     "shape_slat_flow_model_512": ("SLatFlowModel", dict(
         resolution=32, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN,
         proj_channels=2 * HIDDEN)),
     "shape_slat_flow_model_1024": ("SLatFlowModel", dict(
         resolution=64, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN,
         proj_channels=2 * HIDDEN)),
-    "shape_slat_decoder": ("FlexiDualGridVaeDecoder", dict(latent_channels=LATENT)),
     "tex_slat_flow_model_512": ("SLatFlowModel", dict(
         resolution=32, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN,
         proj_channels=2 * HIDDEN)),
     "tex_slat_flow_model_1024": ("SLatFlowModel", dict(
         resolution=64, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN,
         proj_channels=2 * HIDDEN)),
-    "tex_slat_decoder": ("SparseUnetVaeDecoder", dict(latent_channels=LATENT)),
 }
+
+
+def _unet(widths, blocks, latent: int, checkpoint: bool) -> dict:
+    """The sparse U-Net decoders' shared arguments (five levels, ConvNeXt blocks, channel-to-
+    space up blocks and an fp16 torso, as the released configs; blocks run through
+    ``torch.utils.checkpoint`` when ``checkpoint``, as released — same values, but its first
+    call imports ``torch._dynamo``, about a second a process)."""
+    return dict(model_channels=list(widths), latent_channels=latent, num_blocks=list(blocks),
+                block_type=["SparseConvNeXtBlock3d"] * 5,
+                up_block_type=["SparseResBlockC2S3d"] * 4,
+                block_args=[{"use_checkpoint": checkpoint} for _ in range(5)], use_fp16=True)
+
+
+def _decoders(ss_latent: int, ss_channels, ss_blocks, ss_middle, widths, blocks,
+              latent: int, checkpoint: bool = True) -> dict:
+    return {
+        "sparse_structure_decoder": ("SparseStructureDecoder", dict(
+            out_channels=1, latent_channels=ss_latent, num_res_blocks=ss_blocks,
+            channels=ss_channels,
+            num_res_blocks_middle=ss_middle, use_fp16=True)),
+        "shape_slat_decoder": ("FlexiDualGridVaeDecoder", dict(
+            resolution=512, **_unet(widths, blocks, latent, checkpoint))),
+        "tex_slat_decoder": ("SparseUnetVaeDecoder", dict(
+            out_channels=6, pred_subdiv=False, **_unet(widths, blocks, latent, checkpoint))),
+    }
+
+
+#: The decoders as released: TRELLIS ``configs/vae/ss_vae_conv3d_16l8_fp16.json`` (decoder;
+#: Pixal3D reads TRELLIS-image-large's ``ss_dec_conv3d_16l8_fp16``) and TRELLIS.2
+#: ``configs/scvae/{shape,tex}_vae_next_dc_f16c32_fp16_ft_512.json`` (decoder): a 16³×8 latent
+#: to a 64³ occupancy; 32-channel sparse latents through 1024-512-256-128-64 channels and
+#: 4-16-8-4-0 ConvNeXt blocks, 16× finer.
+REAL_DECODERS = _decoders(8, [512, 128, 32], 2, 2, [1024, 512, 256, 128, 64], [4, 16, 8, 4, 0],
+                          32)
+#: The decoders at test widths: two sparse-structure levels (16³ → 32³, which the pipeline keeps
+#: without pooling) with its four erosion blocks in the middle, 16 channels a sparse level (the
+#: fewest the chosen weights' layout fits), one ConvNeXt block on each of the two coarsest, no
+#: checkpointing.
+TEST_DECODERS = _decoders(LATENT, [4, 2], 0, 4, [16] * 5, [1, 1, 0, 0, 0], LATENT,
+                          checkpoint=False)
+DECODER_WEIGHTS = {"sparse_structure_decoder": "sparse_structure",
+                   "shape_slat_decoder": "shape", "tex_slat_decoder": "texture"}
+PIPELINE_MODELS = ("sparse_structure_flow_model", "sparse_structure_decoder",
+                   "shape_slat_flow_model_512", "shape_slat_flow_model_1024",
+                   "shape_slat_decoder", "tex_slat_flow_model_512", "tex_slat_flow_model_1024",
+                   "tex_slat_decoder")
 
 
 @dataclass
@@ -168,16 +221,52 @@ def build_naf(config: dict):
                 del sys.modules[name]
 
 
-def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
-    """Write every stand-in checkpoint under ``root`` at ``scale`` x the real sizes.
+def decoder_configs(decoders: str = "test") -> dict:
+    """The decoders' ``{name: (class, constructor args)}`` at ``decoders`` widths: ``"test"``
+    (``TEST_DECODERS``) or ``"real"`` (``REAL_DECODERS`` with the sparse latents as wide as the
+    stand-in flows make them, ``LATENT``, where the released ones take 32: their
+    ``from_latent`` is the only layer that differs). Raises ValueError for another value."""
+    if decoders == "test":
+        return TEST_DECODERS
+    if decoders != "real":
+        raise ValueError(f"decoders must be 'test' or 'real', got {decoders!r}")
+    out = dict(REAL_DECODERS)
+    for name in ("shape_slat_decoder", "tex_slat_decoder"):
+        cls_name, args = out[name]
+        out[name] = (cls_name, {**args, "latent_channels": LATENT})
+    return out
+
+
+def _write_decoder(folder: Path, name: str, cls_name: str, args: dict) -> int:
+    """Build decoder ``name``, write its chosen weights (``decoder_weights``) and save
+    ``{name}.json`` + ``{name}.safetensors`` in ``folder``; returns its bytes."""
+    import decoder_weights
+    import pixal3d.models as models
+
+    model = getattr(models, cls_name)(**args)
+    getattr(decoder_weights, DECODER_WEIGHTS[name])(model)
+    state = model.state_dict()
+    with open(folder / f"{name}.json", "w") as f:
+        json.dump({"name": cls_name, "args": args}, f)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / f"{name}.safetensors"))
+    return _state_bytes(state)
+
+
+def make_weights(root, scale: float = 1e-4, seed: int = 0,
+                 decoders: str = "test") -> WeightsInfo:
+    """Write every stand-in checkpoint under ``root`` at ``scale`` x the real sizes, the
+    decoders at ``decoders`` widths (see :func:`decoder_configs`; their size does not follow
+    ``scale``).
 
     root: folder (created; existing files of the same names are replaced). scale: fraction of
-    ``REAL_BYTES`` (1e-4 -> about 1.3 MB for the eight loads; 1e-2 -> about 130 MB). The random
-    generator state of the caller is left untouched (``torch.random.fork_rng``).
-    Raises ValueError for a scale outside (0, 1].
+    ``REAL_BYTES`` for every other model (1e-4 -> about 1.1 MB for the five flows' loads;
+    1e-2 -> about 110 MB). The random generator state of the caller is left untouched
+    (``torch.random.fork_rng``). Raises ValueError for a scale outside (0, 1] or another
+    ``decoders``.
     """
     if not 0 < scale <= 1:
         raise ValueError(f"scale must be in (0, 1], got {scale}")
+    chosen = decoder_configs(decoders)
     root = Path(root)
     hub = root / "hf" / "hub"
     model_dir = _snapshot(hub, "TencentARC/Pixal3D")
@@ -196,8 +285,10 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0) -> WeightsInfo:
             save_file({k: v.contiguous() for k, v in state.items()},
                       str(model_dir / "ckpts" / f"{name}.safetensors"))
             sizes[name] = _state_bytes(state)
+        for name, (cls_name, args) in chosen.items():
+            sizes[name] = _write_decoder(model_dir / "ckpts", name, cls_name, args)
         pipeline = {"name": "Pixal3DImageTo3DPipeline", "args": {
-            "models": {name: f"ckpts/{name}" for name in MODELS},
+            "models": {name: f"ckpts/{name}" for name in PIPELINE_MODELS},
             "sparse_structure_sampler": {"name": "FlowEulerGuidanceIntervalSampler",
                                          "args": {"sigma_min": 1e-5},
                                          "params": {"steps": 3, "guidance_strength": 3.0,
@@ -282,11 +373,13 @@ def main(argv=None) -> int:
                                      "and print the shell lines that use it.")
     parser.add_argument("root")
     parser.add_argument("--scale", type=float, default=1e-4)
+    parser.add_argument("--decoders", choices=["test", "real"], default="test",
+                        help="the decoders' widths: test (default) or the released ones")
     parser.add_argument("--json", action="store_true",
                         help="print env, model_path, model_dir and bytes as JSON instead "
                              "(paths as they are, not escaped)")
     ns = parser.parse_args(argv)
-    info = make_weights(ns.root, ns.scale)
+    info = make_weights(ns.root, ns.scale, decoders=ns.decoders)
     if ns.json:
         print(json.dumps({"env": info.env, "model_path": info.model_path,
                           "model_dir": str(info.model_dir), "bytes": info.bytes}, indent=1,

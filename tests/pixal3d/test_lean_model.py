@@ -77,23 +77,35 @@ def test_sliced_attention_is_the_ports_naive_attention_bit_for_bit(run, naive):
     assert sdpa_note["bytes_saved"] == 0 and sdpa_note["note"].startswith("sdpa: nothing")
 
 
-def _with_blocks(decoder):
-    """The stand-in decoder with one ConvNeXt block of non-zero weights (the stand-in's weights
-    have none), so its LayerNorm32 and MLP rows run."""
-    vae = _port("models.sc_vaes.sparse_unet_vae")
+def _live_blocks(decoder):
+    """The stand-in decoder's ConvNeXt blocks with small non-zero last MLP layers (its weights
+    make them identities), so their LayerNorm32 and MLP rows change what comes out."""
     torch.manual_seed(1)
-    block = vae.SparseConvNeXtBlock3d(16)
-    torch.nn.init.normal_(block.mlp[2].weight, std=0.3)
-    decoder.blocks.append(block)
-    return block
+    blocks = [m for m in decoder.modules() if type(m).__name__ == "SparseConvNeXtBlock3d"]
+    for block in blocks:
+        torch.nn.init.normal_(block.mlp[2].weight, std=0.01)
+    return blocks
+
+
+def _box_tokens(channels: int, seed: int):
+    """The 64-grid box the stand-in's weights make (its shape and texture latents share it)."""
+    sparse = _port("modules.sparse")
+    r = torch.arange(30, 34)
+    xyz = torch.stack(torch.meshgrid(r, r, r, indexing="ij"), -1).reshape(-1, 3).int()
+    coords = torch.cat([torch.zeros(len(xyz), 1, dtype=torch.int32), xyz], 1)
+    gen = torch.Generator().manual_seed(seed)
+    return sparse.SparseTensor(feats=torch.randn(len(xyz), channels, generator=gen),
+                               coords=coords)
 
 
 @torch.no_grad()
 def test_decoders_in_row_chunks_give_the_same_mesh_and_voxels(run, monkeypatch):
     pipeline = run.pipeline
+    saved = {}
     for name in ("shape_slat_decoder", "tex_slat_decoder"):
-        _with_blocks(pipeline.models[name])
-    shape_slat, tex_slat = _tokens(3000, 8, seed=2), _tokens(3000, 8, seed=3)
+        for block in _live_blocks(pipeline.models[name]):
+            saved[block] = block.mlp[2].weight.detach().clone()
+    shape_slat, tex_slat = _box_tokens(8, seed=2), _box_tokens(8, seed=3)
     port = pipeline.decode_latent(shape_slat, tex_slat, 1024)[0]
     freed, events = [], []
     monkeypatch.setattr(lean_model, "empty_allocator_cache", lambda: freed.append(1))
@@ -102,18 +114,20 @@ def test_decoders_in_row_chunks_give_the_same_mesh_and_voxels(run, monkeypatch):
         lean_mesh = pipeline.decode_latent(shape_slat, tex_slat, 1024)[0]
     finally:
         lean.remove()
-        for name in ("shape_slat_decoder", "tex_slat_decoder"):
-            del pipeline.models[name].blocks[-1]
+        for block in saved:
+            torch.nn.init.zeros_(block.mlp[2].weight)
     for attr in ("vertices", "faces", "attrs", "coords"):
         assert torch.equal(getattr(lean_mesh, attr), getattr(port, attr)), attr
+    assert len(port.faces) > 1000
     steps = [(e["stage"], e["index"], e["count"], e["parent"]) for e in events
              if e["event"] == "stage"]
     assert steps == [("decode_shape", 0, 3, "decode"), ("mesh", 1, 3, "decode"),
                      ("decode_texture", 2, 3, "decode")]
     tools = [(e["target"], e["tool"], e["chunk"]) for e in events
              if e["event"] == "working_memory"]
-    assert ("shape_slat_decoder.blocks.0.mlp", "chunk_rows", 64) in tools
-    assert ("tex_slat_decoder.blocks.0.norm", "chunk_rows", 256) in tools
+    assert ("shape_slat_decoder.blocks.1.0.mlp", "chunk_rows", 64) in tools
+    assert ("tex_slat_decoder.blocks.0.0.norm", "chunk_rows", 256) in tools
+    assert ("tex_slat_decoder.blocks.3.0.norm2", "chunk_rows", 256) in tools
     assert len(freed) == 2  # after each decoder
     assert not any(m.endswith("_slat") for m in vars(pipeline))
 

@@ -4,11 +4,13 @@
 Each operation does real, small work on the stand-in mesh (numpy, scipy, trimesh) and holds the
 memory the real one would (``_memory``). Written by hand: the real library is Metal/CUDA code. What
 is simplified: ``fill_holes``/``repair_non_manifold_edges``/``remove_small_connected_
-components``/``unify_face_orientations`` only inspect (the stand-in's voxel surfaces are closed and
-manifold); ``simplify`` collapses shortest edges (a real simplifier, not QEM); the remesh rebuilds
-the surface from an inside/outside test at ``resolution × 90/1024`` cells (≈2× the faces of the
-decoded mesh, as 8.6M → 17M in the real one) without projecting back; the BVH answers nearest-face
-queries from a k-d tree over face centres.
+components`` only inspect (the stand-in decoder's surfaces are closed and manifold);
+``unify_face_orientations`` turns every face outwards with trimesh (the decoder's flexible dual
+grid winds every quad of an axis the same way, so half its faces face in, as the real one's);
+``simplify`` collapses shortest edges (a real simplifier, not QEM); the remesh rebuilds the surface
+at ``resolution × 90/1024`` cells, inside being the cells the surface crosses and those they
+enclose (no face orientation needed, as the real narrow band works on unsigned distance), without
+projecting back; the BVH answers nearest-face queries from a k-d tree over face centres.
 """
 from __future__ import annotations
 
@@ -69,8 +71,12 @@ class MeshBackend:
             pass
 
     def unify_face_orientations(self) -> None:
+        """Wind every face of a connected piece alike, outwards (trimesh's ``fix_normals``)."""
+        import trimesh
         with self._scratch():
-            pass
+            mesh = trimesh.Trimesh(self.vertices, self.faces, process=False)
+            trimesh.repair.fix_normals(mesh)
+            self.faces = np.asarray(mesh.faces, dtype=np.int64)
 
     def simplify(self, target_num_faces: int, verbose: bool = False, options=None) -> None:
         """Collapse the shortest edges (midpoints) until at most ``target_num_faces`` real
@@ -171,14 +177,6 @@ class BVH:
         out = (torch.from_numpy(dist.astype(np.float32)), torch.from_numpy(face.astype(np.int64)))
         return out + (torch.from_numpy(uvw),) if return_uvw else out
 
-    def behind(self, points) -> np.ndarray:
-        """True where a point lies behind (inside of) its nearest face's plane."""
-        p = _np(points, np.float64)
-        _, face = self._tree.query(p)
-        tri = self.vertices[self.faces[face]].astype(np.float64)
-        normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-        return ((p - tri.mean(axis=1)) * normal).sum(axis=1) < 0
-
 
 def _barycentric(p, tri):
     a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
@@ -192,22 +190,36 @@ def _barycentric(p, tri):
     return (uvw / np.maximum(uvw.sum(1, keepdims=True), 1e-12)).astype(np.float32)
 
 
+def _crossed_cells(vertices, faces, center, extent: float, cells: int) -> np.ndarray:
+    """bool [cells]³: the cells of the ``extent``-wide box around ``center`` that hold a sample
+    of the surface (its vertices, face centres and edge midpoints; the decoder's faces are far
+    smaller than a cell)."""
+    v = _np(vertices, np.float64)
+    tri = v[_np(faces, np.int64)]
+    samples = np.concatenate([v, tri.mean(axis=1), (tri + np.roll(tri, 1, axis=1)).reshape(-1, 3)
+                              / 2])
+    index = np.floor(((samples - _np(center, np.float64)) / extent + 0.5) * cells).astype(np.int64)
+    index = index[((index >= 0) & (index < cells)).all(axis=1)]
+    crossed = np.zeros((cells,) * 3, dtype=bool)
+    crossed[index[:, 0], index[:, 1], index[:, 2]] = True
+    return crossed
+
+
 def remesh_narrow_band_dc(vertices, faces, center, scale, resolution, band=1, project_back=0.0,
                           verbose=False, bvh=None):
     """Rebuild the surface on a grid: ``resolution`` (the real one's cells across ``scale`` =
     (resolution + 3·band)/resolution × the box) maps to ``resolution × 90/1024`` stand-in cells;
-    a cell is inside when it lies behind its nearest face (``bvh``, else one built here). Holds
-    1,000 B per real output face while it works. Returns (vertices, faces) tensors."""
+    a cell is inside when the surface crosses it or cells it crosses enclose it
+    (``scipy.ndimage.binary_fill_holes``), whatever way the faces are wound. ``bvh`` is accepted
+    and not needed. Holds 1,000 B per real output face while it works. Returns (vertices,
+    faces) tensors."""
     from pixal3d.utils.mesh_extract import voxel_surface_to_mesh
+    from scipy.ndimage import binary_fill_holes
 
     resolution = int(resolution)
     extent = float(scale) * resolution / (resolution + 3 * float(band))
     cells = max(4, int(round(resolution * REMESH_CELLS_PER_1024 / 1024)))
-    bvh = bvh if bvh is not None else BVH(vertices, faces)
-    axis = (np.arange(cells) + 0.5) / cells - 0.5
-    points = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3) * extent
-    points += _np(center, np.float64)
-    inside = bvh.behind(points).reshape(cells, cells, cells)
+    inside = binary_fill_holes(_crossed_cells(vertices, faces, center, extent, cells))
     v, f = voxel_surface_to_mesh(torch.from_numpy(inside))
     with _memory.per_face("remesh", len(f)):
         v = v.double() * extent + torch.from_numpy(_np(center, np.float64))

@@ -1,75 +1,79 @@
-"""Shape SLat decoder (stand-in for ``FlexiDualGridVaeDecoder``): ``upsample`` for the cascade,
-``set_resolution`` and ``forward(slat, return_subs=True)`` -> (meshes, subs), its tokens
-through ``SparseConvNeXtBlock3d`` blocks first, as the real decoder's; each mesh carries
-the ``fdg_coords``/``fdg_dual_vertices``/``fdg_intersected``/``fdg_split_weight`` tensors its
-extraction started from, as the real decoder sets them."""
+"""Stand-in of ``pixal3d.models.sc_vaes.fdg_vae`` (Pixal3D-mac 0be9e69a; TRELLIS.2's
+``FlexiDualGridVaeDecoder`` plus the port's mesh extraction switch): the shape decoder, a
+``SparseUnetVaeDecoder`` with 7 output channels and predicted subdivision, whose output becomes
+flexible-dual-grid meshes.
+
+``forward(x, return_subs=…)`` (eval): per voxel, ``dual vertex = (1 + 2·margin)·sigmoid(h[:3])
+− margin`` (in voxel units), ``intersected = h[3:6] > 0`` (one flag per axis) and ``split weight
+= softplus(h[6:7])``; each batch's voxels go to the module-level ``flexible_dual_grid_to_mesh``
+with ``aabb`` [−0.5, 0.5]³ and ``grid_size = self.resolution`` (``set_resolution``); each mesh
+keeps those four tensors as ``fdg_coords`` / ``fdg_dual_vertices`` / ``fdg_intersected`` /
+``fdg_split_weight``, as the port's decoder does. ``flexible_dual_grid_to_mesh`` is this
+module's own name (as in the port), so a hook on this module attribute sees every extraction:
+native o_voxel for CUDA tensors when it imports, else ``pixal3d.utils.mesh_extract``'s
+pure-PyTorch one (the Mac's path, and the stand-in's: its ``o_voxel`` has no ``convert``).
+"""
+from typing import *
+
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from ...modules.sparse import SparseTensor
 from ...representations import Mesh
+from ...utils.mesh_extract import flexible_dual_grid_to_mesh as _torch_flexible_dual_grid_to_mesh
+from .sparse_unet_vae import SparseUnetVaeDecoder
 
-# bound to the name the real decoder module calls its mesh extraction by (fdg_vae.py imports
-# flexible_dual_grid_to_mesh): hooks on that module attribute mark where extraction begins
-from ...utils.mesh_extract import voxel_surface_to_mesh as flexible_dual_grid_to_mesh
-from ._vae_common import add_ballast
-from .sparse_unet_vae import SparseConvNeXtBlock3d
+try:
+    from o_voxel.convert import flexible_dual_grid_to_mesh as _native_flexible_dual_grid_to_mesh
+except (ImportError, RuntimeError, OSError):
+    _native_flexible_dual_grid_to_mesh = None
 
 
-class FlexiDualGridVaeDecoder(nn.Module):
-    def __init__(self, latent_channels=8, model_channels=16, num_blocks=0, ballast_numel=1):
-        super().__init__()
-        self.inp = nn.Linear(latent_channels, model_channels)
-        self.blocks = nn.ModuleList([SparseConvNeXtBlock3d(model_channels)
-                                     for _ in range(num_blocks)])
-        self.children_logits = nn.Linear(model_channels, 8)
-        self.subdiv = nn.Linear(model_channels, 1)
-        add_ballast(self, ballast_numel)
-        self.resolution = 1024
-        self.low_vram = False
+def flexible_dual_grid_to_mesh(*args, **kwargs):
+    """The extraction the decoder calls: native o_voxel for CUDA coords when it imports, else
+    the pure-PyTorch one (same arguments; returns (vertices [V, 3], faces [F, 3]))."""
+    coords = args[0] if args else kwargs.get('coords')
+    if (_native_flexible_dual_grid_to_mesh is not None and isinstance(coords, torch.Tensor)
+            and coords.device.type == 'cuda'):
+        return _native_flexible_dual_grid_to_mesh(*args, **kwargs)
+    return _torch_flexible_dual_grid_to_mesh(*args, **kwargs)
 
-    def set_resolution(self, resolution):
+
+class FlexiDualGridVaeDecoder(SparseUnetVaeDecoder):
+    def __init__(self, resolution: int, model_channels: List[int], latent_channels: int,
+                 num_blocks: List[int], block_type: List[str], up_block_type: List[str],
+                 block_args: List[Dict[str, Any]], voxel_margin: float = 0.5,
+                 use_fp16: bool = False):
+        self.resolution = resolution
+        self.voxel_margin = voxel_margin
+        super().__init__(7, model_channels, latent_channels, num_blocks, block_type,
+                         up_block_type, block_args, use_fp16)
+
+    def set_resolution(self, resolution: int) -> None:
         self.resolution = resolution
 
-    def upsample(self, slat, upsample_times=4):
-        """LR tokens (grid 32, units of 16 in a 512 grid) -> HR coords [M, 4] in 512 units.
-
-        Each token may split into its 8 children at grid 64 (kept where a learned logit > -1);
-        the result is expressed in the 512-voxel frame the pipeline quantises from.
-        """
-        h = F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean()
-        keep = self.children_logits(h) > -1.0  # [N, 8]
-        offsets = torch.tensor([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)],
-                               device=slat.coords.device)
-        idx, child = torch.nonzero(keep, as_tuple=True)
-        parent = slat.coords[idx]
-        xyz = parent[:, 1:].long() * 2 + offsets[child]
-        scale = 512 // 64
-        hr = torch.cat([parent[:, :1].long(), xyz * scale + scale // 2], dim=1)
-        return hr.int()
-
-    def forward(self, slat, return_subs=False):
-        h = slat.replace(F.gelu(self.inp(slat.feats)) + 1e-3 * self.ballast.mean())
-        for block in self.blocks:  # SparseConvNeXtBlock3d: LayerNorm32 and the hidden MLP rows
-            h = block(h)
-        h = h.feats
-        logit = self.subdiv(h)[:, 0]
-        grid = self.resolution // 16
+    def forward(self, x, gt_intersected=None, **kwargs):
+        """x: shape latent ``SparseTensor``. Returns the list of ``Mesh`` (one per batch), and
+        the subdivision logits too when ``return_subs=True``. Training mode is not mirrored."""
+        if self.training:
+            raise NotImplementedError("the stand-in decoder mirrors inference only")
+        decoded = super().forward(x, **kwargs)
+        out_list = list(decoded) if isinstance(decoded, tuple) else [decoded]
+        h = out_list[0]
+        vertices = h.replace((1 + 2 * self.voxel_margin) * F.sigmoid(h.feats[..., 0:3])
+                             - self.voxel_margin)
+        intersected = h.replace(h.feats[..., 3:6] > 0)
+        quad_lerp = h.replace(F.softplus(h.feats[..., 6:7]))
         meshes = []
-        for b in range(slat.shape[0]):
-            sel = (slat.coords[:, 0] == b) & (logit > -2.0)
-            occ = torch.zeros(grid, grid, grid, dtype=torch.bool)
-            c = slat.coords[sel][:, 1:].long().clamp(0, grid - 1).cpu()
-            occ[c[:, 0], c[:, 1], c[:, 2]] = True
-            vertices, faces = flexible_dual_grid_to_mesh(occ)
-            mesh = Mesh(vertices.to(slat.device), faces.to(slat.device))
-            # the flexible-dual-grid inputs of the extraction, kept on the mesh as the real
-            # decoder's forward does (the port's export and --save-mesh write them out)
-            mesh.fdg_coords = slat.coords[sel][:, 1:].int()
-            mesh.fdg_dual_vertices = torch.sigmoid(h[sel][:, :3])
-            mesh.fdg_intersected = (h[sel][:, 3:6] > 0)
-            mesh.fdg_split_weight = F.softplus(h[sel][:, 6:7])
+        for v, i, q in zip(vertices, intersected, quad_lerp, strict=True):
+            fdg_coords = v.coords[:, 1:]
+            mesh = Mesh(*flexible_dual_grid_to_mesh(
+                fdg_coords, v.feats, i.feats, q.feats,
+                aabb=[[-0.5, -0.5, -0.5], [0.5, 0.5, 0.5]], grid_size=self.resolution,
+                train=False))
+            mesh.fdg_coords = fdg_coords
+            mesh.fdg_dual_vertices = v.feats
+            mesh.fdg_intersected = i.feats
+            mesh.fdg_split_weight = q.feats
             meshes.append(mesh)
-        subs = [SparseTensor(feats=logit[:, None], coords=slat.coords)]
-        return (meshes, subs) if return_subs else meshes
+        out_list[0] = meshes
+        return out_list[0] if len(out_list) == 1 else tuple(out_list)
