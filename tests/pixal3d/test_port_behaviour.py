@@ -160,15 +160,17 @@ def test_1536_cascade_warns_with_the_ports_advice(standin_dir, standin_weights):
 
 def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights, rgb_image,
                                                    tmp_path, monkeypatch):
-    """A shape decoder whose surface logits are all below its threshold: the port's
-    image_to_asset stops with status 2; the adapter raises EmptyMeshError with the port's
-    advice, the runner calls it empty_mesh (exit 46), and no GLB is written."""
+    """A shape decoder whose subdivision logits are all below 0 (no voxel survives its first
+    up block): the port's image_to_asset stops with status 2; the adapter raises
+    EmptyMeshError with the port's advice, the runner calls it empty_mesh (exit 46), and no GLB
+    is written."""
     weights = tmp_path / "hf"
     shutil.copytree(standin_weights.env["HF_HOME"], weights)
     snapshot = standin_weights.model_dir.relative_to(standin_weights.env["HF_HOME"])
     ckpt = weights / snapshot / "ckpts" / "shape_slat_decoder.safetensors"
     state = safetensors.torch.load_file(str(ckpt))
-    state["subdiv.bias"] = torch.full_like(state["subdiv.bias"], -100.0)
+    for key in [k for k in state if k.endswith("to_subdiv.bias")]:
+        state[key] = torch.full_like(state[key], -100.0)
     safetensors.torch.save_file(state, str(ckpt))
     monkeypatch.setenv("HF_HOME", str(weights))
     run = new_run(standin_dir, seed=SEED, texture_size=512)

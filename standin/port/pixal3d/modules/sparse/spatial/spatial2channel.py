@@ -42,7 +42,9 @@ class SparseChannel2Spatial(nn.Module):
                                           leaves, dim=0, output_size=subidx.shape[0])
         else:
             new_coords, idx, subidx = cache
-        x_feats = x.feats.reshape(x.feats.shape[0] * self.factor ** dim, -1)
+        # the real reshape's -1, spelled out: the same for voxels, and no voxels stay none
+        x_feats = x.feats.reshape(x.feats.shape[0] * self.factor ** dim,
+                                  x.feats.shape[1] // self.factor ** dim)
         new_feats = x_feats[idx * self.factor ** dim + subidx]
         shape = None if x._shape is None else torch.Size([x._shape[0],
                                                           x._shape[1] // self.factor ** dim])
