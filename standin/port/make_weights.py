@@ -4,7 +4,7 @@ Pixal3D-mac reads, at a chosen fraction of the real sizes.
 Usage (tests, and the loading benchmark)::
 
     from standin import make_weights             # the repository root on sys.path
-    info = make_weights("/tmp/px", scale=1e-3)   # 13.2 GB of loads -> 13.2 MB
+    info = make_weights("/tmp/px", scale=1e-3)   # the flows' 12.6 GB -> 12.6 MB
     env = {**os.environ, **info.env}              # HF_HOME and TORCH_HOME for the port
     # the port then resolves MODEL_PATH "TencentARC/Pixal3D" (and DINOv3, BiRefNet, MoGe-2,
     # NAF) from these caches, exactly as the real one does offline.
@@ -12,7 +12,8 @@ Usage (tests, and the loading benchmark)::
 or from a shell: ``python standin/port/make_weights.py DIR --scale 1e-3``
 (prints the shell lines that use them; ``--json`` for programs; see ``README.md``).
 
-Layout written under ``root`` (``scale`` multiplies every size; bytes are float32 weights):
+Layout written under ``root`` (``scale`` multiplies every size but the decoders'; weights are
+float32 but the decoders' fp16 torsos):
 
 Hugging Face repositories are laid out as the real cache is: ``models--ORG--NAME/refs/main``
 naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
@@ -259,8 +260,8 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0,
     ``scale``).
 
     root: folder (created; existing files of the same names are replaced). scale: fraction of
-    ``REAL_BYTES`` for every other model (1e-4 -> about 1.1 MB for the five flows' loads;
-    1e-2 -> about 110 MB). The random generator state of the caller is left untouched
+    ``REAL_BYTES`` for every other model (1e-4 -> about 1.3 MB for the five flows;
+    1e-2 -> about 130 MB). The random generator state of the caller is left untouched
     (``torch.random.fork_rng``). Raises ValueError for a scale outside (0, 1] or another
     ``decoders``.
     """

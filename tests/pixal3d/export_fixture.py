@@ -1,6 +1,6 @@
 """A decoded asset for the export tests, written in the port's mesh-checkpoint format (the
-``--save-mesh`` ``.npz``): a voxel ball's surface at the 64 grid (the stand-in decoder's grid
-for 1024) with colour voxels, like the stand-in's decoded mesh, without running the pipeline.
+``--save-mesh`` ``.npz``): a voxel ball's surface at the 64 grid with colour voxels, without
+running the pipeline.
 
 ``python export_fixture.py ASSET.npz OUT.glb [--limit N] [--no-remesh] [--target N]`` runs the
 stand-in's native bridge on it under ``ExportSteps`` and prints one JSON line: sub-steps seen,

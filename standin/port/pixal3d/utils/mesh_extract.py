@@ -86,7 +86,8 @@ def flexible_dual_grid_to_mesh(coords: torch.Tensor, dual_vertices: torch.Tensor
     coords int [N, 3] (voxels on the grid), dual_vertices float [N, 3] (in voxel units),
     intersected_flag bool [N, 3], split_weight float [N, 1] or None; aabb [[min], [max]];
     voxel_size or grid_size (int or 3 values). Returns (vertices float32 [N, 3], faces int64
-    [F, 3]) on coords' device — every voxel's vertex, used or not, as o_voxel's. Raises
+    [F, 3]) on coords' device — every voxel's vertex, used or not, as o_voxel's (none when no
+    face is made, as the port's). Raises
     RuntimeError for ``train=True`` (not supported by the pure-PyTorch extractor, as the port's)
     and ValueError without voxel_size and grid_size."""
     if train:
@@ -116,6 +117,8 @@ def flexible_dual_grid_to_mesh(coords: torch.Tensor, dual_vertices: torch.Tensor
         keep = torch.tensor(_TRIANGLE_WITHOUT, dtype=torch.long, device=device)[missing]
         pieces.append(rows[partial].gather(1, keep))
     faces = torch.cat(pieces)
+    if len(faces) == 0:  # the port's extractor gives no vertices either then
+        vertices = vertices[:0]
     if _flag("PIXAL3D_FDG_VERBOSE"):
         print(f"[FDG] Extracted mesh: voxels={len(coords):,}, intersections={len(rows):,}, "
               f"full_quads={len(quads):,}, partial_tris={int(partial.sum()):,}, "
