@@ -3,15 +3,16 @@ at test sizes takes with the stand-in port (and stageload) of each git ``REF`` �
 against a branch that changes the stand-in — to tell whether a change makes the test suite's
 stand-in runs slower.
 
-Each ref's ``standin/``, ``stageload/``, ``runner/`` and ``tests/data/images`` are extracted with
-``git archive`` into a scratch folder; then, ``--repeats`` times in turn, each ref runs in a fresh
-process of this interpreter: ``make_weights(scale=1e-4)`` and one ``Pixal3DRun.generate`` of
-``tests/data/images/character_1.png`` (CPU, seed 7, ``--fov 0.6``, 512² texture), single-threaded
-(``torch.set_num_threads(1)``) so the figure is CPU work, not the machine's load. Per run: the
-run's CPU seconds (``time.process_time``), its wall seconds, the CPU seconds of each pipeline
-step (the pipeline's methods, the shape decoder's ``upsample``, the port's ``asset_to_glb``) and
-the decoded mesh's faces. Writes ``OUT/standin_run_time.json``: every run, each ref's median, and
-each ref's median over the first ref's (the ratios compare runs taken in turn on one machine).
+Each ref's packages and ``tests/data/images`` (``PATHS``; those a ref lacks are skipped) are
+extracted with ``git archive`` into a scratch folder; then, ``--repeats`` times in turn, each ref
+runs in a fresh process of this interpreter: ``make_weights(scale=1e-4)`` and one
+``Pixal3DRun.generate`` of ``tests/data/images/character_1.png`` (CPU, seed 7, ``--fov 0.6``,
+512² texture), single-threaded (``torch.set_num_threads(1)``) so the figure is CPU work, not the
+machine's load. Per run: the run's CPU seconds (``time.process_time``), its wall seconds, the
+CPU seconds of each pipeline step (the pipeline's methods, the shape decoder's ``upsample``, the
+port's ``asset_to_glb``) and the decoded mesh's faces. Writes ``OUT/standin_run_time.json``:
+every run, each ref's median, and each ref's median over the first ref's (the ratios compare
+runs taken in turn on one machine).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PATHS = ("standin", "stageload", "runner", "tests/data/images")
+#: What a stand-in run imports (the tree's top-level packages) and reads.
+PATHS = ("standin", "stageload", "runner", "meshfacts", "bounded_export", "tests/data/images")
 STEPS = ("preprocess_image", "get_proj_cond_ss", "sample_sparse_structure", "get_proj_cond_shape",
          "sample_shape_slat", "sample_tex_slat", "decode_shape_slat", "decode_tex_slat")
 
@@ -69,7 +71,10 @@ def extract(ref: str, into: Path) -> Path:
     an unknown ref."""
     folder = into / ref.replace("/", "_")
     folder.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", ref, *PATHS], cwd=ROOT, check=True,
+    listed = subprocess.run(["git", "ls-tree", "--name-only", ref, *PATHS], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.split()
+    paths = [p for p in PATHS if p in listed or p.split("/")[0] in listed]
+    archive = subprocess.run(["git", "archive", ref, *paths], cwd=ROOT, check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     return folder
