@@ -41,11 +41,12 @@ with no outside face (so every voxel keeps a descendant and the pipeline's quant
 upsampled coordinates finds the whole solid again). The finest voxels are the solid's one-voxel
 boundary layer (plus those single interior descendants, which have no flags). Its
 ``output_layer`` gives each voxel its centre as dual vertex, ``intersected`` on an axis where one
-of its two faces on that axis is outside, and equal split weights: flexible-dual-grid extraction
-then gives the closed surface through the layer's voxel centres. The texture decoder follows the
-shape decoder's subdivisions and colours each voxel by its outside faces (``FACE_COLOURS``; one
-colour per side of the box, blends at edges and corners). ``SparseConvNeXtBlock3d``s get a zero last
-MLP layer (identity; ``initialize_weights`` had made it Xavier-uniform, like every Linear).
+of its two faces on that axis is outside, and equal split weights (``SPLIT_LOGIT``):
+flexible-dual-grid extraction then gives the closed surface through the layer's voxel centres.
+The texture decoder follows the shape decoder's subdivisions and colours each voxel by its
+outside faces (``FACE_COLOURS``; one colour per side of the box, blends at edges and corners).
+``SparseConvNeXtBlock3d``s get a zero last MLP layer (identity; ``initialize_weights`` had made
+it Xavier-uniform, like every Linear).
 """
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ BASE_COLOUR = (0.0, 0.0, 0.0)
 FACE_COLOURS = ((-0.3, 0.25, 0.0), (0.3, 0.2, -0.25), (0.0, -0.3, 0.25),
                 (0.25, 0.0, -0.3), (-0.2, -0.2, 0.3), (0.25, 0.3, 0.2))
 METALLIC, ROUGHNESS, ALPHA = -0.9, 0.4, 1.0  # decoder outputs; the pipeline maps o → o/2 + 1/2
+#: The shape decoder's split-weight output (before softplus) at every voxel: equal weights make
+#: every quad split the same way; not 0, so the weight moves with the layer's output as a
+#: trained decoder's does (the deep self-check perturbs it).
+SPLIT_LOGIT = 1.0
 
 
 def _sign_count(channels: int) -> tuple[float, float]:
@@ -356,6 +361,7 @@ def shape(decoder) -> None:
         entries[(3 + axis, 2 * axis * q)] = sigma
         entries[(3 + axis, (2 * axis + 1) * q)] = sigma
         bias[3 + axis] = 0.5
+    bias[6] = SPLIT_LOGIT  # every voxel's split weight softplus(1): equal, so the same split
     _fill(decoder.output_layer.weight, entries, bias, decoder.output_layer.bias)
 
 
