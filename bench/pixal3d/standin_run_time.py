@@ -40,7 +40,7 @@ torch.set_num_threads(1)
 from standin import PORT_DIR, make_weights
 scratch = Path(tempfile.mkdtemp(dir=sys.argv[2]))
 os.environ.update(make_weights(scratch / "weights", scale=1e-4).env)
-from stageload.pixal3d import Pixal3DRun
+import stageload.pixal3d as sp
 steps = {}
 def timed(owner, name):
     inner = getattr(owner, name)
@@ -51,14 +51,21 @@ def timed(owner, name):
         finally:
             steps[name] = steps.get(name, 0.0) + time.process_time() - start
     setattr(owner, name, call)
-run = Pixal3DRun(PORT_DIR, device="cpu", load="eager", working_memory="port")
+settings = dict(load="eager", working_memory="port")
+if hasattr(sp, "RunOptions"):  # the run's options as one object (since d7d1787)
+    run = sp.Pixal3DRun(PORT_DIR, sp.RunOptions(seed=7, texture_size=512, **settings),
+                        device="cpu")
+    per_image = {}
+else:
+    run = sp.Pixal3DRun(PORT_DIR, device="cpu", **settings)
+    per_image = dict(seed=7, texture_size=512)
 for name in json.loads(sys.argv[3]):
     timed(run.pipeline, name)
 timed(run.pipeline.models["shape_slat_decoder"], "upsample")
 timed(sys.modules["generate_mps"], "asset_to_glb")
 cpu, wall = time.process_time(), time.time()
-result = run.generate(src / "tests/data/images/character_1.png", scratch / "out.glb", seed=7,
-                      texture_size=512, fov=0.6)
+result = run.generate(src / "tests/data/images/character_1.png", scratch / "out.glb", fov=0.6,
+                      **per_image)
 cpu, wall = time.process_time() - cpu, time.time() - wall
 run.close()
 print(json.dumps({"cpu_seconds": cpu, "wall_seconds": wall, "faces": result["faces"],
