@@ -7,20 +7,18 @@ resolution, a closed surface through its centres, voxel colours by the side of t
 widths are refused. Test widths (``TEST_DECODERS``): seconds."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-from standin import PORT_DIR, weights_module
+from standin import weights_module
 
 
 @pytest.fixture(scope="module", autouse=True)
 def port_on_path():
-    sys.path.insert(0, str(PORT_DIR))
-    yield
-    sys.path.remove(str(PORT_DIR))
+    """The stand-in port's folder on ``sys.path`` for its modules, as loading ``make_weights``
+    puts it there (and leaves it: the session's weights fixture imports through it too)."""
+    weights_module()
 
 
 @pytest.fixture(scope="module")

@@ -7,19 +7,17 @@ not change what comes out, and the chosen weights (``standin/port/decoder_weight
 box, its boundary layer and a closed surface through the pipeline's calls. Small widths: seconds."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
-from standin import PORT_DIR, weights_module
+from standin import weights_module
 
 
 @pytest.fixture(scope="module", autouse=True)
 def port_on_path():
-    sys.path.insert(0, str(PORT_DIR))
-    yield
-    sys.path.remove(str(PORT_DIR))
+    """The stand-in port's folder on ``sys.path`` for its modules, as loading ``make_weights``
+    puts it there (and leaves it: the session's weights fixture imports through it too)."""
+    weights_module()
 
 
 def _models():

@@ -7,20 +7,19 @@ seconds in all."""
 from __future__ import annotations
 
 import itertools
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from standin import PORT_DIR
+from standin import weights_module
 
 
 @pytest.fixture(scope="module", autouse=True)
 def port_on_path():
-    sys.path.insert(0, str(PORT_DIR))
-    yield
-    sys.path.remove(str(PORT_DIR))
+    """The stand-in port's folder on ``sys.path`` for its modules, as loading ``make_weights``
+    puts it there (and leaves it: the session's weights fixture imports through it too)."""
+    weights_module()
 
 
 def _voxels(count: int, size: int, batches: int = 1, seed: int = 0) -> torch.Tensor:
