@@ -174,7 +174,6 @@ def run(args, working, emit) -> dict:
     done = make_event("bench_done", mode=args.mode, load=load, keep_resident=keep,
                       working_memory=pipeline.working_memory_mode,
                       working_memory_installed=list(pipeline.working_memory.installed),
-                      working_memory_missing=list(pipeline.working_memory.missing),
                       resident_bytes=result["resident_bytes"], kept=result["kept"],
                       share_stats=pipeline.share_stats, vertices=result["vertices"],
                       faces=result["faces"], seconds=result["seconds"],

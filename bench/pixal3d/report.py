@@ -155,10 +155,7 @@ def mode_lines(summary: dict) -> list[str]:
         return []
     lines = []
     for mode, run in runs.items():
-        lacking = sorted({p for r in run.get("installed") or [] for p in r.get("missing") or []})
-        extra = f" (this build lacked {', '.join(lacking)}: the port's way there)" \
-            if lacking else ""
-        lines.append(f"- {MODE_TITLES[mode]}: {run['note']}{extra}.")
+        lines.append(f"- {MODE_TITLES[mode]}: {run['note']}.")
     lines.append("- Working memory of the compute stages: SPEC §1's figures, measured on a Mac "
                  "with the port's own computations, allocated as a formula in every mode (the "
                  "stand-in's models are too small to hold it); lean's savings are measured by "

@@ -16,13 +16,12 @@ from .modes import EXPORT_ENGINE, MODE_NOTES, MODES, WORKING_MEMORY
 
 def _installed(runs: list[list[dict]]) -> list[dict]:
     """Per run of a mode, what its ``bench_done`` says the working memory was: ``{"mode",
-    "installed", "missing"}`` (the parts of ``--working-memory lean`` in place or lacking)."""
+    "installed"}`` (the parts of ``--working-memory lean`` in place)."""
     out = []
     for records in runs:
         done = next((e for e in records if e.get("event") == "bench_done"), {})
         out.append({"working_memory": done.get("working_memory"),
-                    "installed": done.get("working_memory_installed"),
-                    "missing": done.get("working_memory_missing")})
+                    "installed": done.get("working_memory_installed")})
     return out
 
 
