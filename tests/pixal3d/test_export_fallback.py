@@ -28,6 +28,15 @@ def env(standin_weights):
             "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
 
 
+def _export_only(warnings: list) -> list:
+    """The export's warnings: without what the lean working memory says about the stand-in's
+    decoders (their rows run in one piece: they have none of the layers lean chunks)."""
+    return [w for w in warnings if not str(w.get("source") or "").startswith(LEAN)]
+
+
+LEAN = "stageload.pixal3d.lean"
+
+
 def _args(rgb_image, out, standin_dir, *extra):
     return [rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
             "--texture-size", "512", "--export-engine", "port", *extra]  # the port's fallbacks
@@ -41,13 +50,13 @@ def test_a_fallback_export_is_a_warning_on_every_channel(standin_dir, rgb_image,
     proc = _run(_args(rgb_image, out, standin_dir, "--export-process", process), env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = _events(proc)
-    (warning,) = [e for e in events if e["event"] == "warning"]
+    (warning,) = _export_only([e for e in events if e["event"] == "warning"])
     assert warning["fallback"] == "fallback_baker" and "MemoryError" in warning["cause"]
     assert "export_fallback_texture_glb" in warning["differs"] and warning["source"]
     assert f"runner: warning: {warning['message']}" in proc.stderr
     result = events[-1]
     assert result["event"] == "result" and out.is_file()
-    assert [w["fallback"] for w in result["warnings"]] == ["fallback_baker"]
+    assert [w["fallback"] for w in _export_only(result["warnings"])] == ["fallback_baker"]
     trace = [json.loads(line) for line in open(result["trace"], encoding="utf-8")]
     assert any(e.get("event") == "warning" and e.get("fallback") == "fallback_baker" for e in trace)
 
@@ -72,7 +81,7 @@ def test_a_disk_that_fills_during_export_is_disk_full(standin_dir, rgb_image, tm
     events = _events(proc)
     assert proc.returncode == 22, proc.stderr[-3000:]
     assert events[-1]["kind"] == "disk_full" and not out.exists()
-    assert not [e for e in events if e["event"] == "warning"]
+    assert not _export_only([e for e in events if e["event"] == "warning"])
 
 
 def test_the_batch_manifest_records_the_fallback(standin_dir, rgb_image, tmp_path, repo_root, env):
@@ -85,7 +94,8 @@ def test_the_batch_manifest_records_the_fallback(standin_dir, rgb_image, tmp_pat
                 env, repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     item = next(e for e in _events(proc) if e["event"] == "batch_item")
-    assert [w["fallback"] for w in item["warnings"]] == ["fallback_baker"]
+    assert [w["fallback"] for w in _export_only(item["warnings"])] == ["fallback_baker"]
     entry = json.loads((out_dir / "manifest.json").read_text())["images"]["a.png"]
-    assert entry["status"] == "done" and entry["warnings"][0]["fallback"] == "fallback_baker"
-    assert "MemoryError" in entry["warnings"][0]["cause"]
+    (recorded,) = _export_only(entry["warnings"])
+    assert entry["status"] == "done" and recorded["fallback"] == "fallback_baker"
+    assert "MemoryError" in recorded["cause"]
