@@ -61,6 +61,7 @@ exit status (runner/PROTOCOL.md):
            requested backends (docs/cluster.md)
   38       --cluster: the cluster's token missing here or refused
   42       the probe subprocess gave no answer
+  51       --deep: a lean part disagrees with the port's own path (the report names it)
 """
 
 PROBE_TIMEOUT = 180.0

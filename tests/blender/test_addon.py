@@ -487,7 +487,7 @@ def test_panel_and_preferences_draw_every_state(built_zip, tmp_path):
                 "--allow-dense-grid-sample", "--strict-export"} & set(bounded), bounded
     assert labels("bad_python")[0] == "Runner Python not found: /no/such/python."
     assert [e[1] for e in draws["preferences"] if e[0] == "prop"] == [
-        "python", "pixal3d_dir", "output_dir", "cluster", "cluster_token_file",
+        "python", "check_deep", "pixal3d_dir", "output_dir", "cluster", "cluster_token_file",
         "wait_free_percent", "kill_free_percent", "swap_budget_gb", "start_timeout", "busy",
         "quiet_for"]
     # the cluster address and its token file (preferences) are offered in the Batch box, where

@@ -90,7 +90,7 @@ def test_panel_and_preference_properties_are_the_tables():
         else:
             assert got["default"] == options.addon_default(opt)
     own = {"scene": {"image", "batch_folder"},
-           "preferences": {"python", "output_dir", "check_report"}}
+           "preferences": {"python", "output_dir", "check_report", "check_deep"}}
     for where in ("scene", "preferences"):
         table = {o.name for o in options.addon_options(where)}
         assert set(facts["_" + where]) == table | own[where], where

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLUMBING = {"run": {"-h", "-o", "--trace", "--overwrite", "--cancel-on-stdin-eof",
                     "--json"},
             "batch": {"-h", "-o", "--overwrite", "--cancel-on-stdin-eof", "--json"},
-            "check": {"-h", "--backend"}}
+            "check": {"-h", "--backend", "--json", "--deep", "--report"}}
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
