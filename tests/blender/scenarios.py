@@ -810,6 +810,26 @@ def sc_cluster_refused(zip_path, work, folder):
     verdict(**facts)
 
 
+def sc_defaults(zip_path, work, image, backend, pixal3d_dir="", python=""):
+    """Generate with every job option at the panel's default: only the image and the backend
+    are chosen (and, for Pixal3D, the folder and an interpreter with torch, which are places,
+    not options). Reports the GLB the runner wrote and the command line the add-on used."""
+    facts = install(zip_path, work)
+    prefs = addon_prefs()
+    prefs.output_dir = str(work / "out")
+    prefs.pixal3d_dir, prefs.python = pixal3d_dir, python
+    scene = bpy.context.scene.image_to_mesh
+    scene.image, scene.backend = image, backend
+    facts["result"] = sorted(bpy.ops.image_to_mesh.generate())
+    ctl = mod("ui.controller").CONTROLLER
+    facts["argv"] = list(ctl.job.argv) if ctl.job is not None else None
+    facts["finished"] = drive(600)
+    view = ctl.state.view()
+    facts["final"] = {"status": view.status, "error": view.error_text, "hint": view.hint_text}
+    facts["output"] = ctl.state.output
+    verdict(**facts)
+
+
 SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}
 
 if __name__ == "__main__":
