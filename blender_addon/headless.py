@@ -23,10 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the headless job (``background.cli.main``); returns the exit status.
 
     Blender's ``-P`` and a plain interpreter run this file as a script, outside its package: the
-    package is imported from its parent folder under its folder's name, which is only known here,
-    at run time — hence ``import_module`` rather than an import statement."""
+    package is imported from its parent folder under its folder's name."""
     if str(PACKAGE_DIR.parent) not in sys.path:
         sys.path.insert(0, str(PACKAGE_DIR.parent))
+    # the package's name is its folder's (blender_addon, or the installed extension's), known
+    # only here, at run time: no import statement can name it
     cli = importlib.import_module(f"{PACKAGE_DIR.name}.background.cli")
     return cli.main(argv)
 

@@ -116,7 +116,7 @@ def judge(used: int, found: int, boxes: Boxes | None, emit=None) -> float | None
     below ``WARN_BELOW`` sends ``emit`` a ``warning`` event (``message``, ``source``,
     ``differs``, ``coverage``). Returns the share (None when the texture has no used texel,
     which ``unwrap`` never leaves)."""
-    from stageload.events import make_event
+    from meshfacts.events import make
 
     part = share(used, found)
     if part is None:
@@ -128,7 +128,7 @@ def judge(used: int, found: int, boxes: Boxes | None, emit=None) -> float | None
         raise BadAsset(None, f"its voxels do not line up with its mesh: only {said}{facts}",
                        HINT)
     if part < WARN_BELOW and emit is not None:
-        emit(make_event("warning", message=f"The export's texture is {part:.2%} the asset's "
+        emit(make("warning", message=f"The export's texture is {part:.2%} the asset's "
                         f"voxels: {said}; the other texels took the nearest baked texel's "
                         "colour (seam fill).", source=SOURCE,
                         differs=f"{1 - part:.2%} of the used texels are fill colour, not the "

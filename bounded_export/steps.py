@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from bounded_export.errors import ExportCancelled
-from stageload.events import make_event
+from meshfacts.events import make
 
 PARENT = "export"
 SUBSTEPS = ("load", "cleanup", "decimate", "uv_unwrap", "bake", "seams", "write")
@@ -58,7 +58,7 @@ class Steps:
         self._began = self._last_progress = time.perf_counter()
         self._fraction = 0.0
         self._fields = {}
-        self.emit(make_event("stage", stage=step, index=SUBSTEPS.index(step),
+        self.emit(make("stage", stage=step, index=SUBSTEPS.index(step),
                              count=len(SUBSTEPS), parent=PARENT, **fields))
 
     def progress(self, fraction: float, force: bool = False, **fields) -> None:
@@ -75,7 +75,7 @@ class Steps:
             self._fraction = own
             done = sum(WEIGHTS[s] for s in SUBSTEPS[:SUBSTEPS.index(self.current)])
             whole = (done + WEIGHTS[self.current] * own) / sum(WEIGHTS.values())
-            self.emit(make_event("progress", stage=PARENT, fraction=round(whole, 4),
+            self.emit(make("progress", stage=PARENT, fraction=round(whole, 4),
                                  substep=self.current, substep_fraction=round(own, 4),
                                  **self._fields))
 

@@ -138,6 +138,7 @@ def main(argv: list[str]) -> int:
     try:
         _watch_parent()
         module, _, name = target.partition(":")
+        # the function this child runs is named on its command line (known at run time)
         func = getattr(importlib.import_module(module), name)
         with np.load(inp) as data:
             arrays = {key: data[key] for key in data.files}

@@ -48,9 +48,9 @@ GUARDED = ("run", "batch", "export")
 """The commands that run a guarded job (``stageload.guard.add_guard_arguments`` is on their
 command lines): the ``guard`` group's entries belong to these."""
 ENGINES = ("bounded", "port")
-"""The export engines (``--export-engine``; ``runner/backends/bounded_export.ENGINES`` is this):
-``bounded`` (``bounded_export``, also ``python -m runner export``) and ``port`` (the
-port's own ``to_glb``)."""
+"""The export engines (``--export-engine``; each the name of an export step,
+``runner.job.export_step``): ``bounded`` (``bounded_export``, also ``python -m runner
+export``) and ``port`` (the port's own ``to_glb``)."""
 GROUPS = ("job", "backend", "guard")
 """``job``: a field of every job (backend, seed, texture size, height); ``backend``: a backend's
 own option (forwarded to it; refused with another backend); ``guard``: an option of

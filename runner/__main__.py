@@ -39,10 +39,11 @@ def main(argv=None) -> int:
         argv = argv[1:]
     mode = argv[0] if argv and argv[0] in ("batch", "check", "export") else "single"
     try:
-        import importlib
+        # _DEPENDENCIES, before anything else, so a missing one is one clear error
+        import numpy  # noqa: F401
+        import PIL  # noqa: F401
+        import psutil  # noqa: F401
 
-        for name in _DEPENDENCIES:  # before anything else, so a missing one is one clear error
-            importlib.import_module(name)
         from stageload.guard import register_entry_point
         # every mode runs a guard: another runner's busy scan must not count this one's command
         # line (``python -m runner … --busy runner``) as busy

@@ -18,6 +18,18 @@ COMMANDS = {
 }
 
 
+def _command(name: str):
+    """The ``main`` of sub-command ``name`` (its module, :data:`COMMANDS`), imported now and
+    only that one (``plot`` imports matplotlib, ``guard`` must start fast)."""
+    if name == "summary":
+        from stageload.summary import main
+    elif name == "plot":
+        from stageload.plot import main
+    else:
+        from stageload.guard.cli import main
+    return main
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
@@ -26,11 +38,8 @@ def main(argv=None) -> int:
         print("\n".join(lines),
               file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    import importlib
-
-    module = importlib.import_module(COMMANDS[argv[0]][0])
     try:
-        return module.main(argv[1:])
+        return _command(argv[0])(argv[1:])
     except BrokenPipeError:  # a print the command did not guard itself: exit as quietly
         import os
 

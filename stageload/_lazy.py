@@ -34,6 +34,8 @@ def lazy_exports(package: str, exports: Mapping[str, Iterable[str]],
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        # a name to module table imported on first use: `import stageload` must not import
+        # torch (the runner's supervisor and the guard import the light parts only)
         value = getattr(importlib.import_module(module), name)
         namespace[name] = value
         return value

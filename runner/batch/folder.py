@@ -230,7 +230,8 @@ class Batch:
             return None
         # A changed image or changed options: this batch may replace what it wrote itself
         # (a GLB recorded as done, a trace recorded for this image), nothing else.
-        job = Job(input=ImageInput(image), output=output, options=self.options, trace=trace,
+        job = Job(input=ImageInput(image, backends.get(ns.backend)), output=output,
+                  options=self.options, trace=trace,
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
         return job, digest

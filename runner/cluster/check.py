@@ -21,7 +21,7 @@ import sys
 from meshfacts.errors import RunnerError
 from meshfacts.events import make
 from meshfacts.units import format_size
-from runner.commands.verdicts import backend_lines
+from runner.backends.verdicts import backend_lines
 from runner.job.trace import log
 
 from .connect import alive_nodes, connect, shield_stdout

@@ -31,6 +31,7 @@ from meshfacts.errors import KINDS, RunnerError, explain
 from meshfacts.events import make
 from meshfacts.job_options import JobOptions
 from runner import backends
+from runner.backends.verdicts import backend_lines, verdict_exit_code
 from runner.cluster.auth import require_cluster_for_token
 from runner.cluster.check import cluster_check
 from runner.cluster.placement import node_argv, record_raw
@@ -42,7 +43,6 @@ from runner.commands.cli import (
     usage_failure,
 )
 from runner.commands.option_args import add_arguments as add_table_arguments
-from runner.commands.verdicts import backend_lines, verdict_exit_code
 from runner.job.child import child_env
 from runner.job.trace import log
 from runner.job.worker_process import probe_argv

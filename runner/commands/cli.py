@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as err:
         return usage_failure(suggest_command(err, argv), "single", argv)
     emitter, cancel = setup(ns)
-    job = Job(input=ImageInput(ns.image), output=Path(ns.output), options=options,
+    job = Job(input=ImageInput(ns.image, backends.get(ns.backend)), output=Path(ns.output),
+              options=options,
               trace=Path(ns.trace) if ns.trace else None, overwrite=ns.overwrite)
     hello = make("hello", runner=RUNNER_VERSION, pid=os.getpid(), mode="single",
                  backend=ns.backend, image=str(Path(ns.image).absolute()),

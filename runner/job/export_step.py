@@ -2,7 +2,7 @@
 GLB in an export process of its own, after the model process has exited.
 
 A job's export step is decided once, when its worker job is made (the backend's
-``Backend.export_step``; ``python -m runner export`` always takes :data:`BOUNDED`), and travels
+``Backend.hand_over``; ``python -m runner export`` always takes :data:`BOUNDED`), and travels
 by name in ``WorkerJob.export``; the export process runs the step of that name
 (:func:`runner.backends.export_step_named`) and nothing downstream looks at the engine's name
 again.

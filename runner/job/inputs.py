@@ -27,14 +27,15 @@ from bounded_export.asset import inspect_asset
 from bounded_export.budget import asset_sizes, check_file, plan
 from meshfacts.errors import RunnerError
 from meshfacts.events import make
-from runner import backends
 from runner.images.reading import load_image
 from runner.job.export_step import BOUNDED, levers
 from runner.job.records import WorkerJob
 
 
 class ImageInput:
-    """An image file (``path``, as given) for a backend."""
+    """An image file (``path``, as given) for ``backend`` (the job's entry of the backend
+    registry, ``runner.backends.Backend``: the command that makes the job looks it up, so a
+    job knows no registry)."""
 
     noun = "image"
     """The input in messages (``outputs.trace_conflict``)."""
@@ -44,18 +45,16 @@ class ImageInput:
     process = ("worker", "the worker")
     """The child's name (``runner.job.child.Child``) and how messages name it."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, backend):
         self.path = Path(path)
+        self.entry = backend
         self.facts: dict | None = None
         self.pixels: bytes | None = None
 
-    def backend(self, job) -> backends.Backend:
-        """The job's backend after the cheap checks: known (else ``usage``), installed (else
-        ``backend_unavailable``), its precheck passed (e.g. ``pixal3d_missing``)."""
-        try:
-            backend = backends.get(job.backend)
-        except KeyError as exc:
-            raise RunnerError("usage", str(exc.args[0])) from None
+    def backend(self, job):
+        """The job's backend after the cheap checks: installed (else ``backend_unavailable``),
+        its precheck passed (e.g. ``pixal3d_missing``)."""
+        backend = self.entry
         if not backend.installed():
             raise RunnerError("backend_unavailable", f"The {backend.name} backend is not "
                               "installed here.", backend.install_hint or None)

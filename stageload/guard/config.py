@@ -212,9 +212,9 @@ class GuardConfig:
 
 def _reports_pressure() -> bool:
     """Whether this platform's meter reports memory pressure (the macOS reader does)."""
-    from stageload.meter import _platform  # imported here: keeps `import stageload.guard` light
+    from stageload.meter import reader_name  # imported here: keeps `import stageload.guard` light
 
-    return _platform.reader_name() == "_macos"
+    return reader_name() == "_macos"
 
 
 def _pressure_setting(value, option: str, default: int) -> int | None:

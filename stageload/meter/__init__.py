@@ -15,13 +15,15 @@ Public API (docs/ARCHITECTURE.md "Meter API"; user documentation: docs/meter.md)
 - ``MemoryMeter()``: in-process context manager, peak and per-phase peaks.
 
 Importing this package imports psutil and ctypes only (never torch or matplotlib), so the runner
-supervisor and the guard stay light. ``PLATFORM_READER`` names the reader module in use.
+supervisor and the guard stay light. ``PLATFORM_READER`` names the reader module in use,
+``reader_name()`` the one the platform (or the test-only stand-in switch) chooses now.
 """
 from __future__ import annotations
 
 from . import _platform
 from ._common import SystemMemory
 from ._inprocess import MemoryMeter
+from ._platform import reader_name
 from ._sampler import Sampler
 
 _reader = _platform.load_reader()
@@ -61,4 +63,4 @@ def system_memory() -> SystemMemory:
 
 
 __all__ = ["footprint", "high_water_mark", "reset_high_water_mark", "system_memory",
-           "SystemMemory", "Sampler", "MemoryMeter", "PLATFORM_READER"]
+           "SystemMemory", "Sampler", "MemoryMeter", "PLATFORM_READER", "reader_name"]

@@ -1,7 +1,6 @@
 """Choose the platform reader module (the psutil layout: one module per platform)."""
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from types import ModuleType
@@ -32,5 +31,13 @@ def reader_name(platform: str | None = None) -> str:
 
 
 def load_reader(platform: str | None = None) -> ModuleType:
-    """Import and return the reader module for ``platform`` (default: this machine)."""
-    return importlib.import_module(f"{__package__}.{reader_name(platform)}")
+    """Import and return the reader module for ``platform`` (default: this machine); only that
+    one is imported (the macOS reader loads libSystem at import)."""
+    name = reader_name(platform)
+    if name == "_linux":
+        from . import _linux as reader
+    elif name == "_macos":
+        from . import _macos as reader
+    else:
+        from . import _generic as reader
+    return reader

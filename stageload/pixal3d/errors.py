@@ -1,5 +1,5 @@
 """The Pixal3D adapter's exceptions (torch-free). Callers map the classes to their own error
-kinds (the runner does, in ``runner/backends/pixal3d.py`` ``ERRORS``); stageload names none.
+kinds (the runner does, in ``runner/backends/pixal3d/errors.py`` ``ERRORS``); stageload names none.
 
 - :class:`PortError` — the port folder cannot be used (base class; ``message``, ``hint``,
   ``missing``: the names or files at fault).

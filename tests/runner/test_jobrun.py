@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from runner import backends
 from runner.job.cancel import Cancel
 from runner.job.child import Child
 from runner.job.inputs import ImageInput
@@ -27,7 +28,8 @@ _CHILD = ("import json, os, sys\n"
 
 def test_a_job_runs_two_children_in_turn_under_its_guard(tmp_path):
     published: list[dict] = []
-    run = JobRun(Job(input=ImageInput(tmp_path / "a.png"), output=tmp_path / "a.glb"),
+    run = JobRun(Job(input=ImageInput(tmp_path / "a.png", backends.get("builtin")),
+                     output=tmp_path / "a.glb"),
                  published.append, Cancel(), GuardConfig(), tag={"item": 7})
     try:
         run.admit()
@@ -58,7 +60,8 @@ def test_a_worker_interpreter_that_cannot_start_is_worker_unstartable(tmp_path, 
     missing = str(tmp_path / "no such" / "python3")
     out = tmp_path / "a.glb"
     published: list[dict] = []
-    run = JobRun(Job(input=ImageInput(shared_images[0]), output=out), published.append,
+    run = JobRun(Job(input=ImageInput(shared_images[0], backends.get("builtin")), output=out),
+                 published.append,
                  Cancel(), GuardConfig(), python=missing)
     outcome = run.run()
     assert outcome.error is not None and outcome.error.kind == "worker_unstartable"

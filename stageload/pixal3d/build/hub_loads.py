@@ -27,7 +27,6 @@ Three models of a run are not ``pixal3d.models`` checkpoints (``direct.py`` load
 from __future__ import annotations
 
 import contextlib
-import importlib
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -114,7 +113,7 @@ def moge_loader(device, notes: list) -> Iterator[None]:
     importable ``moge.model.v2`` nothing is patched (the port's own call then fails as it
     would). Restores the classmethod on exit."""
     try:
-        module = importlib.import_module(MOGE_MODULE)
+        from moge.model import v2 as module  # MOGE_MODULE: the port's dependency, if installed
         cls = module.MoGeModel
     except (ImportError, AttributeError):
         yield

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 from typing import Callable, Optional
 
 from stageload.events import make_event
@@ -82,7 +81,7 @@ class FallbackWatch:
     def __enter__(self) -> "FallbackWatch":
         gm, stack = self.gm, self._stack
         try:
-            bridge = importlib.import_module(BRIDGE)
+            from pixal3d.utils import o_voxel_native_export as bridge  # BRIDGE, from the port
         except Exception:  # the port then fails its own import (status 127): recorded there
             bridge = None
         if bridge is not None and callable(getattr(bridge, "main", None)):

@@ -8,7 +8,7 @@ Levers (``ExportOptions``; ``None`` keeps the port's own default):
 - ``remesh`` (the port's ``--native-remesh`` / ``--no-native-remesh``, default on);
 - ``remesh_resolution``: ``"grid"`` (the pipeline's grid, what the port does) or ``512``
   (remesh at ``min(512, grid)``; only where the port's ``to_glb`` can be adjusted, see
-  ``export_steps.remesh_limit_supported`` — refused otherwise, with the reason);
+  ``steps.remesh_limit_supported`` — refused otherwise, with the reason);
 - ``profile="fit"``: the low-memory values a peer validated on a 36 GB Mac (TencentARC/Pixal3D
   pull request #35, "memory-bounded high-quality Metal exporter": remesh at
   ``min(512, resolution)`` and free Metal temporaries between steps; 989,941 faces against
@@ -43,7 +43,8 @@ PEER_FACE_TOLERANCE = 1 - PEER_FACES[1] / PEER_FACES[0]
 
 class ExportRefused(PortError):
     """Export would not fit or cannot honour a lever: a message with the figure or the reason,
-    and what to do (``PortError`` carries no runner kind: runner/backends/pixal3d.py maps it)."""
+    and what to do (``PortError`` carries no runner kind: runner/backends/pixal3d/errors.py
+    maps it)."""
 
 
 @dataclass(frozen=True)
@@ -253,9 +254,9 @@ def export_handover(port, handover: os.PathLike | str, output: os.PathLike | str
     """The export process's work: rebuild the asset from the hand-over file with the port's
     loader, export it (``run_export``). The ``export`` stage (and its ``handover`` sub-step)
     was entered by whoever started this process, as it started (the runner's supervisor:
-    ``JobRun.announce_export``), so its start-up counts in export. ``port``: an opened
-    ``Port``; ``output`` must not exist. Returns ``{"output", "vertices", "faces",
-    "resolution", "seconds", "substeps"}`` (the decoded mesh's counts)."""
+    ``runner.backends.pixal3d.handover.HandOver.announce``), so its start-up counts in export.
+    ``port``: an opened ``Port``; ``output`` must not exist. Returns ``{"output", "vertices",
+    "faces", "resolution", "seconds", "substeps"}`` (the decoded mesh's counts)."""
     import time
 
     start = time.perf_counter()

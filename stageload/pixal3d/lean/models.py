@@ -272,10 +272,16 @@ def _install_limit(lean: LeanModel, budget: Optional[int]) -> None:
          tool="mps_limit", chunk=None, bytes_saved=0, note=note)
 
 
+def port_attention() -> tuple:
+    """The port's sparse attention module and its sparse config (:data:`ATTENTION_MODULE`,
+    :data:`CONFIG_MODULE`), imported from the port on ``sys.path``. Raises ``ImportError``."""
+    # the port's modules by their names, which are settings (a test points one elsewhere)
+    return tuple(importlib.import_module(name) for name in (ATTENTION_MODULE, CONFIG_MODULE))
+
+
 def _install_attention(lean: LeanModel) -> None:
     try:
-        module = importlib.import_module(ATTENTION_MODULE)
-        config = importlib.import_module(CONFIG_MODULE)
+        module, config = port_attention()
     except ImportError as exc:
         module = config = None
         cause = f"its {exc.name or ATTENTION_MODULE} cannot be imported"

@@ -184,6 +184,8 @@ def import_port(root: Path) -> tuple[ModuleType, ModuleType, ModuleType, ModuleT
     modules = []
     for name in names:
         try:
+            # the port's modules from the folder just put first on sys.path (known at run time);
+            # each import may exit or fail, and is said so by name
             modules.append(importlib.import_module(name))
         except SystemExit as exc:  # e.g. a module-level parse_args() refusing our argv
             raise PortMissing(f"Importing {name} from {root} exits the process (SystemExit "

@@ -12,7 +12,6 @@ Metal extension must not be loaded on a machine that cannot run it).
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 
@@ -42,7 +41,7 @@ def backends() -> dict:
     out = {"attention": None, "convolution": None,
            "environment": {k: os.environ[k] for k in ENV if k in os.environ}}
     try:
-        config = importlib.import_module(CONFIG_MODULE)
+        from pixal3d.modules.sparse import config  # CONFIG_MODULE, the port's own
     except ImportError as exc:
         out["why"] = f"{CONFIG_MODULE} cannot be imported ({exc})"
         return out

@@ -13,7 +13,6 @@ and ``warning`` messages).
 """
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -126,8 +125,7 @@ def attention(ctx: Context) -> dict:
     models call it, with the back end the port chose) against lean's, on
     :data:`sizes.ATTENTION_TOKENS` tokens shaped as the texture flow model's heads."""
     try:
-        module = importlib.import_module(lean_models.ATTENTION_MODULE)
-        config = importlib.import_module(lean_models.CONFIG_MODULE)
+        module, config = lean_models.port_attention()
     except ImportError as exc:
         return skipped("attention", f"the port's attention module cannot be imported ({exc})")
     original = getattr(module, lean_models.ATTENTION_NAME, None)
