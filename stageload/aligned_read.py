@@ -38,6 +38,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, Optional
 
 import torch
 
@@ -123,7 +124,8 @@ def _entry(path: Path, name: str, info, base: int, file_size: int) -> Entry:
     return Entry(name, dtype, tuple(shape), start, end)
 
 
-def read_aligned(checkpoint: os.PathLike | str, *, drop_behind: bool = True) -> dict:
+def read_aligned(checkpoint: os.PathLike | str, *, drop_behind: bool = True,
+                 cast: Optional[Mapping[str, torch.dtype]] = None) -> dict:
     """Every tensor of a safetensors file, each in fresh CPU memory (name → tensor).
 
     Each tensor's bytes are read once from the file into its own ``torch.empty`` storage
@@ -131,11 +133,21 @@ def read_aligned(checkpoint: os.PathLike | str, *, drop_behind: bool = True) -> 
     chunk's page-cache pages are dropped once copied (module docstring). Peak: the tensors'
     bytes plus one chunk of page cache.
 
+    ``cast`` (name → dtype): a floating-point tensor named there whose file dtype differs is
+    converted (``Tensor.to``) as soon as it is read, and its file-dtype copy freed before the
+    next tensor is read, so the peak is the converted tensors' bytes plus the largest single
+    tensor in its file dtype, not the whole file in its dtype plus the converted copies (a
+    checkpoint stored in fp32 for a module whose blocks are bf16/fp16 would otherwise hold
+    both: up to 3x the module's bytes). The values are those of converting the whole dict
+    afterwards: the same ``to`` on the same tensor. Names not in ``cast``, non-floating
+    tensors and floating ones mapped to a non-floating dtype are returned as stored.
+
     Raises ``CheckpointError`` for a header that fails validation or a file that ends early,
     ``OSError`` for a file that cannot be opened or read.
     """
     path = Path(checkpoint)
     drop = drop_behind and hasattr(os, "posix_fadvise")
+    cast = cast or {}
     state = {}
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
@@ -145,7 +157,13 @@ def read_aligned(checkpoint: os.PathLike | str, *, drop_behind: bool = True) -> 
             if entry.nbytes:
                 f.seek(entry.start)
                 _read_into(f, memoryview(raw.numpy()), path, entry, drop)
-            state[entry.name] = raw.view(entry.dtype).reshape(entry.shape)
+            tensor = raw.view(entry.dtype).reshape(entry.shape)
+            del raw
+            target = cast.get(entry.name)
+            if (target is not None and target != tensor.dtype and tensor.is_floating_point()
+                    and target.is_floating_point):
+                tensor = tensor.to(target)
+            state[entry.name] = tensor
     return state
 
 

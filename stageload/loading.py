@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 import torch
 from torch import nn
@@ -245,7 +245,8 @@ def init_on_meta(include_buffers: bool = True) -> Iterator[None]:
 
 
 def read_state(checkpoint: PathLike, device: Union[str, torch.device] = "cpu", *,
-               fresh_cpu_memory: bool = False, drop_behind: bool = True) -> dict:
+               fresh_cpu_memory: bool = False, drop_behind: bool = True,
+               cast: Optional[Mapping[str, torch.dtype]] = None) -> dict:
     """The tensors of a safetensors file on ``device`` (name -> tensor).
 
     CUDA/MPS: copied straight to the device (``load_file(device=)``: safetensors maps the file
@@ -260,6 +261,13 @@ def read_state(checkpoint: PathLike, device: Union[str, torch.device] = "cpu", *
     outputs 2.4e-7 away from the same weights in fresh memory (the port's own loader's), so a
     staged run was not bit-identical to an eager one on the CPU.
 
+    ``cast`` (name → dtype, e.g. the dtypes of the module the state is for): each floating-point
+    tensor named there is converted to that dtype as it is read, one tensor at a time, so the
+    file's dtype and the module's never coexist for the whole checkpoint (the fresh CPU read:
+    ``read_aligned``'s ``cast``; a device or the mapping: ``safe_open`` tensor by tensor, each
+    converted on ``device`` before the next is read). Non-floating tensors and names not in
+    ``cast`` come as stored.
+
     Raises ``CheckpointError`` for a missing or unreadable file, a header that fails
     validation, or an unknown dtype.
     """
@@ -270,11 +278,29 @@ def read_state(checkpoint: PathLike, device: Union[str, torch.device] = "cpu", *
 
     from .aligned_read import read_aligned
     try:
-        if device.type != "cpu" or not fresh_cpu_memory:
-            return load_file(str(path), device=safetensors_device(device))
-        return read_aligned(path, drop_behind=drop_behind)
+        if device.type == "cpu" and fresh_cpu_memory:
+            return read_aligned(path, drop_behind=drop_behind, cast=cast)
+        if cast:
+            return _read_cast(path, device, cast)
+        return load_file(str(path), device=safetensors_device(device))
     except (SafetensorError, OSError, ValueError, KeyError) as exc:
         raise CheckpointError(f"cannot read {path} as safetensors: {exc}") from exc
+
+
+def _read_cast(path: Path, device: torch.device, cast: Mapping[str, torch.dtype]) -> dict:
+    """``read_state`` with ``cast`` on a device or from the mapping: tensor by tensor."""
+    from safetensors import safe_open
+
+    state = {}
+    with safe_open(str(path), framework="pt", device=safetensors_device(device)) as f:
+        for name in f.keys():
+            tensor = f.get_tensor(name)
+            target = cast.get(name)
+            if (target is not None and target != tensor.dtype and tensor.is_floating_point()
+                    and target.is_floating_point):
+                tensor = tensor.to(target)
+            state[name] = tensor
+    return state
 
 
 def _named_tensors(module: nn.Module):

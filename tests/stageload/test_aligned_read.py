@@ -7,6 +7,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -96,3 +97,56 @@ def test_drop_behind_leaves_the_file_out_of_the_page_cache(tmp_path):
     assert _resident(path) >= size - 4096
     read_aligned(path)
     assert _resident(path) <= 2 * 4096  # at most the header's page and one partial page
+
+
+def test_cast_converts_each_named_floating_tensor_as_a_whole_dict_conversion_would(tmp_path):
+    state = {"w": torch.randn(64, 33), "b": torch.randn(33), "keep": torch.randn(5),
+             "idx": torch.arange(6), "half": torch.randn(4).half()}
+    path = tmp_path / "c.safetensors"
+    save_file(state, str(path))
+    cast = {"w": torch.bfloat16, "b": torch.float16, "idx": torch.float32,
+            "half": torch.float32}
+    out = read_aligned(path, cast=cast)
+    assert torch.equal(out["w"], state["w"].to(torch.bfloat16))
+    assert torch.equal(out["b"], state["b"].to(torch.float16))
+    assert torch.equal(out["half"], state["half"].float())
+    assert out["keep"].dtype == torch.float32 and torch.equal(out["keep"], state["keep"])
+    assert out["idx"].dtype == torch.int64  # never a non-floating tensor
+
+
+_PEAK_SCRIPT = """
+import os, sys, torch
+from stageload.aligned_read import read_aligned
+from stageload.meter import footprint, high_water_mark, reset_high_water_mark
+path, mode = sys.argv[1], sys.argv[2]
+cast = {f"t{i}": torch.float16 for i in range(8)}
+reset_high_water_mark(os.getpid()); base = footprint(os.getpid(), tree=False)
+if mode == "cast":
+    state = read_aligned(path, cast=cast)
+else:  # read everything, then convert: what a loader without cast does
+    state = read_aligned(path)
+    for k in list(state):
+        state[k] = state[k].to(torch.float16)
+print(high_water_mark(os.getpid()) - base)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"),
+                    reason="needs Linux's resettable VmHWM")
+def test_cast_holds_the_converted_bytes_and_one_tensor_not_both_copies(tmp_path):
+    # 8 fp32 tensors of 16 MiB read as fp16: 64 MiB converted. Converting after the read holds
+    # the 128 MiB read and the converted tensors (>= 128 MiB); converting each as it is read
+    # holds the 64 MiB and one 16 MiB tensor.
+    path = tmp_path / "fp32.safetensors"
+    save_file({f"t{i}": torch.full((1 << 22,), float(i)) for i in range(8)}, str(path))
+    mib = 1 << 20
+
+    def peak(mode):
+        out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path), mode],
+                             capture_output=True, text=True, check=True)
+        return int(out.stdout.strip().splitlines()[-1])
+
+    after = peak("after")
+    cast = peak("cast")
+    assert after >= 128 * mib, after / mib
+    assert cast <= 64 * mib + 16 * mib + 12 * mib, cast / mib  # + CHUNK-free slack

@@ -118,3 +118,20 @@ def test_read_state_fresh_cpu_memory_gives_equal_aligned_tensors(tmp_path):
     path.write_bytes(path.read_bytes()[:-8])
     with pytest.raises(CheckpointError):
         read_state(path, fresh_cpu_memory=True)
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_read_state_cast_gives_each_named_tensor_in_its_dtype(tmp_path, fresh):
+    """cast: named floating tensors come in the given dtype (equal to converting afterwards),
+    from the fresh read and from the mapping alike; other tensors as stored."""
+    from safetensors.torch import save_file
+
+    from stageload.loading import read_state
+    state = {"w": torch.randn(3, 5), "b": torch.randn(5), "i": torch.arange(4)}
+    path = tmp_path / "x.safetensors"
+    save_file(state, str(path))
+    out = read_state(path, fresh_cpu_memory=fresh,
+                     cast={"w": torch.float16, "i": torch.float32})
+    assert out["w"].dtype == torch.float16 and torch.equal(out["w"], state["w"].half())
+    assert out["b"].dtype == torch.float32 and torch.equal(out["b"], state["b"])
+    assert out["i"].dtype == torch.int64

@@ -27,7 +27,10 @@ builds the same class instead as follows:
    each tensor copied into fresh aligned memory through a bounded mapping, so the matmul kernels see
    what the port's loader gives them; on CUDA/MPS: copied straight to the device), each floating
    tensor cast to the dtype the built module gave that name (what the port's ``copy_`` does; e.g. a
-   model that converts its blocks to fp16 in ``__init__``), then ``load_state_dict(state,
+   model that converts its blocks to fp16 in ``__init__``) as soon as it is read, one tensor at a
+   time (``read_state``'s ``cast``: the file's dtype and the module's never coexist for the
+   whole checkpoint, so a checkpoint stored in fp32 for bf16 blocks takes the module's bytes plus
+   one tensor, not 3x), then ``load_state_dict(state,
    strict=False, assign=True)`` — ``strict=False`` as the port's ``from_pretrained`` defaults to.
 5. Before anything is read, the checkpoint is checked against the built module
    (:func:`check_checkpoint`, the safetensors header only): a parameter the model has that the
@@ -210,14 +213,13 @@ def load_port_model(models_ns, path: str, device: Union[str, torch.device],
         return _fallback(fallback, f"building {config['name']} with parameters on meta failed: "
                                    f"{type(exc).__name__}: {exc}", model_file, config["name"])
     check_checkpoint(module, model_file, config["name"])
-    # fresh (aligned) CPU memory, as the port's own loader gives: see loading.read_state
-    state = read_state(model_file, device, fresh_cpu_memory=True)
+    # fresh (aligned) CPU memory, as the port's own loader gives: see loading.read_state.
+    # Each tensor is converted to the dtype the module holds it in as it is read (a bf16/fp16
+    # torso from an fp32 file): converting after reading all would hold the file's bytes and
+    # the converted ones at once.
     targets = module.state_dict(keep_vars=True)
-    for name, tensor in state.items():
-        target = targets.get(name)
-        if (target is not None and tensor.is_floating_point() and target.is_floating_point()
-                and tensor.dtype != target.dtype):
-            state[name] = tensor.to(target.dtype)
+    state = read_state(model_file, device, fresh_cpu_memory=True,
+                       cast={name: t.dtype for name, t in targets.items()})
     module.load_state_dict(state, strict=False, assign=True)
     del state, targets
     left = meta_tensors(module)
