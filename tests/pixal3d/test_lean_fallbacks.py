@@ -140,7 +140,9 @@ def test_a_missing_attribute_is_a_reason_not_an_attribute_error():
     assert "NAF has no image_encoder" in checks.banded_problem(extractor)
     assert "grid_resolution" in checks.sampled_problem(SimpleNamespace())
     assert "pipeline.device" in checks.pipeline_pass_problem(SimpleNamespace())
-    assert checks.pipeline_pass_problem(SimpleNamespace(device=torch.device("cpu"))) is None
+    assert "no low_vram" in checks.pipeline_pass_problem(SimpleNamespace(device="cpu"))
+    assert checks.pipeline_pass_problem(SimpleNamespace(device=torch.device("cpu"),
+                                                        low_vram=False)) is None
     assert "low_vram" in checks.pipeline_pass_problem(SimpleNamespace(device="cpu",
                                                                      low_vram="yes"))
     unloadable = SimpleNamespace(use_naf_upsample=True, naf_model=None)

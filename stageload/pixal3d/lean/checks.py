@@ -141,7 +141,10 @@ def pipeline_pass_problem(pipeline) -> Optional[str]:
     device = getattr(pipeline, "device", None)
     if not isinstance(device, (torch.device, str)):
         return f"pipeline.device is {type(device).__name__}, not a device"
-    if not isinstance(getattr(pipeline, "low_vram", False), bool):
+    if not hasattr(pipeline, "low_vram"):
+        return "the pipeline has no low_vram (whether the port moves the extractor to its " \
+               "device for the pass)"
+    if not isinstance(pipeline.low_vram, bool):
         return "pipeline.low_vram is not True or False"
     return None
 
@@ -204,11 +207,6 @@ def sampled_problem(extractor) -> Optional[str]:
     except Exception as exc:  # the port builds it so in get_proj_cond_shape; we must too
         return f"{type(grid).__name__}(grid_resolution=, image_resolution=) failed: {exc}"
     return None
-
-
-def extractor_problem(extractor) -> Optional[str]:
-    """Why one extractor's pass cannot run lean (NAF loaded or not: checked when present)."""
-    return banded_problem(extractor) or sampled_problem(extractor)
 
 
 def pass_problem(pipeline, extractor, image, coords, kwargs) -> Optional[str]:

@@ -41,7 +41,7 @@ def lean_cond_shape(pipeline, extractor, image, coords, camera_angle_x, distance
     port_grid = extractor.proj_grid
     grid = type(port_grid)(grid_resolution=resolution,
                            image_resolution=port_grid.image_resolution).to(device)
-    kept = (extractor.grid_resolution, port_grid, extractor.naf_model)
+    kept = (extractor.grid_resolution, port_grid, getattr(extractor, "naf_model", None))
     alt = (hasattr(extractor, ALT_GRID), getattr(extractor, ALT_GRID, None))
     try:
         extractor.grid_resolution = resolution
@@ -58,7 +58,9 @@ def lean_cond_shape(pipeline, extractor, image, coords, camera_angle_x, distance
             distance=torch.tensor([distance], device=device),
             mesh_scale=torch.tensor([mesh_scale], device=device))
     finally:
-        extractor.grid_resolution, extractor.proj_grid, extractor.naf_model = kept
+        extractor.grid_resolution, extractor.proj_grid = kept[:2]
+        if hasattr(extractor, "naf_model"):  # a port without NAF may have no such attribute
+            extractor.naf_model = kept[2]
         if alt[0]:
             setattr(extractor, ALT_GRID, alt[1])
         elif hasattr(extractor, ALT_GRID):

@@ -210,9 +210,17 @@ def _check_extractors(pipeline, sink) -> None:
     when its pass runs)."""
     for attr in EXTRACTORS:
         extractor = vars(pipeline).get(attr)
-        problem = checks.extractor_problem(extractor) if isinstance(extractor, nn.Module) \
-            else None
+        if not isinstance(extractor, nn.Module):
+            continue
+        problem = checks.banded_problem(extractor)
         if problem:
+            fallback(sink, f"{attr} will run as the port computes it: {problem}", problem)
+            continue
+        problem = checks.sampled_problem(extractor)
+        if problem and getattr(extractor, "use_naf_upsample", False):
+            fallback(sink, f"{attr} will run the port's pass with NAF's upsampling in bands: "
+                           f"{problem}", problem, kind="banded_upsampler", differs=DIFFERS_WHOLE)
+        elif problem:
             fallback(sink, f"{attr} will run as the port computes it: {problem}", problem)
 
 

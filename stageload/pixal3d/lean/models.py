@@ -365,7 +365,11 @@ def _install_decoders(lean: LeanModel) -> None:
     def begin(name: str, substep: str) -> Callable:
         def before(*args, **kwargs) -> None:
             lean.substep("decode", substep)
-            decoder = pipeline.models[name]
+            models = getattr(pipeline, "models", None)
+            if not hasattr(models, "__contains__") or name not in models:
+                _unchunked(lean.sink, name, f"pipeline.models has no {name}")
+                return
+            decoder = models[name]
             lean._decoder_tools = _chunk_decoder(lean, name, decoder)
             if substep == "decode_shape":
                 _watch_mesh(lean, decoder)
@@ -436,12 +440,17 @@ def chunk_decoder(decoder, name: str, budget_bytes: int, *, sink: Optional[Event
         label = f"{name}.{path}.mlp" if kind == "SparseConvNeXtBlock3d" else f"{name}.{path}"
         tools.append(chunk_rows(target, rows, sink=sink, stage=stage, target=label))
     if not tools:
-        cause = f"{name} ({type(decoder).__name__}) has no {' or '.join(DECODER_LAYERS)}"
-        emit(sink, "warning", source=SOURCE, fallback="port_decoder", cause=cause,
-             message=f"--working-memory lean: {name}'s rows run as the port runs them, in "
-                     f"one piece ({cause})",
-             differs="nothing in the output: the decoder's own rows, with their memory")
+        _unchunked(sink, name, f"{name} ({type(decoder).__name__}) has no "
+                               f"{' or '.join(DECODER_LAYERS)}")
     return tools
+
+
+def _unchunked(sink: Optional[EventSink], name: str, cause: str) -> None:
+    """The ``warning`` (``fallback: port_decoder``) of a decoder whose rows lean leaves whole."""
+    emit(sink, "warning", source=SOURCE, fallback="port_decoder", cause=cause,
+         message=f"--working-memory lean: {name}'s rows run as the port runs them, in one "
+                 f"piece ({cause})",
+         differs="nothing in the output: the decoder's own rows, with their memory")
 
 
 def rows_for_budget(module, budget_bytes: int, *, element_bytes: int = 4) -> int:
