@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     except RunnerError as err:
         if err.kind == "usage" and err.hint == KINDS["usage"].hint:
             err.hint = "Run `python -m runner check --help` for the options."
-        return usage_failure(err, "check")
+        # at a terminal the stderr line is the answer (no error event before it)
+        return usage_failure(err, "check", sys.argv[1:] if argv is None else list(argv))
     human = console.wanted(ns.json)
     emitter = console.Console() if human else Emitter()  # at a terminal: the lines below, no JSON
     say = print if human else (lambda line: log(f"check: {line}"))

@@ -42,6 +42,23 @@ def test_check_at_a_terminal_answers_a_person_first():
     assert code == 0 and len(lines) == 1 and '"event":"check"' in lines[0]
 
 
+def test_a_check_usage_error_at_a_terminal_is_one_line_for_a_person(tmp_path):
+    """A mistake in check's options at a terminal: the stderr line says it, no error event on
+    stdout (a pipe, or --json, still gets it: test_check_deep, test_deep_options_are_checked_
+    first)."""
+    from .test_console import run_at_terminal
+    report = tmp_path / "kept.json"
+    report.write_text("{}", encoding="utf-8")
+    for args in (["check", "--backend", "nope"],
+                 ["check", "--backend", "pixal3d", "--deep", "--report", report]):
+        code, lines, stderr = run_at_terminal(args)
+        assert code == 2 and "runner: usage:" in stderr, stderr
+        assert not any(line.lstrip().startswith("{") for line in lines), lines
+    assert "never replaces a file" in stderr and report.read_text(encoding="utf-8") == "{}"
+    code, lines, _ = run_at_terminal(["check", "--backend", "nope", "--json"])
+    assert code == 2 and '"event":"error"' in lines[-1]
+
+
 def test_check_for_a_backend_that_cannot_run(rt, tmp_path, monkeypatch):
     """pixal3d without a usable port folder: `check --backend pixal3d` says no, why and what to
     do (exit 31); a run with it fails with a documented kind before any weights are read."""
