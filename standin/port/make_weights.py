@@ -357,15 +357,17 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0,
 
 def shell_recipe(info: WeightsInfo) -> str:
     """What to type in a POSIX shell to run the stand-in port on ``info``'s weights: the
-    variables to export (paths as they are, quoted for the shell, never escaped as JSON) and a
-    runner command using them."""
+    variables to export (paths as they are, quoted for the shell, never escaped as JSON), the
+    deep self-check and a runner command using them."""
     import shlex
-    port = Path(__file__).resolve().parent
+    port = shlex.quote(str(Path(__file__).resolve().parent))
     total = sum(info.bytes.values())
     return "\n".join([
         f"# stand-in Pixal3D weights in {info.root} ({total / 1e6:.1f} MB); in a POSIX shell:",
         *(f"export {name}={shlex.quote(str(value))}" for name, value in info.env.items()),
-        f"python -m runner IMAGE.png --backend pixal3d --pixal3d-dir {shlex.quote(str(port))}",
+        "# each lean part against the port's own path on these weights, then a run:",
+        f"python -m runner check --backend pixal3d --deep --pixal3d-dir {port}",
+        f"python -m runner IMAGE.png --backend pixal3d --pixal3d-dir {port}",
     ]) + "\n"
 
 

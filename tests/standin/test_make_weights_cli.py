@@ -24,6 +24,7 @@ def test_the_printed_shell_lines_point_at_the_weights(tmp_path):
     assert hf_home == str(root / "hf") and torch_home == str(root / "torch")
     assert (root / "hf" / "hub" / "models--TencentARC--Pixal3D").is_dir()
     assert "--pixal3d-dir" in out and str(PORT_DIR) in out
+    assert "python -m runner check --backend pixal3d --deep --pixal3d-dir" in out
 
 
 def test_json_for_programs_keeps_the_paths_as_they_are(tmp_path):
