@@ -187,8 +187,9 @@ def environment_lines(deep: dict) -> list[str]:
     for what in deep.get("unchecked") or []:
         lines.append(f"not checked: {what}")
     parts = deep.get("parts") or []
-    if parts:
-        lines.append(f"memory: {parts[0].get('memory_measured')}")
+    measured = parts[0].get("memory_measured") if parts else None
+    if measured and not any(measured in line for line in lines):  # said once is enough
+        lines.append(f"memory: {measured}")
     lines.append(f"device {deep.get('device')}, {deep.get('seconds', 0):.1f} s in all")
     return lines
 

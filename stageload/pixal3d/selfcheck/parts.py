@@ -142,7 +142,8 @@ def attention(ctx: Context) -> dict:
     holder, handle = lean_models.lean_attention(original, config, budget, sink=ctx.sink,
                                                 stage=lambda: STAGE)
     backend = getattr(config, "ATTN", None)
-    size = (f"{n:,} tokens, {heads} heads x {width} ({source}), back end {backend} "
+    size = (f"{n:,} tokens, {heads} head{'s' if heads != 1 else ''} x {width} ({source}), "
+            f"back end {backend} "
             f"(a real texture step: about 21,500 tokens)")
     try:
         holder.announce()
