@@ -12,7 +12,8 @@ Public API (stable; the runner, ``python -m runner export`` and the benchmark us
                         emit=print, cancel=threading.Event())
 
 One module per idea: ``asset`` (load and validate), ``budget`` (the memory model and piece
-sizes), ``steps`` (sub-step events, progress, cancel), ``cleanup``, ``decimate`` (with
+sizes), ``steps`` (sub-step events, progress, cancel), ``cleanup``, ``orient`` (faces wound
+consistently and outward: the port's extraction winds about half inward), ``decimate`` (with
 ``stoppable``: a library call in a killable child process), ``unwrap`` (xatlas in batches and
 our shelf packer), ``raster`` (UV rasterisation in chunks), ``voxels`` (the sorted-key sparse
 trilinear sample), ``bake``, ``coverage`` (do the voxels line up with the mesh: their boxes

@@ -14,6 +14,8 @@ bench/results/2026-12-01/export_engine/):
   process by 1.5 GB; on the 7.9 M-face asset of ``standin.asset`` at 1024 the decimation's
   child process peaked at about 2.7 GB, the export's tree at 3.08 GiB). Both run in child
   processes that read their input from files, so the export process holds no full mesh then;
+- the orient step between them (``orient.py``, a child process too) holds the cleaned mesh and
+  its edge sort and face graph (``ORIENT_BYTES_PER_FACE``), below the decimation's figure;
 - the voxels are read only for the bake: ``coords`` and ``attrs`` as stored, their int32 /
   float32 copies when stored otherwise, and the sort's int64 key and order
   (``VOXEL_INDEX_BYTES``) — ``VOXEL_BYTES`` a voxel for the port's int32 / float32 arrays;
@@ -63,6 +65,12 @@ CLEANUP_BYTES_PER_VERTEX = 80     # per vertex beyond F / 2: merge_vertices' row
 #   argsort and inverse (int64 each), the graph's labels and the compact's index; a hand-made
 #   asset of 200 M vertices and a few faces took cleanup to 15.8 GiB, 85 B a vertex with the
 #   vertices themselves (12 B)
+ORIENT_BYTES_PER_FACE = 190       # the orient step's child per face of the cleaned mesh (its
+#   vertices, about half as many, included): the half-edge keys, their order and sorted copy
+#   (int64 each, three a face), then the double cover's graph in SciPy's CSR and its transpose.
+#   Measured 2026-12-06 by ``python -m bench.export_orient``: the child's VmHWM 301 MB at
+#   1,310,720 faces, 1.42 GB at the 7.9 M of ``standin.asset`` at 1024 (169 B a face over a
+#   79 MB base); 12 % above that line.
 DECIMATE_BYTES_PER_FACE = 340       # 7.9 M faces: the child peaked at about 2.7 GB
 VOXEL_BYTES = 52                  # int32 x, y, z + six float32 + VOXEL_INDEX_BYTES
 VOXEL_INDEX_BYTES = 16            # the int64 sort key and its order
@@ -218,6 +226,9 @@ def plan(*, faces: int, voxels: int, target: int, texture: int, file_bytes: int,
         "load": mesh + voxel_bytes,
         "cleanup": mesh + CLEANUP_BASE + CLEANUP_BYTES_PER_FACE * faces
         + CLEANUP_BYTES_PER_VERTEX * extra_vertices,
+        # the cleaned mesh in the orient child (the interpreter's base too) beside the export
+        "orient": 2 * PYTHON_BASE + ORIENT_BYTES_PER_FACE * faces
+        + VERTEX_BYTES * extra_vertices,
         # the cleaned mesh: unused and duplicate vertices gone
         "decimate": PYTHON_BASE + MESH_BYTES_PER_FACE * faces + DECIMATE_BYTES_PER_FACE * faces,
         "uv_unwrap": PYTHON_BASE + OUT_BYTES_PER_FACE * out_faces + UNWRAP_BYTES_PER_FACE * batch,

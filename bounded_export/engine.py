@@ -3,9 +3,10 @@
 Steps (``steps.SUBSTEPS``, each a ``stage`` event with ``parent`` "export"): ``load`` (the
 file's headers checked against the budget before any array is read, then the mesh, and the
 voxels' values streamed in blocks — the voxels themselves are read for the bake),
-``cleanup``, ``decimate``, ``uv_unwrap``, ``bake`` (the voxels are read here), ``seams``,
-``write``. The full input mesh is dropped once decimated. Remeshing (the port's dual
-contouring) is not done: the decimated input surface is exported.
+``cleanup``, ``orient`` (faces wound consistently and outward), ``decimate``, ``uv_unwrap``,
+``bake`` (the voxels are read here), ``seams``, ``write``. The full input mesh is dropped once
+decimated. Remeshing (the port's dual contouring) is not done: the decimated input surface is
+exported.
 """
 from __future__ import annotations
 
@@ -96,11 +97,30 @@ def _decimate(cleaned: Path, decimated: Path, levers: ExportLevers, plan, steps:
     return {"method": "one call", "pieces": 1, "twins": int(done["twins"])}
 
 
+def _orient(cleaned: Path, oriented: Path, steps: Steps, workdir: Path) -> dict:
+    """The orient step (``orient.py``) in a child process: the cleaned mesh's faces wound
+    consistently and outward, written to ``oriented``; a ``warning`` event for the parts whose
+    outside could not be decided. Returns ``orient``'s facts (ints); ``cleaned`` is removed."""
+    from bounded_export.orient import undecided_warning
+    from bounded_export.stoppable import call
+
+    steps.begin("orient")
+    steps.progress(0.0, force=True)
+    facts = call("bounded_export.orient:orient_file", None,
+                 {"inp": str(cleaned), "out": str(oriented)}, workdir, steps)
+    cleaned.unlink()
+    facts = {key: int(value) for key, value in facts.items()}
+    warning = undecided_warning(facts)
+    if warning is not None:
+        steps.emit(warning)
+    return facts
+
+
 def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: Path):
-    """load (validate the mesh, then drop it), cleanup and decimate (each a child process
+    """load (validate the mesh, then drop it), cleanup, orient and decimate (each a child process
     reading and writing files in ``workdir``: this process never holds the full mesh while
     they run), uv_unwrap. Returns (asset without arrays, unwrapped mesh, normals, faces in,
-    the decimation's facts)."""
+    the decimation's facts, the orientation's facts)."""
     import numpy as np
 
     from bounded_export.glb import vertex_normals
@@ -115,15 +135,17 @@ def _mesh_steps(path: Path, levers: ExportLevers, plan, steps: Steps, workdir: P
     steps.progress(0.0, force=True)
     call("bounded_export.cleanup:clean_file", None,
          {"asset": str(path), "out": str(cleaned)}, workdir, steps)
-    decimation = _decimate(cleaned, decimated, levers, plan, steps, workdir)
-    cleaned.unlink()
+    oriented = workdir / "oriented.npz"
+    orientation = _orient(cleaned, oriented, steps, workdir)
+    decimation = _decimate(oriented, decimated, levers, plan, steps, workdir)
+    oriented.unlink()
     with np.load(decimated) as data:
         vertices, faces = data["vertices"], data["faces"]
     decimated.unlink()
     steps.begin("uv_unwrap")
     mesh = unwrap(vertices, faces, levers.texture_size, plan.unwrap_batch_faces, workdir, steps)
     normals = vertex_normals(vertices, faces)[mesh.source]
-    return asset, mesh, normals, faces_in, decimation
+    return asset, mesh, normals, faces_in, decimation, orientation
 
 
 def _texture_steps(asset, mesh, levers: ExportLevers, plan, steps: Steps):
@@ -168,10 +190,10 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     ``overwrite``: replace an existing ``output`` (else ``FileExistsError``).
 
     Returns ``{"output", "faces_in", "faces", "vertices", "texture_size", "alpha_mode",
-    "charts", "unwrap_batches", "utilization", "orphan_texels", "used_texels",
-    "voxel_coverage", "voxels", "budget",
-    "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak", "decimation", "seconds",
-    "step_seconds"}`` (bytes, seconds; ``decimation``: ``{"method": "one call" | "pieces",
+    "charts", "unwrap_batches", "utilization", "orphan_texels", "used_texels", "voxel_coverage",
+    "voxels", "budget", "unwrap_batch_faces", "bake_chunk_texels", "predicted_peak",
+    "decimation", "orientation", "seconds", "step_seconds"}`` (bytes, seconds; ``orientation``:
+    ``orient.orient``'s facts; ``decimation``: ``{"method": "one call" | "pieces",
     "pieces", "twins", …}``, the pieced path's ``piece_faces`` and ``stitched`` faces too;
     ``twins``: the twin faces dropped after the decimation, ``decimate.drop_twin_faces``;
     ``voxel_coverage``: the share, 0..1, of the ``used_texels`` — those a face covers — that
@@ -194,8 +216,8 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
     steps.begin("load")
     plan = _plan(path, levers)
     with tempfile.TemporaryDirectory(prefix=".export-", dir=output.parent) as work:
-        loaded, mesh, normals, faces_in, decimation = _mesh_steps(path, levers, plan, steps,
-                                                                  Path(work))
+        loaded, mesh, normals, faces_in, decimation, orientation = _mesh_steps(
+            path, levers, plan, steps, Path(work))
     baked, voxel_count, share = _texture_steps(loaded, mesh, levers, plan, steps)
     steps.begin("write")
     written = write(output, mesh.vertices, mesh.faces, mesh.uv, normals, baked.channels,
@@ -211,7 +233,7 @@ def export_asset(asset: os.PathLike | str, output: os.PathLike | str,
             "voxels": voxel_count, "budget": plan.budget,
             "unwrap_batch_faces": plan.unwrap_batch_faces,
             "bake_chunk_texels": plan.bake_chunk_texels, "predicted_peak": plan.peak,
-            "decimation": decimation,
+            "decimation": decimation, "orientation": orientation,
             "seconds": round(time.perf_counter() - start, 3),
             "step_seconds": {k: round(v, 3) for k, v in steps.seconds.items()}}
 

@@ -88,6 +88,29 @@ def test_a_pixal3d_run_exports_with_the_bounded_engine_in_its_own_torch_free_pro
 
 
 @pytest.mark.slow
+def test_a_bounded_runs_glb_is_wound_consistently_and_outward(kept):
+    """The stand-in decoder's flexible dual grid extraction winds about half the kept asset's
+    faces inward (o_voxel's fixed quad order per axis); the GLB's faces, welded across its UV
+    seams, are wound consistently and every closed part encloses a positive volume."""
+    import trimesh
+
+    folder, proc = kept
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(folder / "char.asset.npz") as data:
+        asset = trimesh.Trimesh(data["vertices"], data["faces"], process=True)
+    assert not asset.is_winding_consistent  # the bug the export must not pass on
+    glb = trimesh.load(folder / "char.glb", force="mesh", process=False)
+    mesh = trimesh.Trimesh(glb.vertices, glb.faces, process=False)
+    mesh.merge_vertices(merge_tex=True, merge_norm=True)
+    assert mesh.is_winding_consistent
+    closed = [part for part in mesh.split(only_watertight=False) if part.is_watertight]
+    assert closed and all(part.volume > 0 for part in closed)
+    trace = _trace(folder / "char.trace.jsonl")
+    assert not [e for e in trace if e.get("event") == "warning"
+                and "outside" in e.get("message", "")]
+
+
+@pytest.mark.slow
 def test_the_kept_asset_has_its_voxels_on_the_grid_it_declares_around_its_mesh(kept):
     """The port's convention (its ``decode_latent`` and ``_write_mesh_npz``): ``coords`` on the
     ``resolution``³ grid with ``voxel_size`` 1 / resolution from ``origin`` −0.5, the voxels a
