@@ -429,13 +429,7 @@ def chunk_decoder(decoder, name: str, budget_bytes: int, *, sink: Optional[Event
     first call). A decoder with none of those layers has nothing chunked: a ``warning``
     (``fallback: port_decoder``) names it and the port's rows run, with their memory."""
     tools = []
-    for path, module in decoder.named_modules():
-        kind = type(module).__name__
-        if kind not in DECODER_LAYERS:
-            continue
-        target = getattr(module, "mlp", None) if kind == "SparseConvNeXtBlock3d" else module
-        if not callable(target):
-            continue
+    for path, kind, target in chunked_layers(decoder):
         rows = rows_for_budget(target, budget_bytes)
         label = f"{name}.{path}.mlp" if kind == "SparseConvNeXtBlock3d" else f"{name}.{path}"
         tools.append(chunk_rows(target, rows, sink=sink, stage=stage, target=label))
@@ -459,9 +453,28 @@ def rows_for_budget(module, budget_bytes: int, *, element_bytes: int = 4) -> int
     at least 8 (below 8 rows a matrix product takes another kernel; see
     :mod:`stageload.working_memory`). ``widest``: the largest ``out_features`` of the module's
     Linear layers, or its LayerNorm's normalized size."""
+    return max(8, budget_bytes // (2 * widest(module) * element_bytes))
+
+
+def widest(module) -> int:
+    """The widest row a chunked layer makes: the largest ``out_features`` of ``module``'s
+    Linear layers, or its LayerNorm's normalized size (at least 1)."""
     widths = [getattr(m, "out_features", 0) for m in module.modules()]
     shape = getattr(module, "normalized_shape", None)
     if shape:
         widths.append(math.prod(shape))
-    widest = max(widths + [1])
-    return max(8, budget_bytes // (2 * widest * element_bytes))
+    return max(widths + [1])
+
+
+def chunked_layers(decoder) -> list:
+    """``(path, kind, module chunked)`` for each of ``decoder``'s :data:`DECODER_LAYERS`: a
+    ``LayerNorm32`` itself, a ``SparseConvNeXtBlock3d``'s ``mlp``."""
+    found = []
+    for path, module in decoder.named_modules():
+        kind = type(module).__name__
+        if kind not in DECODER_LAYERS:
+            continue
+        target = getattr(module, "mlp", None) if kind == "SparseConvNeXtBlock3d" else module
+        if callable(target):
+            found.append((path, kind, target))
+    return found

@@ -193,10 +193,13 @@ def decoder(ctx: Context) -> dict:
         subs = out[1] if isinstance(out, tuple) and len(out) == 2 else None
         return (seen, subs) if watch else out
 
+    layers = lean_models.chunked_layers(decoder_model)
+    budget = 2 * 4 * sizes.DECODER_CHUNK_ROWS * max(
+        [lean_models.widest(target) for _, _, target in layers] + [1])  # fp32 rows, 2 a row
+
     def lean():
-        tools = lean_models.chunk_decoder(decoder_model, sizes.DECODER_MODEL,
-                                          sizes.DECODER_BUDGET, sink=ctx.sink,
-                                          stage=lambda: STAGE)
+        tools = lean_models.chunk_decoder(decoder_model, sizes.DECODER_MODEL, budget,
+                                          sink=ctx.sink, stage=lambda: STAGE)
         try:
             return port()
         finally:
@@ -204,7 +207,8 @@ def decoder(ctx: Context) -> dict:
                 tool.remove()
 
     size = (f"{sizes.DECODER_MODEL} to {sizes.DECODER_RESOLUTION}, {len(coords):,} latent "
-            f"voxels x {channels} channels (a real run: about 20,000)")
+            f"voxels x {channels} channels, its widest rows {sizes.DECODER_CHUNK_ROWS} a chunk "
+            f"(a real run: about 20,000 voxels)")
     note = ("compared: the mesh extraction's inputs and the sub-grids" if watch else
             "compared: everything the decoder returns")
     return compare_paths(ctx, "decoder", size, port, lean, note)

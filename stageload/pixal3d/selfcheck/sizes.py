@@ -23,8 +23,10 @@ ATTENTION_MODEL = "tex_slat_flow_model_1024"
 DECODER_SIDE = 8
 #: The decoder's model and the resolution it decodes to (``1024_cascade``'s).
 DECODER_MODEL, DECODER_RESOLUTION = "shape_slat_decoder", 1024
-#: Bytes a decoder row chunk may hold: small, so the chunking runs on the small latent.
-DECODER_BUDGET = 4 * 2 ** 20
+#: Rows a chunk of the decoder's widest chunked layer holds: the budget is sized from the
+#: decoder's own widths so the first level's 512 rows run in 4 chunks whatever the widths (a
+#: fixed byte budget fitted every MLP of the stand-in's narrow decoders in one chunk).
+DECODER_CHUNK_ROWS = 128
 
 #: The largest agreement (max |lean - port| / max |port|) a part may show: docs/pixal3d.md's
 #: bound of lean against port for a whole run's sampler outputs (LEAN_BOUND).
