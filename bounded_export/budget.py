@@ -70,7 +70,7 @@ ORIENT_BYTES_PER_FACE = 190       # the orient step's child per face of the clea
 #   (int64 each, three a face), then the double cover's graph in SciPy's CSR and its transpose.
 #   Measured 2026-12-06 by ``python -m bench.export_orient``: the child's VmHWM 301 MB at
 #   1,310,720 faces, 1.42 GB at the 7.9 M of ``standin.asset`` at 1024 (169 B a face over a
-#   79 MB base); 12 % above that line.
+#   79 MB base: bench/results/2026-12-06/export_orient/); 12 % above that line.
 DECIMATE_BYTES_PER_FACE = 340       # 7.9 M faces: the child peaked at about 2.7 GB
 VOXEL_BYTES = 52                  # int32 x, y, z + six float32 + VOXEL_INDEX_BYTES
 VOXEL_INDEX_BYTES = 16            # the int64 sort key and its order

@@ -15,7 +15,9 @@ SUBSTEPS = ("load", "cleanup", "orient", "decimate", "uv_unwrap", "bake", "seams
 PROGRESS_EVERY = 0.5  # seconds between progress events of one step
 HEARTBEAT = 2.0  # seconds between repeated progress events while a child process works
 #: each sub-step's share of the export's time at the defaults (measured on a 5 M-face asset by
-#: ``python -m bench.export_engine``): turns a step's own fraction into the export stage's fraction.
+#: ``python -m bench.export_engine``; ``orient``: about half the cleanup's seconds in the same
+#: run, ``python -m bench.export_orient``): turns a step's own fraction into the export stage's
+#: fraction.
 WEIGHTS = {"load": 0.03, "cleanup": 0.07, "orient": 0.04, "decimate": 0.2, "uv_unwrap": 0.35,
            "bake": 0.25, "seams": 0.05, "write": 0.05}
 
