@@ -236,6 +236,17 @@ def resolve_output_dir(text: str, blend_file: str = "", package_dir: Path = PACK
     return path
 
 
+def make_output_folder(folder: Path) -> Path:
+    """Create the output folder ``folder`` (and its parents) when missing; returns it. Raises
+    :class:`ConfigError` saying what to do when it cannot be created."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"Cannot create the output folder {folder}: {exc.strerror or exc}. "
+                          "Choose another folder in the add-on preferences.") from None
+    return folder
+
+
 def free_output_paths(folder: Path, stem: str) -> tuple[Path, Path]:
     """``(folder/stem.glb, folder/stem.trace.jsonl)``, with ``_2``, ``_3`` … appended to the stem
     when either exists, so a run never overwrites an earlier result — except a trace that is the
@@ -244,11 +255,7 @@ def free_output_paths(folder: Path, stem: str) -> tuple[Path, Path]:
     skipped. Creates ``folder``.
 
     Raises :class:`ConfigError` when the folder cannot be created."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"Cannot create the output folder {folder}: {exc.strerror or exc}. "
-                          "Choose another folder in the add-on preferences.") from None
+    make_output_folder(folder)
     n = 1
     while True:
         name = stem if n == 1 else f"{stem}_{n}"

@@ -254,7 +254,8 @@ class IMAGE_TO_MESH_OT_check(bpy.types.Operator):
         report = None
         if prefs.check_deep:
             try:
-                report = self_check.report_path(output_dir(prefs))
+                # the report's folder as Generate makes it: a first Check may come first
+                report = self_check.report_path(config.make_output_folder(output_dir(prefs)))
             except config.ConfigError as exc:
                 prefs.check_report = f"ERROR: the deep check's report: {exc}"
                 self.report({"ERROR"}, str(exc))

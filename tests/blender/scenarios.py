@@ -830,6 +830,26 @@ def sc_defaults(zip_path, work, image, backend, pixal3d_dir="", python=""):
     verdict(**facts)
 
 
+def sc_deep_check(zip_path, work, pixal3d_dir, python):
+    """The preferences' Check with Deep on, answered by the real runner's deep check on the
+    port folder given (the stand-in) with the interpreter given; its text and the reports the
+    output folder holds afterwards."""
+    facts = install(zip_path, work)
+    prefs = addon_prefs()
+    prefs.output_dir = str(work / "out")
+    prefs.pixal3d_dir, prefs.python = pixal3d_dir, python
+    prefs.check_deep = True
+    facts["result"] = sorted(bpy.ops.image_to_mesh.check())
+    facts["while_running"] = prefs.check_report
+    prefs_mod = mod("ui.preferences")
+    end = time.monotonic() + 900
+    while time.monotonic() < end and prefs_mod.check_poll() is not None:
+        time.sleep(0.2)
+    facts["check_report"] = addon_prefs().check_report
+    facts["reports"] = sorted(str(p) for p in (work / "out").rglob("self-check *.json"))
+    verdict(**facts)
+
+
 SCENARIOS = {n[3:]: f for n, f in globals().items() if n.startswith("sc_")}
 
 if __name__ == "__main__":
