@@ -55,7 +55,10 @@ HEADER_LIMIT = 10**8  # 100 MB: MAX_HEADER_SIZE in safetensors/src/tensor.rs
 _DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
                 "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
                 "U16": "uint16", "U32": "uint32", "U64": "uint64", "BOOL": "bool",
-                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+                # a RoPE model's computed phase table is a persistent complex64 buffer
+                # (TRELLIS.2's dense structure flow: ``rope_phases``)
+                "C64": "complex64"}
 DTYPES = {code: getattr(torch, name) for code, name in _DTYPE_NAMES.items() if hasattr(torch, name)}
 
 

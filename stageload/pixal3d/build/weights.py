@@ -49,8 +49,11 @@ DOWNLOAD = ("Pixal3D-mac pulls its weights from Hugging Face (TencentARC/Pixal3D
 REDOWNLOAD = ("Delete that file (or its repository folder in the Hugging Face cache) and download "
               "it again: run Pixal3D-mac once with internet access, or `huggingface-cli download "
               "REPO`.")
+#: safetensors dtype code -> bytes per element (C64: a RoPE model's complex64 phase buffer,
+#: TRELLIS.2's dense structure flow ``rope_phases``)
 _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2,
-                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+                "C64": 8}
 _MAX_HEADER = 100 * 1024 * 1024  # the format's own limit on the header (100 MB)
 
 
