@@ -48,6 +48,7 @@ from stageload.pixal3d.port import knobs
 from stageload.pixal3d.port.args import given_options, port_namespace
 from stageload.pixal3d.port.open import EXTRACTOR_KEYS, HANDOVER_NAMES, Port, open_port
 
+from ..errors import StageloadError
 from ..events import EventSink, make_event
 from ..gpu import with_gpu_events
 from ..meter import system_memory
@@ -378,7 +379,9 @@ class Pixal3DRun:
         timed camera estimator), then ``save_mesh_checkpoint`` when ``--save-mesh`` is given, as
         ``main()`` does; ports without it: the same steps as their ``main()`` inlines them
         (``legacy.py``). An exit with status 2 (the port's empty-mesh stop) becomes
-        ``EmptyMeshError``."""
+        ``EmptyMeshError``; so does any other failure of the port after a sampler's output was
+        not finite (NaN latents decode to an empty structure, and the next flow model stops on
+        its zero tokens before any mesh exists), naming that output."""
         gm = self.gm
         if not self.entry_points:
             return legacy_image_to_asset(self, image, args)
@@ -388,20 +391,27 @@ class Pixal3DRun:
                                           tmp_dir=output.parent)
         except SystemExit as exc:
             raise self._port_exit(exc, "image_to_asset") from None
+        except Exception as exc:
+            if isinstance(exc, StageloadError) or not self.nonfinite:
+                raise
+            raise self._nonfinite_error() from exc
         if getattr(args, "save_mesh", None):
             gm.save_mesh_checkpoint(args.save_mesh, asset.mesh, asset.vertices, asset.faces,
                                     asset.resolution)
         return asset
 
+    def _nonfinite_error(self) -> EmptyMeshError:
+        said = "; ".join(f"{key}: {what}" for key, what in self.nonfinite.items())
+        return EmptyMeshError("Pixal3D's decoder produced an empty mesh because the "
+                              f"sampler output was not finite ({said}).",
+                              "NaN or infinite latents come from damaged weights or a "
+                              "numerical failure, not the GPU watchdog: run `python -m "
+                              "runner check --backend pixal3d`, delete and download the "
+                              "weights again, or try --device cpu to rule out the GPU.")
+
     def _port_exit(self, exc: SystemExit, where: str) -> Exception:
         if exc.code == 2 and self.nonfinite:  # not the watchdog: there was no number to mesh
-            said = "; ".join(f"{key}: {what}" for key, what in self.nonfinite.items())
-            return EmptyMeshError("Pixal3D's decoder produced an empty mesh because the "
-                                  f"sampler output was not finite ({said}).",
-                                  "NaN or infinite latents come from damaged weights or a "
-                                  "numerical failure, not the GPU watchdog: run `python -m "
-                                  "runner check --backend pixal3d`, delete and download the "
-                                  "weights again, or try --device cpu to rule out the GPU.")
+            return self._nonfinite_error()
         if exc.code == 2:
             advice = getattr(self.gm, "watchdog_help_message", lambda: "")().strip()
             return EmptyMeshError("Pixal3D's decoder produced an empty mesh; the port stops here "
