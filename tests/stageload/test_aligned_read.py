@@ -27,7 +27,8 @@ def test_every_dtype_round_trips_aligned(tmp_path):
              "f16": torch.randn(2, 2).half(), "i64": torch.arange(4), "u8": torch.arange(3).byte(),
              "empty": torch.zeros(0, 3), "scalar": torch.tensor(2.5),
              "mask": torch.tensor([True, False]), "f64": torch.randn(3).double(),
-             "i8": torch.tensor([-1, 2], dtype=torch.int8)}
+             "i8": torch.tensor([-1, 2], dtype=torch.int8),
+             "c64": torch.polar(torch.ones(4, 3), torch.randn(4, 3))}  # a RoPE phase table
     path = tmp_path / "x.safetensors"
     save_file(state, str(path), metadata={"format": "pt"})
     out = read_aligned(path)
