@@ -20,7 +20,9 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
 
 - ``hf/hub/models--TencentARC--Pixal3D``'s snapshot: ``pipeline.json`` and
   ``ckpts/<name>.json|.safetensors`` for the eight pipeline models (``{"name": class, "args":
-  kwargs}`` + weights).
+  kwargs}`` + weights). The five flow models are the real DiTs at a small width
+  (``flow_configs.py``: 32 channels, one block) with their MLP widened to the scaled size, no
+  ballast; the structure flow's RoPE phase buffer (complex64) is part of its checkpoint.
 - ``hf/hub/models--camenduru--dinov3-vitl16-pretrain-lvd1689m/`` (DINOv3 backbone),
   ``models--ZhengPeng7--BiRefNet/`` (background remover): ``config.json`` +
   ``model.safetensors`` in each snapshot (the ``transformers`` layout);
@@ -86,25 +88,6 @@ LATENT = 8
 #: and one encoder layer (the encoders run at up to 4x the output size: the dearest part here);
 #: its size is what these weights hold (no ballast: the real NAF is small too).
 NAF_CONFIG = {"dim": 16, "heads_attn": 4, "heads_rope": 4, "kernel_size": 9, "img_layers": 1}
-
-MODELS = {
-    "sparse_structure_flow_model": ("SparseStructureFlowModel", dict(
-        resolution=16, in_channels=LATENT, model_channels=16, cond_channels=HIDDEN,
-        proj_channels=HIDDEN)),
-    "shape_slat_flow_model_512": ("SLatFlowModel", dict(
-        resolution=32, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN,
-        proj_channels=2 * HIDDEN)),
-    "shape_slat_flow_model_1024": ("SLatFlowModel", dict(
-        resolution=64, in_channels=LATENT, out_channels=LATENT, cond_channels=HIDDEN,
-        proj_channels=2 * HIDDEN)),
-    "tex_slat_flow_model_512": ("SLatFlowModel", dict(
-        resolution=32, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN,
-        proj_channels=2 * HIDDEN)),
-    "tex_slat_flow_model_1024": ("SLatFlowModel", dict(
-        resolution=64, in_channels=2 * LATENT, out_channels=LATENT, cond_channels=HIDDEN,
-        proj_channels=2 * HIDDEN)),
-}
-
 
 def _unet(widths, blocks, latent: int, checkpoint: bool) -> dict:
     """The sparse U-Net decoders' shared arguments (five levels, ConvNeXt blocks, channel-to-
@@ -180,14 +163,18 @@ def _state_bytes(state: dict) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
-def _build_pixal3d(cls, args: dict, ballast_numel: int):
-    return cls(**args, ballast_numel=ballast_numel)
-
-
 def _build_hub(cls, config: dict, ballast_numel: int):
     import standin_hf
 
     return cls(standin_hf.Config(**config, ballast_numel=ballast_numel))
+
+
+def _write_flow(ckpts: Path, name: str, scale: float, seed: int) -> int:
+    """A flow model's checkpoint (``flow_configs``: the real DiT at a small width, its MLP
+    widened to ``REAL_BYTES[name] * scale`` bytes); its bytes."""
+    import flow_configs
+    return flow_configs.write_flow(ckpts, name, int(REAL_BYTES[name] * scale), latent=LATENT,
+                                   hidden=HIDDEN, seed=seed)
 
 
 def _sized(build, target: int):
@@ -275,17 +262,9 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0,
     sizes = {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        import pixal3d.models as models
-        for name, (cls_name, args) in MODELS.items():
-            cls = getattr(models, cls_name)
-            model = _sized(partial(_build_pixal3d, cls, args), int(REAL_BYTES[name] * scale))
-            state = model.state_dict()
-            n = state["ballast"].numel()
-            with open(model_dir / "ckpts" / f"{name}.json", "w") as f:
-                json.dump({"name": cls_name, "args": {**args, "ballast_numel": n}}, f)
-            save_file({k: v.contiguous() for k, v in state.items()},
-                      str(model_dir / "ckpts" / f"{name}.safetensors"))
-            sizes[name] = _state_bytes(state)
+        import flow_configs
+        for name in flow_configs.NAMES:
+            sizes[name] = _write_flow(model_dir / "ckpts", name, scale, seed)
         for name, (cls_name, args) in chosen.items():
             sizes[name] = _write_decoder(model_dir / "ckpts", name, cls_name, args)
         pipeline = {"name": "Pixal3DImageTo3DPipeline", "args": {

@@ -112,13 +112,13 @@ def _runner(args, env, repo_root, timeout=300):
 
 @pytest.fixture
 def damaged_weights(tmp_path, standin_weights):
-    """A copy of the stand-in weights with ``t_embed.fc.weight`` removed from one model."""
+    """A copy of the stand-in weights with ``t_embedder.mlp.0.weight`` removed from one model."""
     root = tmp_path / "weights"
     shutil.copytree(standin_weights.root, root)
     ckpts = root / standin_weights.model_dir.relative_to(standin_weights.root) / "ckpts"
     ckpt = ckpts / "sparse_structure_flow_model.safetensors"
     state = load_file(str(ckpt))
-    del state["t_embed.fc.weight"]
+    del state["t_embedder.mlp.0.weight"]
     save_file(state, str(ckpt))
     return {"HF_HOME": str(root / "hf"), "TORCH_HOME": str(root / "torch")}, ckpt
 
@@ -136,8 +136,8 @@ def test_runner_refuses_a_missing_weight_with_bad_weights(standin_dir, damaged_w
     assert proc.returncode == 35, proc.stderr[-3000:]
     error = events[-1]
     assert error["event"] == "error" and error["kind"] == "bad_weights"
-    assert "t_embed.fc.weight" in error["message"] and ckpt.name in error["message"]
-    assert error["details"]["tensors"] == ["t_embed.fc.weight"]
+    assert "t_embedder.mlp.0.weight" in error["message"] and ckpt.name in error["message"]
+    assert error["details"]["tensors"] == ["t_embedder.mlp.0.weight"]
     assert not out.exists()
     assert "runner: bad_weights:" in proc.stderr
 

@@ -64,29 +64,42 @@ def test_direct_load_gives_the_ports_module_bit_for_bit(port, standin_weights, n
 
 
 def test_standin_has_the_real_models_computed_tensors(port, standin_weights):
-    """The stand-in keeps what makes meta building tricky in the real port: a RoPE frequency
-    table as a plain tensor attribute (in no checkpoint) and a computed persistent buffer."""
+    """The stand-in keeps what makes meta building tricky in the real port: each sparse
+    self-attention's RoPE frequency table as a plain tensor attribute (in no checkpoint) and
+    the dense structure flow's computed persistent buffer (``rope_phases``, complex64)."""
     flow, _ = load_port_model(port.models, _ckpt(standin_weights, "shape_slat_flow_model_1024"),
                               "cpu", _never)
-    assert isinstance(flow.rope.freqs, torch.Tensor) and not flow.rope.freqs.is_meta
-    assert "rope.freqs" not in flow.state_dict()
+    rope = flow.blocks[0].self_attn.rope
+    assert isinstance(rope.freqs, torch.Tensor) and not rope.freqs.is_meta
+    assert not any(name.endswith("freqs") for name in flow.state_dict())
     ss, _ = load_port_model(port.models, _ckpt(standin_weights, "sparse_structure_flow_model"),
                             "cpu", _never)
-    assert "pos_emb" in ss.state_dict() and ss.pos_emb.abs().sum() > 0
+    phases = ss.state_dict()["rope_phases"]
+    assert phases.dtype == torch.complex64 and torch.allclose(phases.abs(), torch.ones(()))
 
 
-def test_direct_load_draws_nothing_from_the_cpu_generator_but_the_ports_loader_does(
+def test_direct_load_draws_only_the_constructors_own_draws_but_the_ports_loader_draws_more(
         port, standin_weights):
-    """Why the RNG-off control of test_staged_run still differs: building with parameters on
-    meta initialises nothing, so the pipeline models no longer move the generator; the
-    backbone (built by the port's DINOv3 code) still does, and so does this port loader."""
+    """Building with parameters on meta runs no weight initialiser, but the real DiT blocks
+    draw their shared-modulation offset (``torch.randn(6C)``) before it is registered as a
+    parameter (TRELLIS.2's ``ModulatedSparseTransformerCrossBlock``), so the direct loader moves
+    the CPU generator by exactly those draws — why the RNG-off control of test_staged_run
+    differs from the first sampler on; the port's own loader (every initialiser) draws more."""
+    from stageload.pixal3d.direct import checkpoint_files
+
     path = _ckpt(standin_weights, "tex_slat_flow_model_1024")
+    with open(checkpoint_files(path)[0]) as f:
+        args = json.load(f)["args"]
     torch.manual_seed(3)
-    before = torch.get_rng_state()
+    for _ in range(args["num_blocks"]):
+        torch.randn(6 * args["model_channels"])
+    expected = torch.get_rng_state()
+    torch.manual_seed(3)
     load_port_model(port.models, path, "cpu", _never)
-    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(torch.get_rng_state(), expected)
+    torch.manual_seed(3)
     port.models.from_pretrained(path)
-    assert not torch.equal(torch.get_rng_state(), before)
+    assert not torch.equal(torch.get_rng_state(), expected)
 
 
 class _TableModel(nn.Module):
@@ -172,8 +185,9 @@ _PROBE = textwrap.dedent("""
     from stageload.pixal3d.build.direct import load_port_model, parameters_on_meta
     # warm up: build a tiny one the same way first, so the baseline includes what torch imports
     # or sets up once per process (the first meta tensor imports torch's meta kernels, ~70 MB)
+    import flow_configs
     with (parameters_on_meta() if sys.argv[3] == "direct" else torch.device("cpu")):
-        M.SLatFlowModel(ballast_numel=10)
+        M.ElasticSLatFlowModel(**flow_configs.small_args("shape_slat_flow_model_1024"))
 
     def hwm():
         for line in open("/proc/self/status"):
@@ -197,23 +211,17 @@ _PROBE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_direct_load_allocates_the_weights_once(standin_dir, tmp_path):
-    """A 200 MB stand-in flow model: the process high-water mark grows by at most 1.2x its
-    checkpoint bytes with the adapter's loader; the port's own from_pretrained (random init,
-    then a state dict, then a copy) grows by more (the control). Each in a fresh process."""
+    """A 200 MB stand-in flow model (the real DiT, its MLP widened to 200 MB): the process
+    high-water mark grows by at most 1.2x its checkpoint bytes with the adapter's loader; the
+    port's own from_pretrained (random init, then a state dict, then a copy) grows by more (the
+    control). Each in a fresh process."""
     if str(standin_dir) not in sys.path:
         sys.path.insert(0, str(standin_dir))
-    import pixal3d.models as M  # the stand-in port's (put on sys.path just above)
-    args = dict(resolution=64, in_channels=16, out_channels=8, cond_channels=16, proj_channels=32)
-    with torch.random.fork_rng(devices=[]):
-        model = M.SLatFlowModel(**args, ballast_numel=50_000_000)
-    state = model.state_dict()
-    size = sum(t.numel() * t.element_size() for t in state.values())
-    assert size >= 200 * 10 ** 6
-    from safetensors.torch import save_file
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "big.safetensors"))
-    (tmp_path / "big.json").write_text(json.dumps({"name": "SLatFlowModel",
-                                                   "args": {**args, "ballast_numel": 50_000_000}}))
-    del model, state
+    import flow_configs  # the stand-in port's (put on sys.path just above)
+    size = flow_configs.write_flow(tmp_path, "tex_slat_flow_model_1024", 200 * 10 ** 6)
+    assert size >= 199 * 10 ** 6
+    for suffix in ("json", "safetensors"):
+        (tmp_path / f"tex_slat_flow_model_1024.{suffix}").rename(tmp_path / f"big.{suffix}")
     out = {}
     for mode in ("direct", "port"):
         proc = subprocess.run([sys.executable, "-c", _PROBE, str(standin_dir),

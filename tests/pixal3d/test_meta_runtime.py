@@ -68,7 +68,9 @@ def test_prepare_meta_runtime_pays_it_up_front(probes):
     assert note["modules"] > 100 and note["seconds"] > 0, note
     if sys.platform.startswith("linux"):
         assert note["rss_bytes"] > 20 * 10 ** 6, note  # tens of MB of interpreter state
-    assert prepared["first_load_imported"] < 10, prepared
+    # what the load still imports is the model's own package, loaded with its class (the
+    # DiT's attention and transformer modules: 14 in the stand-in); the runtime is hundreds
+    assert prepared["first_load_imported"] < 30, prepared
     assert prepared["again_modules"] == 0  # idempotent
     # The load no longer carries the import (measured: ~1.5-2.5 s of it on a 2-CPU machine).
     assert prepared["first_load_seconds"] < probes["cold"]["first_load_seconds"] / 2, probes
@@ -77,4 +79,4 @@ def test_prepare_meta_runtime_pays_it_up_front(probes):
 def test_the_staged_adapter_prepares_in_setup(probes):
     adapter = probes["adapter"]
     assert adapter["note"] is not None and adapter["note"]["modules"] > 100, adapter
-    assert adapter["dynamo_before"] and adapter["first_load_imported"] < 10, adapter
+    assert adapter["dynamo_before"] and adapter["first_load_imported"] < 30, adapter

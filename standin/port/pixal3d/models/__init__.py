@@ -12,6 +12,7 @@ __attributes = {
     'SparseStructureDecoder': 'sparse_structure_vae',
     'SparseStructureFlowModel': 'sparse_structure_flow',
     'SLatFlowModel': 'structured_latent_flow',
+    'ElasticSLatFlowModel': 'structured_latent_flow',
     'SparseUnetVaeDecoder': 'sc_vaes.sparse_unet_vae',
     'FlexiDualGridVaeDecoder': 'sc_vaes.fdg_vae',
 }

@@ -1,6 +1,10 @@
 """Stand-in of ``pixal3d.modules.utils``: the fp16 conversion of a model's torso
 (``convert_module_to_f16``: the parameters of convolutions and linear layers only — norms stay
-fp32), ``zero_module`` and ``manual_cast`` (cast unless autocast is on), as the real module."""
+fp32), its any-dtype form ``convert_module_to(module, dtype)`` (the flow models' ``convert_to``
+applies it to their blocks: the RMS norms' ``gamma`` and a block's ``modulation`` stay fp32),
+``zero_module``, ``manual_cast`` (cast unless autocast is on; a sparse tensor casts its feats)
+and ``str_to_dtype`` (a config's ``dtype`` name: ``float16``/``fp16``/``f16``,
+``bfloat16``/``bf16``, ``float32``/``fp32``/``f32``; KeyError otherwise), as the real module."""
 import torch
 import torch.nn as nn
 
@@ -17,6 +21,13 @@ def convert_module_to_f16(module):
     if isinstance(module, MIX_PRECISION_MODULES):
         for p in module.parameters():
             p.data = p.data.half()
+
+
+def convert_module_to(module, dtype):
+    """Make ``module``'s parameters ``dtype`` if it is a convolution or a linear layer."""
+    if isinstance(module, MIX_PRECISION_MODULES):
+        for p in module.parameters():
+            p.data = p.data.to(dtype)
 
 
 def convert_module_to_f32(module):
@@ -38,3 +49,15 @@ def manual_cast(tensor, dtype):
     if not torch.is_autocast_enabled():
         return tensor.type(dtype)
     return tensor
+
+
+_DTYPES = {
+    'f16': torch.float16, 'fp16': torch.float16, 'float16': torch.float16,
+    'bf16': torch.bfloat16, 'bfloat16': torch.bfloat16,
+    'f32': torch.float32, 'fp32': torch.float32, 'float32': torch.float32,
+}
+
+
+def str_to_dtype(dtype_str: str) -> torch.dtype:
+    """The torch dtype a model config names (its ``dtype`` argument)."""
+    return _DTYPES[dtype_str]

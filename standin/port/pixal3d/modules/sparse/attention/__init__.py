@@ -1,2 +1,4 @@
-from .full_attn import *
-from .modules import *
+from .full_attn import *  # noqa: F401,F403
+from .modules import *  # noqa: F401,F403
+from .proj_attention import *  # noqa: F401,F403
+from .rope import *  # noqa: F401,F403

@@ -1,1 +1,2 @@
-from .modulated import *
+from .blocks import *  # noqa: F401,F403
+from .modulated import *  # noqa: F401,F403
