@@ -1,1 +1,6 @@
-from .flow_euler import FlowEulerGuidanceIntervalSampler, FlowEulerSampler  # noqa: F401
+from .base import Sampler  # noqa: F401
+from .flow_euler import (  # noqa: F401
+    FlowEulerCfgSampler,
+    FlowEulerGuidanceIntervalSampler,
+    FlowEulerSampler,
+)
