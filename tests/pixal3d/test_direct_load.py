@@ -85,7 +85,7 @@ def test_direct_load_draws_only_the_constructors_own_draws_but_the_ports_loader_
     parameter (TRELLIS.2's ``ModulatedSparseTransformerCrossBlock``), so the direct loader moves
     the CPU generator by exactly those draws — why the RNG-off control of test_staged_run
     differs from the first sampler on; the port's own loader (every initialiser) draws more."""
-    from stageload.pixal3d.direct import checkpoint_files
+    from stageload.pixal3d.build.direct import checkpoint_files
 
     path = _ckpt(standin_weights, "tex_slat_flow_model_1024")
     with open(checkpoint_files(path)[0]) as f:
