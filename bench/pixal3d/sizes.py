@@ -5,11 +5,12 @@ Every figure here is in bytes (1 GB = 1e9 bytes) unless a name says otherwise.
 
 Sources:
 - Weight sizes: the stand-in port's ``make_weights.REAL_BYTES`` (standin/port),
-  which writes the files the benchmark loads. From SPEC §1 and the issue: texture flow 2.6 GB,
-  shape decoder 0.9 GB, DINOv3 ViT-L fp32 1.2 GB, 13.2 GB over the eight loads of a staged run;
-  the rest of the split is that module's stated assumption. Names are mapped to the adapter's
-  plan names (``stageload.pixal3d.plan``): ``rembg_model`` = BiRefNet, ``camera_estimator`` =
-  MoGe-2, ``image_cond_backbone`` = DINOv3, ``naf`` = NAF.
+  which writes the files the benchmark loads: the flows and decoders computed from their
+  released configs (texture flow 2.81 GB, shape decoder 0.95 GB, 14.14 GB over the eight loads
+  of a staged run: SPEC §1's 2.6, 0.9 and 13.2, which are GiB), DINOv3 ViT-L fp32 1.2 GB from
+  SPEC §1; the other hub models' sizes are that module's stated assumption. Names are mapped
+  to the adapter's plan names (``stageload.pixal3d.plan``): ``rembg_model`` = BiRefNet,
+  ``camera_estimator`` = MoGe-2, ``image_cond_backbone`` = DINOv3, ``naf`` = NAF.
 - The plan: ``stageload.pixal3d.plan.PLAN_1024`` (SPEC §2.5).
 - Staged peaks per stage: SPEC §1 (48 GB M5 Pro, Activity Monitor's footprint).
 

@@ -4,7 +4,7 @@ Pixal3D-mac reads, at a chosen fraction of the real sizes.
 Usage (tests, and the loading benchmark)::
 
     from standin import make_weights             # the repository root on sys.path
-    info = make_weights("/tmp/px", scale=1e-3)   # the flows' 12.6 GB -> 12.6 MB
+    info = make_weights("/tmp/px", scale=1e-3)   # the five flows' 13.9 GB -> 13.9 MB
     env = {**os.environ, **info.env}              # HF_HOME and TORCH_HOME for the port
     # the port then resolves MODEL_PATH "TencentARC/Pixal3D" (and DINOv3, BiRefNet, MoGe-2,
     # NAF) from these caches, exactly as the real one does offline.
@@ -31,12 +31,15 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
 - ``torch/hub/checkpoints/naf_standin.json|.safetensors`` (NAF upsampler, read via torch.hub):
   ``NAF_CONFIG`` and the weights of ``NAF(**NAF_CONFIG)``, not scaled.
 
-Sizes (``REAL_BYTES``): from SPEC §1 — texture flow 2.6 GB, DINOv3 ViT-L fp32 1.2 GB, and
-13.2 GB over the eight loads of a staged 1024_cascade run (seven models, the shape decoder
-twice). The three decoders' sizes are computed from their released configs (``REAL_DECODERS``:
-parameters × bytes, fp16 torso; the shape decoder's 0.95 GB is SPEC's 0.9 GB). The split of the
-rest over the other four pipeline models, and the sizes of BiRefNet, MoGe-2, NAF and the unused
-512 texture flow, are assumptions of this stand-in (marked below), not measurements.
+Sizes (``REAL_BYTES``): the five flows and the three decoders are computed from their released
+configs (``flow_configs.REAL``, ``REAL_DECODERS``: the ``state_dict`` bytes of the class built at
+those widths and depths, bf16 flow blocks and fp16 decoder torsos, the rest fp32; the tests
+rebuild them on the meta device and compare). They agree with SPEC §1: the texture flow 2.81 GB
+= 2.62 GiB ("2.6 GB"), the shape decoder 0.95 GB ("0.9 GB"), and the eight loads of a staged
+1024_cascade run (seven models, the shape decoder twice) 14.14 GB = 13.17 GiB ("13.2 GB" read
+in 24 s): SPEC's Mac figures are binary gigabytes. DINOv3 ViT-L fp32 is SPEC §1's 1.2 GB; the
+sizes of BiRefNet, MoGe-2 and NAF are assumptions of this stand-in (marked below), not
+measurements.
 
 The decoders are the real architecture (``pixal3d/models``): their size comes from their widths
 and depths, not from ``scale``. ``decoders="test"`` (the default) writes ``TEST_DECODERS``
@@ -67,13 +70,13 @@ if str(HERE) not in sys.path:
 GB = 10 ** 9
 #: Real on-load size of each checkpoint in bytes (see the module docstring for the sources).
 REAL_BYTES = {
-    "sparse_structure_flow_model": int(2.2 * GB),   # assumed
+    "sparse_structure_flow_model": 2_715_920_416,   # flow_configs.REAL (1,339,411,976 params)
     "sparse_structure_decoder": 147_585_412,        # REAL_DECODERS (73,671,201 parameters)
-    "shape_slat_flow_model_512": int(2.6 * GB),     # assumed
-    "shape_slat_flow_model_1024": int(2.6 * GB),    # assumed
+    "shape_slat_flow_model_512": 2_808_490_112,     # flow_configs.REAL (1,386,671,648 params)
+    "shape_slat_flow_model_1024": 2_808_490_112,    # flow_configs.REAL
     "shape_slat_decoder": 948_598_492,              # REAL_DECODERS; SPEC §1: 0.9 GB
-    "tex_slat_flow_model_512": int(2.6 * GB),       # assumed (unused by 1024_cascade)
-    "tex_slat_flow_model_1024": int(2.6 * GB),      # SPEC §1
+    "tex_slat_flow_model_512": 2_808_686_720,       # flow_configs.REAL (unused by 1024_cascade)
+    "tex_slat_flow_model_1024": 2_808_686_720,      # flow_configs.REAL (1,386,720,800 params)
     "tex_slat_decoder": 948_567_448,                # REAL_DECODERS (474,216,006 parameters)
     "dinov3": int(1.2 * GB),                        # SPEC §1 (ViT-L fp32)
     "birefnet": int(0.9 * GB),                      # assumed
@@ -247,8 +250,8 @@ def make_weights(root, scale: float = 1e-4, seed: int = 0,
     ``scale``).
 
     root: folder (created; existing files of the same names are replaced). scale: fraction of
-    ``REAL_BYTES`` for every other model (1e-4 -> about 1.3 MB for the five flows;
-    1e-2 -> about 130 MB). The random generator state of the caller is left untouched
+    ``REAL_BYTES`` for every other model (1e-4 -> about 1.4 MB for the five flows;
+    1e-2 -> about 140 MB). The random generator state of the caller is left untouched
     (``torch.random.fork_rng``). Raises ValueError for a scale outside (0, 1] or another
     ``decoders``.
     """

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from standin import PORT_DIR
+from standin import PORT_DIR, weights_module
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +112,19 @@ def _real_count(a: dict) -> int:
 
 
 def test_real_width_parameter_count_is_the_configs_1_3_billion(port):
-    fc = port["flow_configs"]
-    counts = {name: fc.parameter_count(*fc.REAL[name]) for name in fc.NAMES}
+    """Built on the meta device from the released configs: the parameters counted from the
+    layout here, and the bytes (bf16 blocks, the rest fp32, the RoPE phases complex64) that
+    ``make_weights.REAL_BYTES`` records for each flow."""
+    fc, real_bytes = port["flow_configs"], weights_module().REAL_BYTES
+    counts = {}
     for name in fc.NAMES:
-        assert counts[name] == _real_count(fc.REAL[name][1]), name
+        cls, args = fc.REAL[name]
+        with torch.device("meta"):
+            model = getattr(port["models"], cls)(**args)
+        counts[name] = sum(p.numel() for p in model.parameters())
+        assert counts[name] == _real_count(args), name
+        state = model.state_dict()
+        assert sum(t.numel() * t.element_size() for t in state.values()) == real_bytes[name], name
     assert counts["sparse_structure_flow_model"] == 1_339_411_976
     assert counts["shape_slat_flow_model_1024"] == 1_386_671_648
     assert counts["tex_slat_flow_model_1024"] == 1_386_720_800
