@@ -21,10 +21,13 @@ with the blocks in bf16 and the rest in fp32 their state dicts hold 2.72 GB and 
 (2.53 / 2.62 GiB: SPEC §1's 2.6 for the texture flow).
 
 Small (:func:`small_args`): the same classes and switches at a width the tests run in seconds —
-32 channels, one block, ``float32``; two heads of 16 channels where tokens are few (the 16³
-structure grid, the 512 shape pass: ~1.3 k tokens at the tests' sizes), one head of 32 channels
-for the 1024 passes (~10 k tokens: the port's ``naive`` attention costs ~0.6 s per head and call
-there on this CPU). ``latent``/``hidden`` are the stand-in's latent and DINOv3 widths.
+one block, ``float32``; the shape and texture flows 32 channels, two heads of 16 where tokens are
+few (the 512 shape pass: ~1.3 k tokens at the tests' sizes), one head of 32 for the 1024 passes
+(~10 k tokens: the port's ``naive`` attention costs ~0.6 s per head and call there on this CPU);
+the structure flow 16 channels in one head: its dense 16³ grid is 4,096 tokens at every step of
+every run, so its attention is the stand-in run's dearest flow step (one head of 16 takes half
+the CPU of two of 16 over 32 channels: 0.027 against 0.054 s a call, single-threaded).
+``latent``/``hidden`` are the stand-in's latent and DINOv3 widths.
 
 Weights (:func:`build_flow`): the real initialisation (``initialization="scaled"``), then the
 two layers it zeroes made non-zero at chosen scales — the shared modulation's last Linear
@@ -84,9 +87,13 @@ def small_args(name: str, latent: int = 8, hidden: int = 16) -> dict:
     docstring); ``latent``: the stand-in's latent channels, ``hidden``: its DINOv3 width.
     Raises KeyError for a name not in :data:`NAMES`."""
     cls, real = REAL[name]
-    heads = 1 if name.endswith("_1024") or name == "tex_slat_flow_model_512" else 2
-    args = dict(real, model_channels=32, cond_channels=hidden, num_blocks=1, num_heads=heads,
-                dtype="float32")
+    if cls == "SparseStructureFlowModel":
+        channels, heads = 16, 1
+    else:
+        channels = 32
+        heads = 1 if name.endswith("_1024") or name == "tex_slat_flow_model_512" else 2
+    args = dict(real, model_channels=channels, cond_channels=hidden, num_blocks=1,
+                num_heads=heads, dtype="float32")
     if cls == "SparseStructureFlowModel":
         args.update(in_channels=latent, out_channels=latent)
     else:

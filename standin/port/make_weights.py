@@ -21,7 +21,7 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
 - ``hf/hub/models--TencentARC--Pixal3D``'s snapshot: ``pipeline.json`` and
   ``ckpts/<name>.json|.safetensors`` for the eight pipeline models (``{"name": class, "args":
   kwargs}`` + weights). The five flow models are the real DiTs at a small width
-  (``flow_configs.py``: 32 channels, one block) with their MLP widened to the scaled size, no
+  (``flow_configs.py``: 16 or 32 channels, one block) with their MLP widened to the scaled size, no
   ballast; the structure flow's RoPE phase buffer (complex64) is part of its checkpoint.
 - ``hf/hub/models--camenduru--dinov3-vitl16-pretrain-lvd1689m/`` (DINOv3 backbone),
   ``models--ZhengPeng7--BiRefNet/`` (background remover): ``config.json`` +
