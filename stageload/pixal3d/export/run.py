@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 from meshfacts.choices import MAX_DECIMATION_TARGET, PROFILES, REMESH_RESOLUTIONS
 from meshfacts.units import format_size
 from stageload.pixal3d.errors import PortError
+from stageload.pixal3d.export.port_lines import hide_port_lines
 
 PEER_FACES = (989_941, 937_343)
 PEER_FACE_TOLERANCE = 1 - PEER_FACES[1] / PEER_FACES[0]
@@ -180,24 +181,14 @@ def save_asset(gm, asset, path: os.PathLike | str) -> Path:
     The port prints ``[Checkpoint] Saved mesh to PATH`` as it writes (meant for its
     ``--save-mesh``, a file the user asked for); the hand-over is the adapter's own temporary,
     deleted once the export has read it, so that line is dropped — a path the user cannot
-    find told them nothing. Whatever else the port prints while saving passes through."""
-    import contextlib
-    import io
-    import sys
-
+    find told them nothing (``port_lines``). Whatever else the port prints passes through."""
     path = Path(path)
     if path.suffix != ".npz":
         raise ValueError(f"hand-over path {path} must end in .npz (numpy adds it otherwise)")
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(said):
-            gm.save_mesh_checkpoint(path, asset.mesh, asset.vertices, asset.faces,
-                                    asset.resolution)
-    finally:
-        kept = [line for line in said.getvalue().splitlines(keepends=True)
-                if not (line.startswith("[Checkpoint]") and str(path) in line)]
-        sys.stdout.write("".join(kept))
+    with hide_port_lines(("[Checkpoint]",), str(path)):
+        gm.save_mesh_checkpoint(path, asset.mesh, asset.vertices, asset.faces,
+                                asset.resolution)
     return path
 
 
@@ -223,7 +214,9 @@ def run_export(gm, asset, output: Path, args, settings: ResolvedExport,
     steps = ExportSteps(emit, postprocess, remesh=bool(args.native_remesh),
                         remesh_limit=settings.remesh_limit,
                         free=freer(gm, device) if settings.free_between_steps else None)
-    with steps, FallbackWatch(gm, args, emit, settings.strict):
+    # the GLB the port writes is the adapter's temporary (moved into place by the runner)
+    with steps, FallbackWatch(gm, args, emit, settings.strict), \
+            hide_port_lines(("[Export]",), str(output)):
         gm.asset_to_glb(asset, output, args)
 
 
