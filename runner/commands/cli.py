@@ -111,13 +111,22 @@ def validate_job(ns: argparse.Namespace) -> JobOptions:
 
 
 def guard_config(ns: argparse.Namespace):
-    """``GuardConfig.from_args`` with its ``ConfigError`` turned into a usage error."""
+    """``GuardConfig.from_args`` with its ``ConfigError`` turned into a usage error. The
+    ``--log`` file's folder is checked here too, before the job writes anything (its trace
+    included): the guard itself opens the log only once the job starts."""
     from stageload.guard import ConfigError, GuardConfig
 
     try:
-        return GuardConfig.from_args(ns)
+        config = GuardConfig.from_args(ns)
     except (ConfigError, OSError, ValueError) as exc:
         raise RunnerError("usage", str(exc)) from None
+    if config.log:
+        folder = Path(config.log).expanduser().absolute().parent
+        if not folder.is_dir():
+            raise RunnerError("usage", f"--log {config.log}: the folder {folder} does not exist.",
+                              "Create the folder first, or give --log a file in an existing "
+                              "folder.")
+    return config
 
 
 def setup(ns: argparse.Namespace | None = None) -> tuple[Emitter, Cancel]:
@@ -176,6 +185,7 @@ def build_parser() -> ArgumentParser:
                     "  python -m runner export ASSET.npz -o OUT.glb   a saved asset → GLB\n"
                     "  python -m runner check                         what can run here",
         epilog=EXIT_EPILOG)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {RUNNER_VERSION}")
     parser.add_argument("image", help="the input image (PNG, JPEG, WebP …)")
     parser.add_argument("-o", "--output", required=True, help="the GLB to write (…/name.glb)")
     parser.add_argument("--trace", default=None,

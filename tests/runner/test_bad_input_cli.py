@@ -4,6 +4,7 @@ traceback), an existing output left byte for byte as it was, no trace written.""
 from __future__ import annotations
 
 import os
+import subprocess
 from contextlib import contextmanager
 
 import pytest
@@ -58,6 +59,26 @@ def test_output_not_glb(rt, samples, tmp_path):
 def test_usage_error_is_an_event(rt, samples):
     fin = rt.run([samples["unicode"], "--no-such-option"])
     check_refused(fin, "usage")
+
+
+def test_guard_log_in_a_missing_folder_is_refused_before_anything_is_written(rt, samples,
+                                                                              sentinel_output,
+                                                                              tmp_path):
+    """The guard opens its --log only once the job starts; a folder that does not exist is a
+    usage error up front, so no trace file is left behind by a run that never started."""
+    log = tmp_path / "no such folder" / "guard.log"
+    fin = rt.run([samples["unicode"], "-o", sentinel_output, "--overwrite", "--log", log])
+    err = check_refused(fin, "usage", output=sentinel_output)
+    assert str(log.parent) in err["message"] and not log.parent.exists()
+
+
+def test_version_is_printed(rt):
+    from runner.job.run import RUNNER_VERSION
+
+    done = subprocess.run([rt.PY, "-m", "runner", "--version"], capture_output=True, text=True,
+                          env=rt.env(), cwd=rt.REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"python -m runner {RUNNER_VERSION}"
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from runner import backends
 REPO = Path(__file__).resolve().parents[2]
 #: Options of the runner's command lines that are not job settings (paths, plumbing).
 PLUMBING = {"run": {"-h", "-o", "--trace", "--overwrite", "--cancel-on-stdin-eof",
-                    "--json"},
+                    "--json", "--version"},
             "batch": {"-h", "-o", "--overwrite", "--cancel-on-stdin-eof", "--json"},
             "check": {"-h", "--backend", "--json", "--deep", "--report"}}
 
