@@ -45,7 +45,7 @@ from runner.batch import MANIFEST, MANIFEST_VERSION
 from runner.batch.manifest import load_manifest, manifest_entries, relocated, update_manifest
 from runner.images.reading import IMAGE_SUFFIXES
 from runner.job.inputs import ImageInput
-from runner.job.records import Job, Outcome
+from runner.job.records import Job, Outcome, explain_warning
 from runner.job.run import RUNNER_VERSION, JobRun
 from runner.job.trace import log
 
@@ -78,6 +78,24 @@ def file_sha256(path: Path) -> str | None:
     except OSError:
         return None
     return digest.hexdigest()
+
+
+def changed_options(before, now: dict) -> list[str]:
+    """The output-shaping options whose recorded value differs: ``["backend pixal3d → builtin",
+    …]`` (``before`` the manifest's record, possibly not a dict)."""
+    before = before if isinstance(before, dict) else {}
+    return [f"{key} {before.get(key)} → {now.get(key)}" for key in sorted(set(before) | set(now))
+            if before.get(key) != now.get(key)]
+
+
+def replaced_because(entry: dict, digest: str | None, fingerprint: dict) -> str:
+    """Why a GLB recorded as done is made again, in a person's words."""
+    changed = changed_options(entry.get("options"), fingerprint)
+    if changed:
+        return "with other options (" + ", ".join(changed) + ")"
+    if digest is None or entry.get("sha256") != digest:
+        return "from another version of its image (the image changed since)"
+    return "by a batch whose record is incomplete"
 
 
 def job_fingerprint(options) -> dict:
@@ -230,11 +248,22 @@ class Batch:
             return None
         # A changed image or changed options: this batch may replace what it wrote itself
         # (a GLB recorded as done, a trace recorded for this image), nothing else.
+        if not ns.overwrite and ours and entry.get("status") == "done" and output.exists():
+            self.say_replaced(output, replaced_because(entry, digest, self.fingerprint))
         job = Job(input=ImageInput(image, backends.get(ns.backend)), output=output,
                   options=self.options, trace=trace,
                   overwrite=ns.overwrite or (ours and entry.get("status") == "done"),
                   replace_trace=ns.overwrite or entry.get("trace") == str(trace))
         return job, digest
+
+    def say_replaced(self, output: Path, why: str) -> None:
+        """A ``warning`` event (and its stderr line) before a GLB this batch recorded as done
+        is made again: one forgotten option must not replace hours of work unannounced."""
+        event = self.emitter.event(
+            "warning", message=f"{output.name} was made {why}; it is made again and replaced "
+            "(keep a copy first, or give the same options to skip it).",
+            source="runner.batch", cause=why, differs="replaced")
+        explain_warning(event)
 
     def item_hello(self, job: Job, index: int, digest: str | None) -> dict:
         """The ``hello`` an image's trace begins with (``mode: "batch_item"``, its ``image``,

@@ -57,6 +57,13 @@ def test_resume_reruns_changed_images_and_options(rt, shared_images, tmp_path):
     assert {k: v["status"] for k, v in _items(changed).items()} == {"one.png": "done",
                                                                      "two.png": "skipped"}
     assert (out / "one.glb").read_bytes() != old_glb
+    # said before it is replaced: an event and a stderr line naming the GLB and why
+    said = [e for e in changed.events if e["event"] == "warning" and e.get("source") ==
+            "runner.batch"]
+    assert [e["message"].split(" was made ")[0] for e in said] == ["one.glb"], said
+    assert "image changed" in said[0]["cause"]
+    assert "runner: warning: one.glb was made from another version of its image" in \
+        changed.stderr
     assert json.loads((out / "one.trace.jsonl").read_text().splitlines()[0])["pid"] == \
         changed.events[0]["pid"]
 
@@ -65,6 +72,10 @@ def test_resume_reruns_changed_images_and_options(rt, shared_images, tmp_path):
     assert smaller.returncode == 0, smaller.stderr[-3000:]
     items = _items(smaller)
     assert {k: v["status"] for k, v in items.items()} == {"one.png": "done", "two.png": "done"}
+    causes = {e["message"].split(" was made ")[0]: e["cause"] for e in smaller.events
+              if e["event"] == "warning" and e.get("source") == "runner.batch"}
+    assert causes == {f"{n}.glb": "with other options (texture_size 1024 → 512)"
+                      for n in ("one", "two")}, causes
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["images"]["two.png"]["options"]["texture_size"] == 512
 
