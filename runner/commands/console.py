@@ -254,11 +254,46 @@ class Console(Emitter):
         self.stream.flush()
 
 
+def stderr_is_terminal() -> bool:
+    """True when this process's stderr is a terminal (``isatty``)."""
+    try:
+        return bool(sys.stderr is not None and sys.stderr.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class EventsWithLines(Emitter):
+    """The protocol's events on stdout (a file or a pipe) and a person's lines on stderr, when
+    stderr is a terminal: ``python -m runner IMG -o OUT.glb > events.ndjson`` at a terminal
+    shows its progress instead of an hour of silence. A failing display never stops the
+    events (``Console`` reports it once)."""
+
+    human = True
+    """A person reads stderr (``runner.commands.cli.run_and_report``: the last stage's end
+    before the verdict line)."""
+
+    def __init__(self, on_broken=None):
+        super().__init__(on_broken=on_broken)
+        self.lines = Console(stream=sys.stderr)
+
+    def _write(self, obj: dict) -> None:
+        super()._write(obj)
+        try:
+            self.lines.emit(obj)
+        except Exception:  # the display only: the events above are what the reader relies on
+            pass
+
+
 def make_emitter(json_events: bool, on_broken=None) -> Emitter:
-    """The stdout writer of a single run or a batch: a ``Console`` when :func:`wanted`, else the
-    protocol's ``Emitter``."""
-    return Console(on_broken=on_broken) if wanted(json_events) else Emitter(on_broken=on_broken)
+    """The stdout writer of a single run or a batch: a ``Console`` when :func:`wanted`; the
+    protocol's ``Emitter`` otherwise — with a person's lines on stderr too
+    (``EventsWithLines``) when ``--json`` was not given and only stderr is a terminal."""
+    if wanted(json_events):
+        return Console(on_broken=on_broken)
+    if not json_events and stderr_is_terminal():
+        return EventsWithLines(on_broken=on_broken)
+    return Emitter(on_broken=on_broken)
 
 
-__all__ = ["Console", "ProgressView", "batch_line", "guard_words", "make_emitter", "wanted",
-           "stdout_is_terminal"]
+__all__ = ["Console", "EventsWithLines", "ProgressView", "batch_line", "guard_words",
+           "make_emitter", "wanted", "stdout_is_terminal", "stderr_is_terminal"]

@@ -20,18 +20,21 @@ IMAGES = REPO / "tests" / "data" / "images"
 GOBLIN = IMAGES / "typical_humanoid_goblin.png"
 
 
-def run_at_terminal(args: list, timeout: float = 120,
-                    environ: dict | None = None) -> tuple[int, list[str], str]:
-    """Run ``python -m runner ARGS`` with stdout on a pseudo-terminal and stderr on a pipe
-    (``environ``: its environment, default the runner tests' ``env()``); returns the exit
-    status, stdout's lines (the terminal's ``\\r\\n`` undone) and stderr."""
+def run_at_terminal(args: list, timeout: float = 120, environ: dict | None = None,
+                    terminal: str = "stdout") -> tuple[int, list[str], str]:
+    """Run ``python -m runner ARGS`` with stdout (``terminal="stderr"``: stderr) on a
+    pseudo-terminal and the other stream on a pipe (``environ``: its environment, default the
+    runner tests' ``env()``); returns the exit status, the terminal's lines (its ``\\r\\n``
+    undone) and the other stream's text."""
     master, slave = os.openpty()
+    streams = {"stdout": slave, "stderr": subprocess.PIPE} if terminal == "stdout" else \
+        {"stdout": subprocess.PIPE, "stderr": slave}
     proc = subprocess.Popen([PY, "-m", "runner", *map(str, args)], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=subprocess.PIPE, env=environ or env(),
-                            cwd=REPO)
+                            env=environ or env(), cwd=REPO, **streams)
     os.close(slave)
     errors: list[bytes] = []
-    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    piped = proc.stderr if terminal == "stdout" else proc.stdout
+    reader = threading.Thread(target=lambda: errors.append(piped.read()), daemon=True)
     reader.start()
     out, deadline = bytearray(), time.monotonic() + timeout
     try:
@@ -82,6 +85,23 @@ def test_a_terminal_gets_a_progress_line_per_stage_and_no_json(tmp_path):
     assert any(" done " in line and ", peak " in line and "iB" in line for line in lines), lines
     assert "runner: wrote" in stderr  # the result's line stays on stderr
     assert (tmp_path / "g.glb").stat().st_size > 0
+
+
+def test_events_to_a_file_at_a_terminal_still_show_progress_on_stderr(tmp_path):
+    """``python -m runner IMG -o OUT > events.ndjson`` at a terminal: the events go to stdout
+    as the protocol says, and the person at the terminal still sees a line per stage and the
+    verdict on stderr (before, nothing until the end)."""
+    code, lines, stdout = run_at_terminal([GOBLIN, "-o", tmp_path / "g.glb"], terminal="stderr")
+    assert code == 0, lines
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert events[0]["event"] == "hello" and events[-1]["event"] == "result"
+    for n, stage in enumerate(["matte", "shape", "texture", "export"], 1):
+        assert f"[{n}/4] {stage}" in lines, lines
+    assert lines.index("[4/4] export") < next(i for i, line in enumerate(lines)
+                                               if line.startswith("runner: wrote")), lines
+    code, lines, stdout = run_at_terminal([GOBLIN, "-o", tmp_path / "j.glb", "--json"],
+                                          terminal="stderr")
+    assert code == 0 and not any(line.startswith("[1/4]") for line in lines), lines
 
 
 def test_json_at_a_terminal_gives_the_events(tmp_path):
