@@ -1,7 +1,8 @@
 """Every lean part acts or says why not, in a whole staged run on the stand-in (CPU):
 
 - the flow attention under a back end with nothing to slice (``flash_attn``, the port's choice
-  when the mtlflashattn shim imports) sends a ``working_memory`` event saying so;
+  when the mtlflashattn shim imports) sends a ``working_memory`` event saying so — set in
+  process, and from ``SPARSE_ATTN_BACKEND`` as a user sets it, in a runner run's trace;
 - decoders whose layers lean does not know (their class names absent) send a ``warning`` each;
 - Metal's limit, which cannot be set without MPS, says why in its ``working_memory`` event;
 - the port's device switches (``PIXAL3D_PROJ_GRID_DEVICE=cpu``, ``PIXAL3D_NAF_DEVICE=cpu``)
@@ -75,3 +76,29 @@ def test_the_ports_device_switches_with_lean_give_the_ports_result(
     whole = [e for e in events if e["event"] == "warning" and e.get("fallback") ==
              "banded_upsampler"]
     assert whole and all("whole output" in e["message"] for e in whole)
+
+
+@pytest.mark.slow
+def test_flash_attn_from_the_environment_is_in_the_runs_trace(standin_dir, standin_weights,
+                                                              rgb_image, tmp_path, repo_root):
+    """``SPARSE_ATTN_BACKEND=flash_attn`` (the port's back end when the mtlflashattn shim
+    imports), set as a user sets it: the run's trace says the flow attention has nothing to
+    slice — the part named, not a silent pass-through."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
+           "SPARSE_ATTN_BACKEND": "flash_attn"}
+    proc = subprocess.run([sys.executable, "-m", "runner", str(rgb_image), "-o",
+                           str(tmp_path / "flash.glb"), "--backend", "pixal3d", "--pixal3d-dir",
+                           str(standin_dir), "--texture-size", "512", "--seed", "3"],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=repo_root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = json.loads(proc.stdout.splitlines()[-1])
+    trace = [json.loads(line) for line in open(final["trace"], encoding="utf-8")]
+    notes = [e for e in trace if e.get("event") == "working_memory"
+             and e.get("target") == lean_model.ATTENTION_TARGET]
+    assert notes and all(e["note"].startswith("flash_attn: nothing to slice") for e in notes)
+    assert all(e["bytes_saved"] == 0 for e in notes)
