@@ -1,6 +1,6 @@
 """Lean working memory in the flow models and decoders (``stageload.pixal3d.lean.models``) on
 the stand-in port's real pipeline object: the sliced attention gives the port's ``naive``
-numbers bit for bit, the decoders in row chunks the same meshes and voxels, sub-steps and one
+numbers bit for bit, the decoders by voxel ranges the same meshes and voxels, sub-steps and one
 ``working_memory`` event per tool reach the sink, remove() restores everything, and a refused
 Metal allocation becomes ``out_of_memory`` naming the stage (MPS itself cannot run here: the
 error is raised by a stand-in ``run``)."""
@@ -99,7 +99,7 @@ def _box_tokens(channels: int, seed: int):
 
 
 @torch.no_grad()
-def test_decoders_in_row_chunks_give_the_same_mesh_and_voxels(run, monkeypatch):
+def test_decoders_by_voxel_ranges_give_the_same_mesh_and_voxels(run, monkeypatch):
     pipeline = run.pipeline
     saved = {}
     for name in ("shape_slat_decoder", "tex_slat_decoder"):
@@ -123,11 +123,10 @@ def test_decoders_in_row_chunks_give_the_same_mesh_and_voxels(run, monkeypatch):
              if e["event"] == "stage"]
     assert steps == [("decode_shape", 0, 3, "decode"), ("mesh", 1, 3, "decode"),
                      ("decode_texture", 2, 3, "decode")]
-    tools = [(e["target"], e["tool"], e["chunk"]) for e in events
-             if e["event"] == "working_memory"]
-    assert ("shape_slat_decoder.blocks.1.0.mlp", "chunk_rows", 64) in tools
-    assert ("tex_slat_decoder.blocks.0.0.norm", "chunk_rows", 256) in tools
-    assert ("tex_slat_decoder.blocks.3.0.norm2", "chunk_rows", 256) in tools
+    tools = [(e["target"], e["tool"]) for e in events if e["event"] == "working_memory"
+             and e["tool"] == "decoder_rows"]
+    assert tools == [("shape_slat_decoder", "decoder_rows"), ("tex_slat_decoder", "decoder_rows")]
+    assert not [e for e in events if e["event"] == "warning"]
     assert len(freed) == 2  # after each decoder
     assert not any(m.endswith("_slat") for m in vars(pipeline))
 
@@ -194,12 +193,3 @@ def test_query_slice_from_the_budget():
     assert lean_model.query_slice(2 ** 40, heads=12, keys=21_500) == 2048  # never above the port
     assert lean_model.query_slice(12 * 21_500 * 8 * 10, heads=12, keys=21_500) == 10
 
-
-def test_rows_for_budget(standin_dir, monkeypatch):
-    monkeypatch.syspath_prepend(str(standin_dir))
-    vae = _port("models.sc_vaes.sparse_unet_vae")
-    block = vae.SparseConvNeXtBlock3d(64)
-    # hidden 256 fp32 twice per row: 1 GiB holds 524,288 rows; at least 8
-    assert lean_model.rows_for_budget(block.mlp, 2 ** 30) == 2 ** 30 // (2 * 256 * 4)
-    assert lean_model.rows_for_budget(block.norm, 64 * 2 * 4 * 100) == 100
-    assert lean_model.rows_for_budget(block.mlp, 10) == 8

@@ -15,6 +15,7 @@ import importlib
 import pytest
 import torch
 
+from stageload.pixal3d.lean import decoders as lean_decoders
 from stageload.pixal3d.lean import models as lean_model
 from tests.pixal3d.runs import new_run
 
@@ -44,7 +45,7 @@ def flash_attn():
 
 def test_each_part_says_why_it_does_nothing(standin_dir, standin_weights, rgb_image, tmp_path,
                                             flash_attn, monkeypatch):
-    monkeypatch.setattr(lean_model, "DECODER_LAYERS", ("NoSuchNorm", "NoSuchBlock"))
+    monkeypatch.setattr(lean_decoders, "BASE_CLASS", "NoSuchDecoder")
     _, events = _run(standin_dir, rgb_image, tmp_path, "why")
     notes = {(e["target"], e["tool"]): e for e in events if e["event"] == "working_memory"}
     attention = notes[(lean_model.ATTENTION_TARGET, "slice_attention")]
@@ -55,9 +56,9 @@ def test_each_part_says_why_it_does_nothing(standin_dir, standin_weights, rgb_im
         assert "not set: MPS is not available" in limit["note"]
     decoders = [e for e in events if e["event"] == "warning" and e.get("fallback") ==
                 "port_decoder"]
-    assert sorted(e["cause"].split(" ")[0] for e in decoders) == ["shape_slat_decoder",
+    assert sorted(e["cause"].split(":")[0] for e in decoders) == ["shape_slat_decoder",
                                                                   "tex_slat_decoder"]
-    assert all("NoSuchNorm or NoSuchBlock" in e["cause"] for e in decoders)
+    assert all("is not a NoSuchDecoder" in e["cause"] for e in decoders)
 
 
 def test_the_ports_device_switches_with_lean_give_the_ports_result(

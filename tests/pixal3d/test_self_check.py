@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stageload import working_memory
 from stageload.pixal3d.lean import attention as lean_attention
+from stageload.pixal3d.lean import decoder_rows
 from stageload.pixal3d.lean import models as lean_models
 from stageload.pixal3d.selfcheck import compare, environment, sizes
 from stageload.pixal3d.selfcheck.run import deep_check
@@ -40,8 +40,8 @@ def test_every_part_agrees_with_the_port_and_says_what_it_measured(passed):
     conditioning, attention, decoder = report["parts"]
     assert any("sampled_projection" in said for said in conditioning["said"])
     assert any("slice_attention" in said for said in attention["said"])
-    # the decoder's rows ran in chunks (not all "N rows fit in one chunk": nothing checked)
-    assert any(said.startswith("chunk_rows") and "bytes saved" in said
+    # the decoder ran by voxel ranges (its lean forward, not the port's after a warning)
+    assert any(said.startswith("decoder_rows") and "bytes saved" in said
                for said in decoder["said"]), decoder["said"]
     # lean's slices held less than the port's 2,048-query chunks
     assert attention["lean"]["memory"]["process"] < attention["port"]["memory"]["process"]
@@ -73,13 +73,12 @@ def test_a_broken_lean_part_is_named_and_the_others_still_agree(standin_dir, sta
     elif part == "attention":  # the sliced arithmetic, one per cent off
         monkeypatch.setattr(lean_models, "naive_attention",
                             _scaled(lean_models.naive_attention))
-    else:  # each row chunk one per cent off: seen only where the decoder runs in chunks
-        check = working_memory._check_rows
+    else:  # each range's convolution rows one per cent off: seen only where lean decodes
+        rows = decoder_rows.conv_rows
 
-        def off(piece, *args):
-            check(piece, *args)
-            piece.mul_(1.01)
-        monkeypatch.setattr(working_memory, "_check_rows", off)
+        def off(*args, **kwargs):
+            return rows(*args, **kwargs) * 1.01
+        monkeypatch.setattr(decoder_rows, "conv_rows", off)
     report, events = _check(standin_dir)
     assert report["ok"] is False
     statuses = {p["part"]: p["status"] for p in report["parts"]}

@@ -18,10 +18,11 @@ takes them off again with ``.remove()``:
     Every other form, batch or back end goes to the port's function unchanged. Bit-identical
     to the port's on this CPU (tested on the stand-in); on MPS a matrix product may take
     another kernel for another row count (fp32 rounding; not measured here, no Mac).
-(b) **Decoder rows in chunks.** While ``decode_shape_slat`` / ``decode_tex_slat`` run, every
-    ``LayerNorm32`` and every ``SparseConvNeXtBlock3d.mlp`` of that decoder runs over row
-    chunks (:func:`stageload.chunk_rows`) sized so that a chunk's fp32 hidden rows (two of the
-    widest layer: its output and the activation's) fit ``budget_bytes``.
+(b) **The decoders by voxel ranges.** While ``decode_shape_slat`` / ``decode_tex_slat`` run,
+    that decoder's forward computes every block, the final norm and the output layer over
+    ranges of voxels (:func:`stageload.pixal3d.lean.decoders.chunk_decoder`: the sparse
+    convolutions by output rows, the last up block fused with the final layers), so no
+    level's widest intermediate exists whole; the port's values, bit for bit on this CPU.
 (c) **Cache emptied** (``gc.collect()`` and :func:`stageload.empty_allocator_cache`, which
     calls ``torch.mps.empty_cache()`` on a Mac) after each conditioning pass
     (``get_proj_cond_ss``, ``get_proj_cond_shape``) and after each decoder — the port's
@@ -51,11 +52,11 @@ from typing import Any, Callable, Optional
 from stageload.events import EventSink, emit
 from stageload.hooks import CallHook, on_call
 from stageload.pixal3d.lean import mps_limit
+from stageload.pixal3d.lean.decoders import chunk_decoder
 from stageload.pixal3d.plan import SHAPE_PASS_STAGE
 from stageload.releasing import empty_allocator_cache
 from stageload.working_memory import (
     WorkingMemoryHandle,
-    chunk_rows,
     query_chunk_for_budget,
     slice_attention,
 )
@@ -73,9 +74,6 @@ SOURCE = "stageload.pixal3d.lean.models (--working-memory lean)"
 """``source`` of this part's ``warning`` events."""
 ATTENTION_TARGET = f"flow_models.{ATTENTION_NAME}"
 """``target`` of the flow attention's ``working_memory`` events."""
-#: The decoder layers whose rows are chunked (the port's ``pixal3d/modules/norm.py`` and
-#: ``sc_vaes/sparse_unet_vae.py``).
-DECODER_LAYERS = ("LayerNorm32", "SparseConvNeXtBlock3d")
 MESH_FUNCTION = "flexible_dual_grid_to_mesh"
 """The mesh extraction the shape decoder's module calls (``fdg_vae.py``), marking ``mesh``."""
 
@@ -238,9 +236,9 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
     (e.g. ``lambda: run.stage``); None: the last stage a sub-step named.
 
     A port whose attention module (:data:`ATTENTION_MODULE`, :data:`ATTENTION_NAME`) cannot be
-    found keeps its own attention, said in a ``warning`` event; a decoder without
-    ``LayerNorm32`` / ``SparseConvNeXtBlock3d`` modules has nothing to chunk (its rows run as
-    the port runs them; the results are the same either way). Raises
+    found keeps its own attention, said in a ``warning`` event; a decoder the lean decode's
+    preconditions do not hold for decodes the port's way, said in a ``warning`` (``fallback:
+    port_decoder``; the results are the same either way). Raises
     ``stageload.errors.HookError`` when the pipeline lacks a method hooked here.
     """
     budget = DEFAULT_BUDGET if budget_bytes is None else int(budget_bytes)
@@ -365,11 +363,7 @@ def _install_decoders(lean: LeanModel) -> None:
     def begin(name: str, substep: str) -> Callable:
         def before(*args, **kwargs) -> None:
             lean.substep("decode", substep)
-            models = getattr(pipeline, "models", None)
-            if not hasattr(models, "__contains__") or name not in models:
-                _unchunked(lean.sink, name, f"pipeline.models has no {name}")
-                return
-            decoder = models[name]
+            decoder = pipeline.models[name]
             lean._decoder_tools = _chunk_decoder(lean, name, decoder)
             if substep == "decode_shape":
                 _watch_mesh(lean, decoder)
@@ -419,62 +413,3 @@ class _Removable:
 def _chunk_decoder(lean: LeanModel, name: str, decoder) -> list:
     """:func:`chunk_decoder` with the run's budget, sink and stage."""
     return chunk_decoder(decoder, name, lean.budget, sink=lean.sink, stage=lambda: lean.stage)
-
-
-def chunk_decoder(decoder, name: str, budget_bytes: int, *, sink: Optional[EventSink] = None,
-                  stage: Optional[Callable[[], Optional[str]]] = None) -> list:
-    """``chunk_rows`` on every ``LayerNorm32`` and ``SparseConvNeXtBlock3d.mlp`` of ``decoder``
-    (:data:`DECODER_LAYERS`), rows per chunk from ``budget_bytes`` (:func:`rows_for_budget`);
-    returns the handles (each ``remove()``; each sends its ``working_memory`` event at its
-    first call). A decoder with none of those layers has nothing chunked: a ``warning``
-    (``fallback: port_decoder``) names it and the port's rows run, with their memory."""
-    tools = []
-    for path, kind, target in chunked_layers(decoder):
-        rows = rows_for_budget(target, budget_bytes)
-        label = f"{name}.{path}.mlp" if kind == "SparseConvNeXtBlock3d" else f"{name}.{path}"
-        tools.append(chunk_rows(target, rows, sink=sink, stage=stage, target=label))
-    if not tools:
-        _unchunked(sink, name, f"{name} ({type(decoder).__name__}) has no "
-                               f"{' or '.join(DECODER_LAYERS)}")
-    return tools
-
-
-def _unchunked(sink: Optional[EventSink], name: str, cause: str) -> None:
-    """The ``warning`` (``fallback: port_decoder``) of a decoder whose rows lean leaves whole."""
-    emit(sink, "warning", source=SOURCE, fallback="port_decoder", cause=cause,
-         message=f"--working-memory lean: {name}'s rows run as the port runs them, in one "
-                 f"piece ({cause})",
-         differs="nothing in the output: the decoder's own rows, with their memory")
-
-
-def rows_for_budget(module, budget_bytes: int, *, element_bytes: int = 4) -> int:
-    """Rows per chunk so a chunk's hidden activations fit ``budget_bytes``:
-    ``budget ÷ (2 × widest × element_bytes)`` (a Linear's output and its activation's, fp32),
-    at least 8 (below 8 rows a matrix product takes another kernel; see
-    :mod:`stageload.working_memory`). ``widest``: the largest ``out_features`` of the module's
-    Linear layers, or its LayerNorm's normalized size."""
-    return max(8, budget_bytes // (2 * widest(module) * element_bytes))
-
-
-def widest(module) -> int:
-    """The widest row a chunked layer makes: the largest ``out_features`` of ``module``'s
-    Linear layers, or its LayerNorm's normalized size (at least 1)."""
-    widths = [getattr(m, "out_features", 0) for m in module.modules()]
-    shape = getattr(module, "normalized_shape", None)
-    if shape:
-        widths.append(math.prod(shape))
-    return max(widths + [1])
-
-
-def chunked_layers(decoder) -> list:
-    """``(path, kind, module chunked)`` for each of ``decoder``'s :data:`DECODER_LAYERS`: a
-    ``LayerNorm32`` itself, a ``SparseConvNeXtBlock3d``'s ``mlp``."""
-    found = []
-    for path, module in decoder.named_modules():
-        kind = type(module).__name__
-        if kind not in DECODER_LAYERS:
-            continue
-        target = getattr(module, "mlp", None) if kind == "SparseConvNeXtBlock3d" else module
-        if callable(target):
-            found.append((path, kind, target))
-    return found

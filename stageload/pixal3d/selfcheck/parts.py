@@ -23,6 +23,7 @@ from stageload.hooks import on_call
 from stageload.patching import patched
 from stageload.pixal3d.lean import checks
 from stageload.pixal3d.lean import conditioning as lean_conditioning
+from stageload.pixal3d.lean import decoders as lean_decoders
 from stageload.pixal3d.lean import models as lean_models
 from stageload.pixal3d.selfcheck import inputs, sizes
 from stageload.pixal3d.selfcheck.compare import agreement
@@ -193,9 +194,7 @@ def decoder(ctx: Context) -> dict:
         subs = out[1] if isinstance(out, tuple) and len(out) == 2 else None
         return (seen, subs) if watch else out
 
-    layers = lean_models.chunked_layers(decoder_model)
-    budget = 2 * 4 * sizes.DECODER_CHUNK_ROWS * max(
-        [lean_models.widest(target) for _, _, target in layers] + [1])  # fp32 rows, 2 a row
+    budget = lean_decoders.budget_for_rows(decoder_model, sizes.DECODER_CHUNK_ROWS)
 
     def lean():
         tools = lean_models.chunk_decoder(decoder_model, sizes.DECODER_MODEL, budget,
