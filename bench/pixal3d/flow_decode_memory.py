@@ -1,4 +1,4 @@
-"""Flow attention and decoder rows: the port's working memory against the lean one, measured
+"""Flow attention: the port's working memory against the lean one, measured
 from outside at the real shapes (``python -m bench.pixal3d.flow_decode_memory``).
 
 Cases, each in a fresh process (``bench.own_peak``: the kernel's ``VmHWM`` of that process):
@@ -11,13 +11,9 @@ Cases, each in a fresh process (``bench.own_peak``: the kernel's ``VmHWM`` of th
   chunk) are computed, against all 21,500 keys: a step's transient is one chunk's, so it is the
   full call's; the time is per query, so the ratio holds for the full call (on this 2-core CPU
   a full call takes minutes).
-- ``rows_port`` / ``rows_lean`` — a decoder block's row ops as the real ``SparseConvNeXtBlock3d``
-  runs them after its convolution (``LayerNorm32``, then the MLP ``Linear(C, 4C) → SiLU →
-  Linear(4C, C)``), C = 64 channels, fp32, unchunked (the port) against
-  ``stageload.chunk_rows`` on both with rows from ``lean_model.rows_for_budget`` (the lean
-  path). The unchunked one is measured at ``--unchunked-rows`` (1.05 M: 6.3 M rows unchunked
-  need ~16 GB, more than this shared machine can give); the lean one at both that and 6.3 M.
-  The unchunked figure at 6.3 M is then given from its tensors, labelled as such.
+The decoder-rows cases this bench had (``LayerNorm32`` + ConvNeXt MLP at C = 64 over 6.3 M
+rows) are withdrawn: the real decoder has no ConvNeXt block at its finest level. The decode
+stage is measured on the real layout by ``bench.pixal3d.decode_memory``.
 
 Each case reports ``transient_bytes``: the process's kernel high-water mark (``VmHWM``) read
 right after the measured call, minus its footprint once its inputs exist (the high-water mark
@@ -44,11 +40,8 @@ from pathlib import Path
 TOKENS = 21_500
 HEADS = 12
 HEAD_CHANNELS = 128
-ROWS = 6_300_000
-CHANNELS = 64
 GIB = 1 << 30
 ATTENTION_BUDGET = GIB
-ROWS_BUDGET = 256 << 20
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -110,35 +103,10 @@ def _attention_case(lean: bool, queries: int) -> dict:
     return {**figures, "checksum": _checksum(out.feats), "events": events}
 
 
-def _rows_case(lean: bool, rows: int) -> dict:
-    import torch
-    _port_path()
-    from pixal3d.models.sc_vaes.sparse_unet_vae import SparseConvNeXtBlock3d
-
-    from stageload import chunk_rows
-    from stageload.pixal3d.lean.models import rows_for_budget
-    torch.manual_seed(0)
-    block = SparseConvNeXtBlock3d(CHANNELS)
-    torch.nn.init.normal_(block.mlp[2].weight, std=0.05)
-    x = torch.randn(rows, CHANNELS)
-    events: list[dict] = []
-    if lean:
-        for module in (block.norm, block.mlp):
-            chunk_rows(module, rows_for_budget(module, ROWS_BUDGET), sink=events.append,
-                       target=type(module).__name__)
-    with torch.no_grad():
-        base = _baseline()
-        start = _start()
-        out = block.mlp(block.norm(x))
-        figures = _after(base, start)
-    return {**figures, "checksum": _checksum(out), "events": events}
-
-
 def run_case(name: str, size: int, result: Path) -> None:
     """Run one case in this process and write its figures to ``result``."""
     lean = name.endswith("_lean")
-    out = (_attention_case(lean, size) if name.startswith("attention")
-           else _rows_case(lean, size))
+    out = _attention_case(lean, size)
     result.write_text(json.dumps(out))
 
 
@@ -158,22 +126,12 @@ def _measure(name: str, size: int, scratch: Path) -> dict:
             "checksum": figures["checksum"], "events": figures["events"]}
 
 
-def _unchunked_rows_formula(rows: int) -> int:
-    """The unchunked row ops' most tensors alive at once at ``rows``: LayerNorm32's output (C),
-    the MLP's hidden rows (4C) and their SiLU (4C) while it runs, fp32 — 9·C·4 bytes a row (the
-    hidden rows are freed before the last Linear writes its C). The measurement at
-    ``--unchunked-rows`` checks it (``rows_port`` against this at those rows)."""
-    return rows * 9 * CHANNELS * 4
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case")
     parser.add_argument("--size", type=int)
     parser.add_argument("--result", type=Path)
     parser.add_argument("--queries", type=int, default=2048)
-    parser.add_argument("--rows", type=int, default=ROWS)
-    parser.add_argument("--unchunked-rows", type=int, default=1_050_000)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "2026-12-04")
     ns = parser.parse_args(argv)
     if ns.case:
@@ -182,9 +140,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         cases = [_measure(name, size, scratch) for name, size in (
-            ("attention_port", ns.queries), ("attention_lean", ns.queries),
-            ("rows_port", ns.unchunked_rows), ("rows_lean", ns.unchunked_rows),
-            ("rows_lean", ns.rows))]
+            ("attention_port", ns.queries), ("attention_lean", ns.queries))]
     report = _report(cases, ns)
     ns.out_dir.mkdir(parents=True, exist_ok=True)
     (ns.out_dir / "flow_decode_memory.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -196,17 +152,11 @@ def main(argv=None) -> int:
 def _report(cases: list[dict], ns) -> dict:
     by = {(c["case"], c["size"]): c for c in cases}
     att_port, att_lean = by[("attention_port", ns.queries)], by[("attention_lean", ns.queries)]
-    rows_port = by[("rows_port", ns.unchunked_rows)]
-    rows_lean_small = by[("rows_lean", ns.unchunked_rows)]
-    rows_lean = by[("rows_lean", ns.rows)]
-    unchunked_full = _unchunked_rows_formula(ns.rows)
     output = ns.queries * HEADS * HEAD_CHANNELS * 4  # the call's result, fp32, in both paths
     return {
         "machine": f"{os.cpu_count()} CPUs, Linux, torch CPU fp32",
         "shapes": {"tokens": TOKENS, "heads": HEADS, "head_channels": HEAD_CHANNELS,
-                   "queries_computed": ns.queries, "rows": ns.rows,
-                   "unchunked_rows_measured": ns.unchunked_rows, "channels": CHANNELS,
-                   "attention_budget": ATTENTION_BUDGET, "rows_budget": ROWS_BUDGET},
+                   "queries_computed": ns.queries, "attention_budget": ATTENTION_BUDGET},
         "cases": cases,
         "attention": {
             "port_transient": att_port["transient_bytes"],
@@ -218,21 +168,6 @@ def _report(cases: list[dict], ns) -> dict:
             "time_ratio": round(att_lean["cpu_seconds"] / att_port["cpu_seconds"], 3),
             "wall_time_ratio": round(att_lean["seconds"] / att_port["seconds"], 3),
             "same_result": att_lean["checksum"] == att_port["checksum"]},
-        "rows": {
-            "port_transient_measured": rows_port["transient_bytes"],
-            "lean_transient_same_rows": rows_lean_small["transient_bytes"],
-            "ratio_same_rows": round(rows_lean_small["transient_bytes"]
-                                     / rows_port["transient_bytes"], 3),
-            "time_ratio_same_rows": round(rows_lean_small["cpu_seconds"]
-                                          / rows_port["cpu_seconds"], 3),
-            "wall_time_ratio_same_rows": round(rows_lean_small["seconds"]
-                                               / rows_port["seconds"], 3),
-            "same_result": rows_lean_small["checksum"] == rows_port["checksum"],
-            "lean_transient_full_rows": rows_lean["transient_bytes"],
-            "port_transient_full_rows_from_tensors": unchunked_full,
-            "port_from_tensors_at_measured_rows": _unchunked_rows_formula(ns.unchunked_rows),
-            "ratio_full_rows_vs_tensors": round(rows_lean["transient_bytes"] / unchunked_full, 3),
-        },
     }
 
 
@@ -241,12 +176,12 @@ def _gib(n: int) -> str:
 
 
 def _markdown(r: dict) -> str:
-    a, w, s = r["attention"], r["rows"], r["shapes"]
+    a, s = r["attention"], r["shapes"]
     return "\n".join([
-        "# Flow attention and decoder rows: port vs lean (CPU, fp32, peak from outside)", "",
+        "# Flow attention: port vs lean (CPU, fp32, peak from outside)", "",
         f"Attention: N = {s['tokens']:,} tokens, {s['heads']} heads × {s['head_channels']}, "
         f"first {s['queries_computed']:,} queries against all keys; lean budget "
-        f"{_gib(s['attention_budget'])}. Rows: C = {s['channels']}, LayerNorm32 + MLP (4C).", "",
+        f"{_gib(s['attention_budget'])}.", "",
         "| what | port | lean | lean ÷ port | CPU time lean ÷ port | same result |",
         "|---|---|---|---|---|---|",
         f"| flow attention over its inputs | {_gib(a['port_transient'])} | "
@@ -255,12 +190,6 @@ def _markdown(r: dict) -> str:
         f"| flow attention per step (less the {a['output_bytes'] / 2 ** 20:.1f} MiB result "
         f"both hold) | {_gib(a['port_step_transient'])} | {_gib(a['lean_step_transient'])} | "
         f"{a['lean_step_transient'] / a['port_step_transient']:.3f} | – | – |",
-        f"| decoder rows at {s['unchunked_rows_measured']:,} rows (measured both) | "
-        f"{_gib(w['port_transient_measured'])} | {_gib(w['lean_transient_same_rows'])} | "
-        f"{w['ratio_same_rows']} | {w['time_ratio_same_rows']} | {w['same_result']} |",
-        f"| decoder rows at {s['rows']:,} rows (port from its tensors) | "
-        f"{_gib(w['port_transient_full_rows_from_tensors'])} (tensors) | "
-        f"{_gib(w['lean_transient_full_rows'])} | {w['ratio_full_rows_vs_tensors']} | – | – |",
         ""])
 
 
