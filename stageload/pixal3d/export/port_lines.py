@@ -1,11 +1,9 @@
 """The port's own lines about files that are the adapter's temporaries, kept from the user.
 
-The port prints where it wrote things (``[Checkpoint] Saved mesh to PATH``, ``[Export]
-Textured GLB saved to PATH``: ``generate_mps.py`` at 0be9e69a) because in its own command line
-those are the user's files. Under the adapter they are private temporaries (the hand-over
-``.npz``, the GLB written beside the output before it is moved into place), deleted or renamed
-moments later: a path the user cannot find tells them nothing, and the runner says where the
-GLB went itself. Every other line the port prints passes through as it is printed.
+The port prints where it wrote things (``[Checkpoint] Saved mesh to PATH``: ``generate_mps.py``
+at 0be9e69a) because in its own command line those are the user's files. Under the adapter the
+hand-over ``.npz`` is a private temporary, deleted moments later: a path the user cannot find
+tells them nothing. Every other line the port prints passes through as it is printed.
 """
 from __future__ import annotations
 

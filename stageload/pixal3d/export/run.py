@@ -214,9 +214,7 @@ def run_export(gm, asset, output: Path, args, settings: ResolvedExport,
     steps = ExportSteps(emit, postprocess, remesh=bool(args.native_remesh),
                         remesh_limit=settings.remesh_limit,
                         free=freer(gm, device) if settings.free_between_steps else None)
-    # the GLB the port writes is the adapter's temporary (moved into place by the runner)
-    with steps, FallbackWatch(gm, args, emit, settings.strict), \
-            hide_port_lines(("[Export]",), str(output)):
+    with steps, FallbackWatch(gm, args, emit, settings.strict):
         gm.asset_to_glb(asset, output, args)
 
 
