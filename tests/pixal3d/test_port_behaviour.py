@@ -160,17 +160,20 @@ def test_1536_cascade_warns_with_the_ports_advice(standin_dir, standin_weights):
 
 def test_an_empty_mesh_ends_with_the_ports_meaning(standin_dir, standin_weights, rgb_image,
                                                    tmp_path, monkeypatch):
-    """A shape decoder whose subdivision logits are all below 0 (no voxel survives its first
-    up block): the port's image_to_asset stops with status 2; the adapter raises
-    EmptyMeshError with the port's advice, the runner calls it empty_mesh (exit 46), and no GLB
-    is written."""
+    """A shape decoder whose output marks no edge as intersected (its output layer's three
+    intersection channels all below 0: the dual grid extraction makes no face): the port's
+    image_to_asset stops with status 2; the adapter raises EmptyMeshError with the port's
+    advice, the runner calls it empty_mesh (exit 46), and no GLB is written. (Subdivision logits
+    below 0 would empty the 1024 cascade's upsample instead, and the next flow model, like the
+    real DiT, fails on zero tokens before any mesh exists.)"""
     weights = tmp_path / "hf"
     shutil.copytree(standin_weights.env["HF_HOME"], weights)
     snapshot = standin_weights.model_dir.relative_to(standin_weights.env["HF_HOME"])
     ckpt = weights / snapshot / "ckpts" / "shape_slat_decoder.safetensors"
     state = safetensors.torch.load_file(str(ckpt))
-    for key in [k for k in state if k.endswith("to_subdiv.bias")]:
-        state[key] = torch.full_like(state[key], -100.0)
+    weight, bias = state["output_layer.weight"], state["output_layer.bias"]
+    weight[3:6] = 0  # rows 3:6 are the per-axis intersection flags (h[..., 3:6] > 0)
+    bias[3:6] = -100.0
     safetensors.torch.save_file(state, str(ckpt))
     monkeypatch.setenv("HF_HOME", str(weights))
     run = new_run(standin_dir, seed=SEED, texture_size=512)

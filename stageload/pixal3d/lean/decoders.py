@@ -191,7 +191,13 @@ def _has(obj, names) -> bool:
 
 
 def _warn(sink, name: str, cause: str) -> None:
-    emit(sink, "warning", source=SOURCE, fallback="port_decoder", cause=f"{name}: {cause}",
+    warn_whole(sink, name, f"{name}: {cause}")
+
+
+def warn_whole(sink, name: str, cause: str) -> None:
+    """The ``warning`` (``fallback: port_decoder``, ``cause`` as given) of a decoder that lean
+    leaves to the port: it decodes in one piece, with the port's working memory."""
+    emit(sink, "warning", source=SOURCE, fallback="port_decoder", cause=cause,
          message=f"--working-memory lean: {name} decodes the port's way, in one piece, with its "
                  f"working memory ({cause})",
          differs="nothing in the output: the port's own decode runs")

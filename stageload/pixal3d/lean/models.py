@@ -52,7 +52,7 @@ from typing import Any, Callable, Optional
 from stageload.events import EventSink, emit
 from stageload.hooks import CallHook, on_call
 from stageload.pixal3d.lean import mps_limit
-from stageload.pixal3d.lean.decoders import chunk_decoder
+from stageload.pixal3d.lean.decoders import chunk_decoder, warn_whole
 from stageload.pixal3d.plan import SHAPE_PASS_STAGE
 from stageload.releasing import empty_allocator_cache
 from stageload.working_memory import (
@@ -363,7 +363,11 @@ def _install_decoders(lean: LeanModel) -> None:
     def begin(name: str, substep: str) -> Callable:
         def before(*args, **kwargs) -> None:
             lean.substep("decode", substep)
-            decoder = pipeline.models[name]
+            models = getattr(pipeline, "models", None)
+            if not hasattr(models, "__contains__") or name not in models:
+                warn_whole(lean.sink, name, f"pipeline.models has no {name}")
+                return
+            decoder = models[name]
             lean._decoder_tools = _chunk_decoder(lean, name, decoder)
             if substep == "decode_shape":
                 _watch_mesh(lean, decoder)
