@@ -740,9 +740,22 @@ def _draw_panel_log() -> list:
 
 def sc_cluster_batch(zip_path, work, folder, address):
     """Run Batch with the cluster address preference set: per-node lines, every transition of
-    them (the board's history), each GLB imported as its batch_item arrives (the objects in the
-    batch's collection counted at each change, with whether the runner still runs)."""
+    them (the board's history), each GLB imported as its batch_item arrives: every call the
+    controller makes to the importer is recorded as it happens (the GLB, the objects in the
+    target collection before and after, whether the batch was still running), so no import
+    can fall between two samples."""
     facts = install(zip_path, work)
+    imp = mod("ui.importer")
+    imports, import_glb = [], imp.import_glb
+
+    def recording_import(glb, name, location, collection, *args, **kwargs):
+        before = len(collection.objects)
+        running = ctl.running and not ctl.batch.ended
+        obj = import_glb(glb, name, location, collection, *args, **kwargs)
+        imports.append([obj.name, before, len(collection.objects), running])
+        return obj
+
+    imp.import_glb = recording_import  # the controller calls importer.import_glb by attribute
     prefs = addon_prefs()
     prefs.output_dir, prefs.cluster = str(work / "out"), address
     s = settings("", texture="512")
@@ -753,13 +766,9 @@ def sc_cluster_batch(zip_path, work, folder, address):
         settings=mod("ui.operators").make_launch(bpy.context).settings).argv("/py")
     facts["result"] = sorted(bpy.ops.image_to_mesh.batch())
     facts["argv"] = list(ctl.job.argv) if ctl.job is not None else None
-    arrivals, lines_seen = [], []
+    lines_seen = []
 
     def watch():
-        coll = bpy.data.collections.get(f"Batch {Path(folder).name}")
-        n = len(coll.objects) if coll else 0
-        if not arrivals or arrivals[-1][0] != n:
-            arrivals.append((n, ctl.running and not ctl.batch.ended))
         lines = ctl.nodes.lines()
         if lines and lines not in lines_seen:
             lines_seen.append(lines)
@@ -768,7 +777,10 @@ def sc_cluster_batch(zip_path, work, folder, address):
 
     facts["finished"] = drive(240, on_tick=watch)
     watch()
-    facts["arrivals"] = arrivals
+    imp.import_glb = import_glb
+    facts["imports"] = imports
+    coll = bpy.data.collections.get(f"Batch {Path(folder).name}")
+    facts["batch_objects"] = sorted(o.name for o in coll.objects) if coll else []
     facts["lines_seen"] = lines_seen
     facts["history"] = ctl.nodes.history
     facts["node_ids"] = sorted(ctl.nodes.nodes)

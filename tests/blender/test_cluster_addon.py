@@ -241,9 +241,13 @@ def test_run_batch_on_a_two_node_cluster_imports_each_result_as_it_arrives(
     records = v["manifest"]["images"]
     ran_on = {r["node"]["id"] for r in records.values()}
     assert set(v["node_ids"]) == ran_on and len(ran_on) == 2  # both nodes ran images
-    # the objects arrived one at a time, the first while the batch still ran
-    assert [n for n, _running in v["arrivals"]] == [0, 1, 2], v["arrivals"]
-    assert v["arrivals"][1][1] is True, v["arrivals"]
+    # every import as the controller made it: one object at a time, in the order the batch_items
+    # arrived, the first while the batch still ran (not all at the batch's end), all imported
+    imports = v["imports"]
+    assert [(before, after) for _n, before, after, _r in imports] == [(0, 1), (1, 2)], imports
+    assert [n for n, *_ in imports] == [i[2] for i in v["items"]], (imports, v["items"])
+    assert imports[0][3] is True, imports
+    assert v["batch_objects"] == sorted(n for n, *_ in imports), v["batch_objects"]
     # per-node lines: both nodes busy at once at some moment, each naming image and stage
     busy = [ln for ln in v["lines_seen"] if sum(b for _t, b in ln) == 2]
     assert busy, v["lines_seen"]
