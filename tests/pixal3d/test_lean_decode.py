@@ -1,10 +1,11 @@
 """The lean decode (``stageload.pixal3d.lean.decoders``, ``decoder_rows``, ``rowconv``) against
 the stand-in port's real-architecture decoders (TRELLIS.2's ``SparseUnetVaeDecoder`` and
 ``FlexiDualGridVaeDecoder``, conv back end ``none``): the convolution by output rows equals the
-port's bit for bit, a whole shape + texture decode by voxel ranges gives the port's mesh, voxels
-and sub-grids bit for bit (random weights, so every layer changes what comes out, ranges forced
-on every level), and each precondition that fails says so in a ``warning`` and leaves the
-port's forward in place. Small widths and a few hundred latent voxels: seconds."""
+port's bit for bit, a whole shape + texture decode by voxel ranges (the mesh extraction too)
+gives the port's mesh, voxels and sub-grids bit for bit (random weights, so every layer changes
+what comes out, ranges forced on every level), and each precondition that fails says so in a
+``warning`` and leaves the port's forward in place. Small widths and a few hundred latent
+voxels: seconds."""
 from __future__ import annotations
 
 import importlib
@@ -12,7 +13,7 @@ import importlib
 import pytest
 import torch
 
-from stageload.pixal3d.lean import decoder_rows, decoders, rowconv
+from stageload.pixal3d.lean import decoder_rows, decoders, extraction, rowconv
 from standin import weights_module
 
 
@@ -93,8 +94,10 @@ def test_shape_and_texture_decode_by_ranges_is_the_ports_bit_for_bit(pair):
     events = []
     budget = 200 * (28 * 32 + 27 * 17)  # 64–192 rows a range: several ranges on every level
     handles = (decoders.chunk_decoder(shape, "shape_slat_decoder", budget, sink=events.append)
-               + decoders.chunk_decoder(tex, "tex_slat_decoder", budget, sink=events.append))
-    assert len(handles) == 2
+               + decoders.chunk_decoder(tex, "tex_slat_decoder", budget, sink=events.append)
+               + extraction.install(_port("models.sc_vaes.fdg_vae"), "flexible_dual_grid_to_mesh",
+                                    64 * extraction.BYTES_PER_VOXEL, sink=events.append))
+    assert len(handles) == 3
     try:
         meshes, subs = shape(latent, return_subs=True)
         voxels = tex(latent, guide_subs=subs)
@@ -108,7 +111,10 @@ def test_shape_and_texture_decode_by_ranges_is_the_ports_bit_for_bit(pair):
     assert torch.equal(voxels.feats, port_tex.feats)
     assert torch.equal(voxels.coords, port_tex.coords)
     said = [(e["target"], e["tool"]) for e in events if e["event"] == "working_memory"]
-    assert said == [("shape_slat_decoder", "decoder_rows"), ("tex_slat_decoder", "decoder_rows")]
+    assert said == [("shape_slat_decoder", "decoder_rows"),
+                    ("shape_slat_decoder.flexible_dual_grid_to_mesh", "extraction_ranges"),
+                    ("tex_slat_decoder", "decoder_rows")]
+    assert len(meshes[0].fdg_coords) > 10 * 64 and len(meshes[0].faces) > 200  # many ranges
     assert all(e["bytes_saved"] > 0 for e in events)
     assert not [e for e in events if e["event"] == "warning"]
     sparse_unet = _port("models.sc_vaes.sparse_unet_vae")

@@ -123,9 +123,12 @@ def test_decoders_by_voxel_ranges_give_the_same_mesh_and_voxels(run, monkeypatch
              if e["event"] == "stage"]
     assert steps == [("decode_shape", 0, 3, "decode"), ("mesh", 1, 3, "decode"),
                      ("decode_texture", 2, 3, "decode")]
-    tools = [(e["target"], e["tool"]) for e in events if e["event"] == "working_memory"
-             and e["tool"] == "decoder_rows"]
-    assert tools == [("shape_slat_decoder", "decoder_rows"), ("tex_slat_decoder", "decoder_rows")]
+    tools = [(e["target"], e["tool"], e["stage"]) for e in events if e["event"] ==
+             "working_memory" and e["tool"] in ("decoder_rows", "extraction_ranges")]
+    assert tools == [("shape_slat_decoder", "decoder_rows", "decode"),
+                     ("shape_slat_decoder.flexible_dual_grid_to_mesh", "extraction_ranges",
+                      "decode"),
+                     ("tex_slat_decoder", "decoder_rows", "decode")]
     assert not [e for e in events if e["event"] == "warning"]
     assert len(freed) == 2  # after each decoder
     assert not any(m.endswith("_slat") for m in vars(pipeline))

@@ -22,7 +22,9 @@ takes them off again with ``.remove()``:
     that decoder's forward computes every block, the final norm and the output layer over
     ranges of voxels (:func:`stageload.pixal3d.lean.decoders.chunk_decoder`: the sparse
     convolutions by output rows, the last up block fused with the final layers), so no
-    level's widest intermediate exists whole; the port's values, bit for bit on this CPU.
+    level's widest intermediate exists whole, and the shape decoder's mesh extraction
+    (:mod:`stageload.pixal3d.lean.extraction`) by voxel ranges; the port's values and mesh,
+    bit for bit on this CPU.
 (c) **Cache emptied** (``gc.collect()`` and :func:`stageload.empty_allocator_cache`, which
     calls ``torch.mps.empty_cache()`` on a Mac) after each conditioning pass
     (``get_proj_cond_ss``, ``get_proj_cond_shape``) and after each decoder — the port's
@@ -51,7 +53,7 @@ from typing import Any, Callable, Optional
 
 from stageload.events import EventSink, emit
 from stageload.hooks import CallHook, on_call
-from stageload.pixal3d.lean import mps_limit
+from stageload.pixal3d.lean import extraction, mps_limit
 from stageload.pixal3d.lean.decoders import chunk_decoder, warn_whole
 from stageload.pixal3d.plan import SHAPE_PASS_STAGE
 from stageload.releasing import empty_allocator_cache
@@ -388,7 +390,8 @@ def _install_decoders(lean: LeanModel) -> None:
 
 def _watch_mesh(lean: LeanModel, decoder) -> None:
     """``mesh`` begins at the decoder module's first ``flexible_dual_grid_to_mesh`` call during
-    this decode (a decoder module without that name: no ``mesh`` sub-step)."""
+    this decode, which runs by voxel ranges (:mod:`.extraction`); a decoder module without that
+    name: no ``mesh`` sub-step."""
     import sys
 
     module = sys.modules.get(type(decoder).__module__)
@@ -400,6 +403,8 @@ def _watch_mesh(lean: LeanModel, decoder) -> None:
         holder[0].remove()
         lean.substep("decode", "mesh")
 
+    lean._decoder_tools += extraction.install(module, MESH_FUNCTION, lean.budget, sink=lean.sink,
+                                              stage=lambda: lean.stage)
     holder.append(on_call(module, MESH_FUNCTION, before=first))
     lean._decoder_tools.append(_Removable(holder[0]))
 
