@@ -20,7 +20,9 @@ later); the quality is measured for the defaults' GLB and the 2G budget's.
 
 ``--quick``: a 512 grid (about 2 M faces), the defaults, the budget, 1 M input faces, a 1024
 texture and the one-core run, fewer quality samples: every code path in minutes, the figures
-not the full-size ones.
+not the full-size ones. ``--resolution``, ``--target``, ``--faces``, ``--texture``, ``--textures``
+and ``--samples`` (the quality's distance and colour samples) override the plan's sizes: the
+test suite's smoke run takes the smallest that still runs every code path.
 """
 from __future__ import annotations
 
@@ -151,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--faces", type=int, nargs="*", help="input face counts below the asset's")
     ap.add_argument("--texture", type=int, help="the defaults' texture size (2048)")
     ap.add_argument("--textures", type=int, nargs="*", help="texture sizes besides 2048")
+    ap.add_argument("--samples", type=int, help="the quality's distance and colour samples "
+                    "(the plan's by default; fewer make a smoke run's quality a sketch)")
     ap.add_argument("--via", choices=("runner", "worker"), default="runner",
                     help="runner: python -m runner export (the product's way, default); "
                     "worker: the engine in a bench worker process (run.py)")
@@ -217,6 +221,8 @@ def main(argv=None) -> int:
     for key in ("resolution", "target", "texture", "faces", "textures"):
         if getattr(a, key) is not None:
             p[key] = getattr(a, key)
+    if a.samples is not None:
+        p["distance_samples"] = p["colour_samples"] = a.samples
     out = a.out or REPO / "bench" / "results" / time.strftime("%Y-%m-%d", time.gmtime()) / (
         "export_engine_quick" if a.quick else "export_engine")
     a.work.mkdir(parents=True, exist_ok=True)
