@@ -52,15 +52,56 @@ def env(standin_weights):
             "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
 
 
+def _cancel_once_exporting(args, env, cwd) -> tuple[int, list[dict]]:
+    """``runner ARGS`` sent SIGTERM once its export process reports ``cleanup`` (the model
+    process has exited, the asset is complete): (exit code, its stdout events)."""
+    sup = subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           cwd=cwd, env=env)
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
+                              daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any(e.get("parent") == "export" and e.get("stage") == "cleanup" for e in events):
+        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
+        time.sleep(0.05)
+    sup.send_signal(signal.SIGTERM)
+    code = sup.wait(timeout=30)
+    reader.join(timeout=10)
+    return code, events
+
+
 @pytest.fixture(scope="module")
-def kept(standin_weights, standin_dir, rgb_image, tmp_path_factory, repo_root):
-    """One stand-in run with the defaults and --keep-asset: (output folder, completed proc)."""
+def keep_runs(standin_weights, standin_dir, rgb_image, tmp_path_factory, repo_root) -> dict:
+    """One stand-in command with the defaults and --keep-asset, the way a user recovers from a
+    cancel (one pipeline run serves the cancel's test and every test of a kept run): cancelled
+    once its export has begun (its exit code, events and the folder then), the asset it kept
+    re-exported into another folder (``again``), then the same command run again in the same
+    folder to its end (``rerun``, the completed run the ``kept`` tests read)."""
     env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
            "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
-    folder = tmp_path_factory.mktemp("bounded")
-    proc = _run([rgb_image, "-o", folder / "char.glb", "--backend", "pixal3d", "--pixal3d-dir",
-                 standin_dir, "--texture-size", "512", "--keep-asset"], env, repo_root)
-    return folder, proc
+    folder, other = tmp_path_factory.mktemp("bounded"), tmp_path_factory.mktemp("again")
+    out = folder / "char.glb"
+    args = [rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
+            "--texture-size", "512", "--keep-asset"]
+    code, events = _cancel_once_exporting(args, env, repo_root)
+    asset = folder / "char.asset.npz"
+    facts = {"folder": folder, "out": out, "asset": asset, "code": code, "events": events,
+             "listed": sorted(os.listdir(folder)), "asset_kept": asset.is_file(),
+             "glb_written": out.exists(),
+             "asset_mode": asset.stat().st_mode & 0o777 if asset.is_file() else None,
+             "other": other / "again.glb"}
+    facts["again"] = _run(["export", asset, "-o", facts["other"], "--texture-size", "512"], env,
+                          repo_root)
+    facts["rerun"] = _run(args, env, repo_root)
+    return facts
+
+
+@pytest.fixture(scope="module")
+def kept(keep_runs):
+    """One stand-in run with the defaults and --keep-asset: (output folder, completed proc)."""
+    return keep_runs["folder"], keep_runs["rerun"]
 
 
 @pytest.mark.slow
@@ -240,52 +281,32 @@ def test_the_kept_asset_gets_the_mode_of_the_glb(kept):
     assert mode == (folder / "char.glb").stat().st_mode & 0o777 == _new_file_mode(), oct(mode)
 
 
-@pytest.mark.slow
-def test_a_keep_asset_run_cancelled_in_its_export_keeps_the_asset(
-        standin_weights, standin_dir, rgb_image, tmp_path, repo_root):
+def test_a_keep_asset_run_cancelled_in_its_export_keeps_the_asset(keep_runs):
     """SIGTERM once the export stage has begun (the model process has exited, its asset is
     complete): exit 130, no GLB and no job folder, but the decoded asset is kept (with the
     GLB's mode) and the error says so with the command that exports it again; that command
     works, and so does the same run command again (the cancelled run's trace and the asset it
     kept are its leftovers: replaced without --overwrite)."""
-    env = {**os.environ, **standin_weights.env, "PIXAL3D_DEVICE": "cpu",
-           "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
-    out = tmp_path / "char.glb"
-    args = [rgb_image, "-o", out, "--backend", "pixal3d", "--pixal3d-dir", standin_dir,
-            "--texture-size", "512", "--keep-asset"]
-    sup = subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                           cwd=repo_root, env=env)
-    events: list[dict] = []
-    reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
-                              daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 300
-    while not any(e.get("parent") == "export" and e.get("stage") == "cleanup" for e in events):
-        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
-        time.sleep(0.05)
-    sup.send_signal(signal.SIGTERM)
-    assert sup.wait(timeout=30) == 130
-    reader.join(timeout=10)
-    last = events[-1]
-    asset = tmp_path / "char.asset.npz"
+    v = keep_runs
+    out, asset = v["out"], v["asset"]
+    assert v["code"] == 130, v["events"][-3:]
+    last = v["events"][-1]
     assert last["event"] == "error" and last["kind"] == "cancelled", last
     assert last["details"]["asset"] == str(asset)
     assert f"The decoded asset was kept at {asset}; re-export it with `python -m runner " \
            f"export {asset} -o {out}`." in last["message"]
-    assert asset.is_file() and not out.exists()
-    assert asset.stat().st_mode & 0o777 == _new_file_mode()
-    assert sorted(os.listdir(tmp_path)) == ["char.asset.npz", "char.trace.jsonl"]
-    other = tmp_path / "again.glb"
-    again = _run(["export", asset, "-o", other, "--texture-size", "512"], env, repo_root)
+    assert v["asset_kept"] and not v["glb_written"]
+    assert v["asset_mode"] == _new_file_mode()
+    assert v["listed"] == ["char.asset.npz", "char.trace.jsonl"]
+    again = v["again"]
     assert again.returncode == 0, again.stderr[-3000:]
-    assert _events(again)[-1]["info"]["export"]["output"] == str(other)
+    assert _events(again)[-1]["info"]["export"]["output"] == str(v["other"])
     # the same run command works again: the leftover trace and the asset it kept are replaced
-    rerun = _run(args, env, repo_root)
+    rerun = v["rerun"]
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "replacing" in rerun.stderr and out.is_file()
     assert _events(rerun)[-1]["info"]["asset"] == str(asset) and asset.is_file()
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+    assert not [p for p in os.listdir(v["folder"]) if p.startswith(".")]
 
 
 def test_runner_export_runs_again_after_a_cancel_and_its_result_names_the_glb(tmp_path,
