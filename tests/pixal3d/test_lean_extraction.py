@@ -169,11 +169,17 @@ def test_what_lean_does_not_compute_runs_the_ports_way_with_a_warning(grid, fdg,
              torch.cat([flags, flags[:1]]), torch.cat([split, split[:1]]))
     port_twice = _port_extract()(*twice, aabb=AABB, grid_size=20)
     assert _same(port_twice, _calls(fdg, twice, events))
+
+    def lacks(self, xyz):
+        raise NotImplementedError("searchsorted is not implemented for this device")
+    monkeypatch.setattr(extraction.VoxelIndex, "find", lacks)
+    assert _same(port, _calls(fdg, grid, events))
     causes = [e["cause"] for e in events]
     assert all(e["event"] == "warning" and e["fallback"] == "port_extraction" for e in events)
     assert causes[0].startswith("train=True")
     assert causes[1] == "a probe by ranges differs from the port's extraction"
     assert causes[2] == "a voxel coordinate appears twice"
+    assert causes[3].startswith("NotImplementedError on cpu: searchsorted")
 
 
 def test_an_unknown_signature_is_left_to_the_port_with_a_warning(grid, fdg, monkeypatch):

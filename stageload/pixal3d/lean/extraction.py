@@ -36,7 +36,10 @@ arguments outside the known signature, ``train=True``, CUDA tensors (native o_vo
 there), repeated voxels, or a probe — the port's function and lean's on the voxels around the
 first one, in ranges of a few voxels — that differs in any bit. Not run on MPS (no Mac here):
 the look-up, sort and elementwise arithmetic are exact integer or single-rounding operations,
-so the device should not change them; the probe checks it on the user's own device.
+so the device should not change them (the look-up runs on the CPU, as the port's does; the
+vertices and splits on the tensors' device, as the port's); the probe checks it on the user's
+own device, and an operation the device lacks (``NotImplementedError``) leaves the call to the
+port's with a ``warning``.
 """
 from __future__ import annotations
 
@@ -116,12 +119,13 @@ def grid_of(aabb, voxel_size, grid_size, device) -> tuple:
 
 class VoxelIndex:
     """Every voxel's row by its coordinates: the port's linear keys ``(x·gy + y)·gz + z`` sorted
-    once (``sorted`` and ``rows``, int64 [N] each). Raises :class:`Declined` when a coordinate
-    repeats."""
+    once (``sorted`` and ``rows``, int64 [N] each), on the CPU as the port's look-up runs (it
+    moves coordinates and queries there; :meth:`find` answers on the queries' device). Raises
+    :class:`Declined` when a coordinate repeats."""
 
     def __init__(self, coords: torch.Tensor, grid: torch.Tensor):
         self.grid = [int(g) for g in grid.tolist()]
-        keys = self.keys(coords)
+        keys = self.keys(coords.cpu())
         self.sorted, self.rows = torch.sort(keys)
         del keys
         if len(self.sorted) > 1 and bool((self.sorted[1:] == self.sorted[:-1]).any()):
@@ -132,15 +136,17 @@ class VoxelIndex:
         return (xyz[..., 0].long() * gy + xyz[..., 1].long()) * gz + xyz[..., 2].long()
 
     def find(self, xyz: torch.Tensor) -> torch.Tensor:
-        """Rows of the voxels at ``xyz`` (int64 [..., 3]), −1 where none or off the grid."""
-        grid = torch.tensor(self.grid, dtype=torch.long, device=xyz.device)
+        """Rows of the voxels at ``xyz`` (int64 [..., 3]), −1 where none or off the grid, on
+        ``xyz``'s device."""
+        device, xyz = xyz.device, xyz.cpu()
+        grid = torch.tensor(self.grid, dtype=torch.long)
         inside = ((xyz >= 0) & (xyz < grid)).all(dim=-1)
         want = self.keys(xyz)
         if len(self.sorted) == 0:
-            return torch.full_like(want, -1)
+            return torch.full_like(want, -1).to(device)
         at = torch.searchsorted(self.sorted, want).clamp_(max=len(self.sorted) - 1)
         inside &= self.sorted[at] == want
-        return torch.where(inside, self.rows[at], torch.full_like(want, -1))
+        return torch.where(inside, self.rows[at], torch.full_like(want, -1)).to(device)
 
 
 def extract(coords: torch.Tensor, dual_vertices: torch.Tensor, intersected: torch.Tensor,
@@ -254,6 +260,8 @@ class LeanExtraction:
                     cap_partial=flag("PIXAL3D_FDG_CAP_PARTIAL_QUADS"))
             except Declined as exc:
                 cause = str(exc)
+            except NotImplementedError as exc:  # an operation this device lacks (MPS)
+                cause = f"{type(exc).__name__} on {a['coords'].device}: {exc}"
         if cause is not None:
             return self._port(call, args, kwargs, cause)
         self._report(a, counts, len(faces))
