@@ -21,10 +21,16 @@ hooks on the up block's parts, the neighbour-map builder and the mesh extraction
 the high-water mark at each boundary, so each segment's peak (over the footprint before the
 decode) says where the peak is. ``working_bytes``: the largest segment, i.e. the decode's peak
 over its inputs and weights. The lean case runs
-``stageload.pixal3d.lean.decoders.chunk_decoder`` with the product's default budget scaled by
+``stageload.pixal3d.lean.decoders.chunk_decoder`` and the mesh extraction by voxel ranges
+(``stageload.pixal3d.lean.extraction``) with the product's default budget scaled by
 ``coarse / REAL_COARSE`` (so a level has as many ranges as at a character's counts with the
 default 64 MiB, and lean's figure scales to them) and records the output's SHA-256, which must
-equal the port's.
+equal the port's. (Results before the extraction was lean, e.g. ``2026-12-06/decode_memory``,
+ran the port's extraction in the lean case too.)
+
+``--extraction FINE...`` measures the mesh extraction alone, port and lean, at fine voxel
+counts a decode here cannot reach (``bench.pixal3d.extraction_memory``; ``decode_extraction``
+files unless ``--name``).
 
 One thread (``torch.set_num_threads(1)``): this 2-core machine is shared, and fp16 matrix
 products on its CPU run ~1 GFLOP/s at best, so the real voxel counts (hours) are out of reach:
@@ -46,6 +52,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.pixal3d import extraction_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -159,6 +167,9 @@ def run_case(kind: str, path: str, coarse: int, result: Path) -> None:
         from stageload.pixal3d.lean.decoders import DECODER_BUDGET, chunk_decoder
         budget = max(1, DECODER_BUDGET * len(coords) // REAL_COARSE)
         handles = chunk_decoder(decoder, f"{kind}_decoder", budget, sink=events.append)
+        from stageload.pixal3d.lean import extraction
+        handles += extraction.install(fdg, "flexible_dual_grid_to_mesh", budget,
+                                      sink=events.append)
     gc.collect()
     reset_high_water_mark(os.getpid())
     seg = Segments(footprint(os.getpid(), tree=False))
@@ -212,20 +223,48 @@ def main(argv=None) -> int:
     parser.add_argument("--kinds", nargs="+", default=["shape", "texture"])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" /
                         datetime.date.today().isoformat())
+    parser.add_argument("--extraction", type=int, nargs="+", metavar="FINE",
+                        help="measure the mesh extraction alone at these fine voxel counts")
+    parser.add_argument("--flags", nargs="+", default=["surface", "random"])
+    parser.add_argument("--name", help="file stem of the results (default decode_memory, or "
+                                        "decode_extraction with --extraction)")
     ns = parser.parse_args(argv)
     if ns.case:
         kind, path = ns.case.split(":")
-        run_case(kind, path, ns.coarse[0], ns.result)
+        if kind.startswith("extraction-"):
+            extraction_memory.run_case(kind.split("-", 1)[1], path, ns.coarse[0], ns.result)
+        else:
+            run_case(kind, path, ns.coarse[0], ns.result)
         return 0
+    if ns.extraction:
+        return _extraction(ns)
     with tempfile.TemporaryDirectory() as tmp:
         cases = [_measure(kind, path, coarse, Path(tmp)) for coarse in ns.coarse
                  for kind in ns.kinds for path in ("port", "lean")]
     from bench.pixal3d.decode_report import markdown, report
     summary = report(cases)
     ns.out_dir.mkdir(parents=True, exist_ok=True)
-    (ns.out_dir / "decode_memory.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (ns.out_dir / "decode_memory.md").write_text(markdown(summary))
+    stem = ns.out_dir / (ns.name or "decode_memory")
+    stem.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(summary))
     print(markdown(summary))
+    return 0
+
+
+def _extraction(ns) -> int:
+    """The mesh extraction's cases (``bench.pixal3d.extraction_memory``), port and lean, each
+    in its own process; writes ``<name>.json`` and ``.md`` (refusing to overwrite)."""
+    out = ns.out_dir / f"{ns.name or 'decode_extraction'}.json"
+    if out.exists():
+        raise SystemExit(f"{out} exists: pass another --name")
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = [extraction_memory.measure(flags, path, fine, Path(tmp), ROOT, MALLOC)
+                 for fine in ns.extraction for flags in ns.flags for path in ("port", "lean")]
+    summary = extraction_memory.report(cases, REAL_FINE)
+    ns.out_dir.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    out.with_suffix(".md").write_text(extraction_memory.markdown(summary))
+    print(extraction_memory.markdown(summary))
     return 0
 
 
