@@ -154,6 +154,7 @@ def report(cases: list[dict], real_fine: int) -> dict:
         if path != "port" or lean is None:
             continue
         rows.append({"flags": flags, "fine_voxels": fine,
+                     "intersected_edges": port["intersected_edges"],
                      "edges_per_voxel": round(port["intersected_edges"] / fine, 3),
                      "faces": port["faces"], "input_bytes": port["input_bytes"],
                      "output_bytes": port["output_bytes"],
