@@ -300,7 +300,8 @@ _LOAD_MORE = {"prefetched": BOOL, "method": TEXT, "fallback": TEXT}
 declare("load", STDOUT, _LOAD, _LOAD_MORE, _LOAD_EXAMPLE)
 declare("reload", STDOUT, _LOAD, _LOAD_MORE, _LOAD_EXAMPLE)
 declare("release", STDOUT,
-        {"model": TEXT, "stage": _OPT_TEXT, "bytes": _OPT_SIZE, "seconds": NUMBER}, None,
+        {"model": TEXT, "stage": _OPT_TEXT, "bytes": _OPT_SIZE, "seconds": NUMBER},
+        {"reason": TEXT},
         {"model": "tex_slat_flow_model_1024", "stage": "decode", "bytes": 2600000000,
          "seconds": 0.2})
 declare("prefetch", STDOUT,

@@ -11,7 +11,8 @@ event       fields
 ``ready``   ``stage``, ``seconds`` (from ``stage`` to ``ready``), ``released_bytes``
 ``load``    ``model``, ``stage`` (current stage or None), ``bytes``, ``seconds``,
             ``outside_stage`` (bool); ``reload`` has the same fields
-``release`` ``model``, ``stage``, ``bytes``, ``seconds``
+``release`` ``model``, ``stage``, ``bytes``, ``seconds``; ``reason`` (why now, what it costs)
+            on a release inside a stage
 ``prefetch`` ``model``, ``stage``, ``for_stage``, ``bytes``, ``file_bytes``, ``seconds``,
             ``state`` (done/stopped/skipped), ``reason``, ``method`` (``stageload.prefetch``)
 ``working_  ``stage`` (or None), ``target``, ``tool``, ``chunk`` (or None), ``bytes_saved``

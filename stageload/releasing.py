@@ -92,7 +92,8 @@ def released_by(module: nn.Module) -> Optional[tuple[Optional[str], Optional[str
 
 
 def release(module: nn.Module, *, name: Optional[str] = None, stage: Optional[str] = None,
-            empty_cache: bool = True, events: Optional[EventSink] = None) -> int:
+            empty_cache: bool = True, events: Optional[EventSink] = None,
+            reason: Optional[str] = None) -> int:
     """Move every parameter and buffer of ``module`` to ``meta`` and return the bytes it held.
 
     Args:
@@ -104,7 +105,9 @@ def release(module: nn.Module, *, name: Optional[str] = None, stage: Optional[st
         empty_cache: empty the CUDA / MPS allocator caches (and trim the C heap) afterwards;
             ``StagedModels.enter`` passes False and empties once after all its releases.
         events: optional sink; gets one ``release`` event (``model``, ``stage``, ``bytes``,
-            ``seconds``).
+            ``seconds``, and ``reason`` when given).
+        reason: why the model goes now, and what that costs (a release inside a stage, e.g.
+            "used by nothing after its sampler"); None for the plan's stage-boundary releases.
 
     Returns:
         bytes the module's parameters and buffers held before (unique storages, see
@@ -125,8 +128,9 @@ def release(module: nn.Module, *, name: Optional[str] = None, stage: Optional[st
     _mark_released(module, name, stage)
     if empty_cache:
         empty_allocator_cache()
+    extra = {} if reason is None else {"reason": reason}
     emit(events, "release", model=name, stage=stage, bytes=freed,
-         seconds=time.perf_counter() - start)
+         seconds=time.perf_counter() - start, **extra)
     return freed
 
 

@@ -406,24 +406,26 @@ class StagedModels(MutableMapping):
         emit(self._sink, "progress", stage=self._stage,
              fraction=min(1.0, max(0.0, float(fraction))))
 
-    def release(self, name: str) -> int:
+    def release(self, name: str, reason: Optional[str] = None) -> int:
         """Release one model now, keeping its name (it loads again on access); return the bytes.
 
         For a model a stage needs only briefly (e.g. a background remover, released when its
-        method returns). The ``release`` event carries the current stage. Returns 0 when the
-        model is not loaded; raises ``UnknownModelError`` for an unknown name.
+        method returns). The ``release`` event carries the current stage and ``reason`` when
+        given (why now, and what it costs). Returns 0 when the model is not loaded; raises
+        ``UnknownModelError`` for an unknown name.
         """
         if name not in self._loaders:
             raise UnknownModelError(f"cannot release unknown model {name!r}")
         if name not in self._loaded:
             return 0
-        freed = self._release(name, self._stage)
+        freed = self._release(name, self._stage, reason)
         empty_allocator_cache()
         return freed
 
-    def _release(self, name: str, stage: Optional[str]) -> int:
+    def _release(self, name: str, stage: Optional[str], reason: Optional[str] = None) -> int:
         module = self._loaded.pop(name)
-        freed = release(module, name=name, stage=stage, empty_cache=False, events=self._sink)
+        freed = release(module, name=name, stage=stage, empty_cache=False, events=self._sink,
+                        reason=reason)
         self._released[name] = stage
         return freed
 

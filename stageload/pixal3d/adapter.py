@@ -60,6 +60,7 @@ from .errors import EmptyMeshError, KnobRefused
 from .fingerprint import FingerprintRecorder
 from .pipeline_hooks import Hooks, LatentRecorder, SamplerProgress, StageHooks
 from .plan import STAGES, keep_across_gap, plan_for
+from .releases import PlanReleases
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ class Pixal3DRun:
     what setup paid for the meta-device runtime, staged with ``direct_to_device`` only; None
     otherwise), ``resident_bytes`` (stage → bytes of models loaded at the end of the
     stage), ``kept`` (stage → names kept across a gap), ``last_latents`` (key → sampler output),
-    ``share_stats`` (``{"backbone": (calls, hits), "naf": (calls, hits)}``).
+    ``share_stats`` (``{"backbone": (calls, hits), "naf": (calls, hits)}``), ``releases``
+    (staged: the ``releases.PlanReleases`` hook — the 512 flow after its sampler, and with
+    ``--working-memory lean`` DINOv3 and NAF after each conditioning pass; eager: None).
     """
 
     def __init__(self, port_dir: Optional[os.PathLike | str] = None,
@@ -159,7 +162,12 @@ class Pixal3DRun:
         # method (get_proj_cond_shape) without calling the port's, so the stage hooks must be
         # outside it to see every pass (and load its models) before it runs.
         self._install_working_memory()
-        self.hooks = Hooks(StageHooks(self), SamplerProgress(self), LatentRecorder(self))
+        # In-stage releases (staged only), outside the working-memory parts so a conditioning
+        # model goes after the lean pass has returned; DINOv3 and NAF with lean only.
+        self.releases = (PlanReleases(self, conditioning=self.working_memory_mode == "lean")
+                         if self.models is not None else None)
+        self.hooks = Hooks(StageHooks(self), SamplerProgress(self), LatentRecorder(self),
+                           *([self.releases] if self.releases is not None else []))
         self.hooks.install(self.pipeline)
 
     def _install_working_memory(self) -> None:

@@ -39,6 +39,16 @@ PLAN_1024 = {
 #: One plan per pipeline type (``choices.PIPELINE_TYPES``); the cascades share one.
 PLANS = {pipeline_type: PLAN_1024 for pipeline_type in PIPELINE_TYPES}
 
+#: Models a stage releases when one of its samplers returns, because nothing after that sampler
+#: in the port's ``run()`` reads them: stage → ``(sampler attribute, model)``. The 512 shape flow
+#: is read by ``sample_shape_slat`` only; the rest of ``shape_512`` (the shape decoder's load and
+#: its ``upsample``) runs without it.
+RELEASE_AFTER_SAMPLER = {"shape_512": ("shape_slat_sampler", "shape_slat_flow_model_512")}
+
+#: The conditioning models: read by a stage's conditioning pass (``get_proj_cond_ss``,
+#: ``get_proj_cond_shape``) and by nothing while its flow samples or its decoder runs.
+CONDITIONING_MODELS = ("image_cond_backbone", "naf")
+
 #: Which ``get_proj_cond_shape`` pass begins which stage: extractor attribute → stage.
 SHAPE_PASS_STAGE = {
     "image_cond_model_shape_512": "shape_512",

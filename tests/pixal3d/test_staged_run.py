@@ -4,12 +4,17 @@ equal the plan's sum, and the keep-resident budget decides whether the shape dec
 twice."""
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
 import trimesh
 
+from stageload.hooks import on_call
 from stageload.pixal3d import compare, plan_for
+from stageload.pixal3d.pipeline_hooks import SAMPLERS
 from stageload.trace import TraceWriter, read_trace
 from tests.pixal3d.runs import new_run
 
@@ -17,7 +22,31 @@ SEED = 7
 TEXTURE = 512
 
 
-def _run(standin_dir, image, out_dir, name, **kwargs):
+class SamplingProbe:
+    """Outermost hooks on the run's samplers (installed after the run's own): the models loaded
+    when each ``sample`` begins, and whether the 512 shape flow's parameters are gone (no
+    reference left anywhere: their weak references dead) once its sampler has returned."""
+
+    def __init__(self, run):
+        self.run = run
+        self.loaded_at_sampling: list[tuple[str, list[str]]] = []
+        self.flow_512: list[weakref.ref] = []
+        self.flow_512_freed: bool | None = None
+        self.hooks = [on_call(getattr(run.pipeline, attr), "sample", before=self.before,
+                              after=self.after) for attr in SAMPLERS]
+
+    def before(self, flow_model, *args, **kwargs):
+        self.loaded_at_sampling.append((self.run.stage, self.run.models.loaded()))
+        if self.run.stage == "shape_512":
+            self.flow_512 = [weakref.ref(p) for p in flow_model.parameters()]
+
+    def after(self, result, *args, **kwargs):
+        if self.run.stage == "shape_512":
+            gc.collect()
+            self.flow_512_freed = bool(self.flow_512) and all(r() is None for r in self.flow_512)
+
+
+def _run(standin_dir, image, out_dir, name, probe=False, **kwargs):
     events = []
     trace_path = out_dir / f"{name}.trace.jsonl"
     with TraceWriter(trace_path) as trace:
@@ -26,19 +55,20 @@ def _run(standin_dir, image, out_dir, name, **kwargs):
             trace(event)
         run = new_run(standin_dir, events=sink, fingerprint=out_dir / f"{name}.fp",
                       seed=SEED, texture_size=TEXTURE, **kwargs)
+        watch = SamplingProbe(run) if probe else None
         result = run.generate(image, out_dir / f"{name}.glb")
     return {"run": run, "result": result, "events": events, "trace": trace_path,
-            "glb": out_dir / f"{name}.glb", "fp": out_dir / f"{name}.fp"}
+            "glb": out_dir / f"{name}.glb", "fp": out_dir / f"{name}.fp", "probe": watch}
 
 
 @pytest.fixture(scope="module")
 def runs(standin_dir, standin_weights, rgb_image, tmp_path_factory):
     out = tmp_path_factory.mktemp("pixal3d-runs")
     return {
-        "staged": _run(standin_dir, rgb_image, out, "staged"),
+        "staged": _run(standin_dir, rgb_image, out, "staged", probe=True),
         "eager": _run(standin_dir, rgb_image, out, "eager", load="eager"),
         "norestore": _run(standin_dir, rgb_image, out, "norestore", preserve_rng=False),
-        "keep": _run(standin_dir, rgb_image, out, "keep", keep_resident=10 ** 9),
+        "keep": _run(standin_dir, rgb_image, out, "keep", probe=True, keep_resident=10 ** 9),
         "cpu_then_move": _run(standin_dir, rgb_image, out, "cpu_then_move", direct_to_device=False),
     }
 
@@ -99,8 +129,12 @@ def test_one_backbone_and_one_naf_serve_all_four_extractors(runs):
     assert len(naf_users) == 3 and all(e.naf_model is naf_users[0].naf_model for e in naf_users)
     assert staged.share_stats["backbone"] == (4, 3)  # four constructor calls, one real load
     assert staged.share_stats["naf"] == (3, 2)
-    assert len(_loads(runs["staged"]["events"], "image_cond_backbone")) == 1
-    assert len(_loads(runs["staged"]["events"], "naf")) == 1
+    # one load per conditioning pass (released after each: see the sampling tests below)
+    assert [e["event"] for e in _loads(runs["staged"]["events"], "image_cond_backbone")] == \
+        ["load", "reload", "reload", "reload"]
+    assert [e["event"] for e in _loads(runs["staged"]["events"], "naf")] == \
+        ["load", "reload", "reload"]
+    assert [e["event"] for e in _loads(runs["keep"]["events"], "image_cond_backbone")] == ["load"]
     # the port's own loading reads the backbone four times and NAF three times
     eager_backbones = [e for e in _loads(runs["eager"]["events"])
                        if e["model"].startswith("image_cond_backbone")]
@@ -124,12 +158,68 @@ def test_each_model_loads_only_in_its_planned_stages(runs):
 
 
 def test_resident_bytes_per_stage_equal_the_plans_sum(runs):
+    """At each stage's end: the plan's models less those released inside the stage."""
     plan = plan_for("1024_cascade")
     staged = runs["staged"]
     size = {e["model"]: e["bytes"] for e in _loads(staged["events"])}
     resident = staged["run"].resident_bytes
+    early = staged["run"].releases.released
     for stage, names in plan.items():
-        assert resident[stage] == sum(size[n] for n in names), stage
+        assert resident[stage] == sum(size[n] for n in names if (stage, n) not in early), stage
+
+
+def _index(events, kind, model=None, stage=None, parent=None):
+    """Index of the first event of ``kind`` (a ``stage`` event: sub-step ``stage`` of
+    ``parent``) matching the model and stage given."""
+    for i, e in enumerate(events):
+        if e["event"] != kind or (model is not None and e.get("model") != model):
+            continue
+        if stage is not None and e.get("stage") != stage:
+            continue
+        if parent is not None and e.get("parent") != parent:
+            continue
+        return i
+    raise AssertionError(f"no {kind} event for {model} in {stage} ({parent})")
+
+
+def test_the_512_flow_is_released_as_its_sampler_returns_before_the_decoder_loads(runs):
+    """Nothing after its sampler reads the 512 shape flow: it goes before the shape decoder
+    loads for ``upsample``, every byte of it (no reference to a parameter is left), said in
+    the trace, and the output stays the eager run's (the bit-identity test above)."""
+    events = read_trace(runs["staged"]["trace"])
+    flow = "shape_slat_flow_model_512"
+    released = _index(events, "release", flow, "shape_512")
+    assert released < _index(events, "load", "shape_slat_decoder", "shape_512")
+    assert _index(events, "stage", stage="sampling", parent="shape_512") < released
+    assert "read by nothing after its sampler" in events[released]["reason"]
+    assert events[released]["bytes"] == _loads(events, flow)[0]["bytes"] > 0
+    assert runs["staged"]["probe"].flow_512_freed is True
+    assert ("shape_512", flow) in runs["staged"]["run"].releases.released
+
+
+def test_dinov3_and_naf_are_not_resident_while_the_flows_sample(runs):
+    """Under --working-memory lean (the default) the conditioning models go after each
+    conditioning pass and come back for the next one; a keep-resident budget that covers them
+    keeps them (the "keep" run: the same output, the bit-identity tests)."""
+    probe = runs["staged"]["probe"]
+    assert [stage for stage, _ in probe.loaded_at_sampling] == \
+        ["structure", "shape_512", "shape_1024", "texture"]
+    for stage, loaded in probe.loaded_at_sampling:
+        assert "image_cond_backbone" not in loaded and "naf" not in loaded, stage
+    for stage, loaded in runs["keep"]["probe"].loaded_at_sampling:
+        assert "image_cond_backbone" in loaded, stage
+    events = read_trace(runs["staged"]["trace"])
+    for stage in ("structure", "shape_512", "shape_1024", "texture"):
+        cond = _index(events, "stage", stage="conditioning", parent=stage)
+        gone = _index(events, "release", "image_cond_backbone", stage)
+        assert cond < gone < _index(events, "stage", stage="sampling", parent=stage), stage
+        assert "reading the conditioning models again" in events[gone]["reason"]
+        if stage != "structure":  # loaded again for this stage's pass, before it runs
+            again = _index(events, "reload", "image_cond_backbone", stage)
+            assert _index(events, "stage", stage=stage) < again < cond, stage
+            naf = next(i for i, e in enumerate(events) if e["event"] in ("load", "reload")
+                       and e.get("model") == "naf" and e.get("stage") == stage)
+            assert again < naf < cond, stage
 
 
 def test_loaded_bytes_match_the_weights_written(runs, standin_weights):

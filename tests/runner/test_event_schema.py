@@ -115,6 +115,11 @@ def test_the_relay_checks_stageloads_events_and_the_emitter_all(monkeypatch):
     assert good["v"] == 1 and good["event"] == "release"
     with pytest.raises(schema.SchemaError, match="release.bytes"):
         relay(make_event("release", model="m", stage="s", bytes=-4, seconds=0.5))
+    said = relay(make_event("release", model="m", stage="s", bytes=4, seconds=0.5,
+                            reason="read by nothing after its sampler"))
+    assert said["reason"] == "read by nothing after its sampler"
+    with pytest.raises(schema.SchemaError, match="release.reason"):
+        relay(make_event("release", model="m", stage="s", bytes=4, seconds=0.5, reason=3))
     out = io.StringIO()
     emitter = Emitter(out)
     emitter.emit({**make("stage", stage="shape", index=0, count=2), "item": 3})

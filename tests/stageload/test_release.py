@@ -49,7 +49,11 @@ def test_everything_moves_to_meta_and_bytes_are_counted():
     assert event["event"] == "release" and event["model"] == "decoder"
     assert event["stage"] == "texture"
     assert event["bytes"] == size and event["seconds"] >= 0
+    assert "reason" not in event  # a stage-boundary release says no reason
     assert release(model) == 0  # again: nothing left to free
+    other, said = Decoder(), []
+    release(other, name="decoder", stage="shape_512", events=said.append, reason="done with it")
+    assert said[0]["reason"] == "done with it"
 
 
 @pytest.mark.parametrize("call", [

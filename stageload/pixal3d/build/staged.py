@@ -347,7 +347,15 @@ class StagedBuild:
         return model
 
     def build_extractors(self) -> nn.Module:
-        """Loader of ``image_cond_backbone``: four extractors, one backbone; returns it."""
+        """Loader of ``image_cond_backbone``: four extractors, one backbone; returns it.
+
+        Loaded again inside a run (the backbone released after a conditioning pass,
+        ``stageload.pixal3d.releases``), the extractors already on the pipeline stay the
+        pipeline's and get the new backbone: the port's ``run()`` reads
+        ``self.image_cond_model_*`` as the argument of ``get_proj_cond_shape`` before the stage
+        hook loads the backbone, so the object that pass computes with is the one already
+        there. The new extractors built here only carry the backbone over (they hold no
+        weights of their own; NAF is the ``naf`` entry's)."""
         run = self.run
         icp, configs = run.port.icp, run.gm.IMAGE_COND_CONFIGS
         with share(icp.DINOv3ViTModel, "from_pretrained") as shared, self.building():
@@ -359,13 +367,18 @@ class StagedBuild:
                                    "DINOv3ViTModel.from_pretrained, so it could not be shared.",
                                    _EAGER, ("DINOv3ViTModel.from_pretrained",))
         run.share_stats["backbone"] = (shared.calls, shared.hits)
+        backbone = next(iter(extractors.values())).model
         models = run.models
         naf = models["naf"] if models is not None and "naf" in models.loaded() else None
         for attr, extractor in extractors.items():
+            built = getattr(run.pipeline, attr, None)
+            if isinstance(built, nn.Module):
+                built.model = backbone
+                extractor = built
             if naf is not None and getattr(extractor, "use_naf_upsample", False):
                 extractor.naf_model = naf
             setattr(run.pipeline, attr, extractor)
-        return next(iter(extractors.values())).model
+        return backbone
 
     def build_naf(self) -> nn.Module:
         """Loader of ``naf``: one NAF for every extractor that upsamples; returns it."""
