@@ -21,6 +21,7 @@ import pytest
 
 from blender_addon.packaging import wheels
 from blender_addon.runner_client.state import human_bytes
+from tests.blender.wheel_seed import keep_wheels, seed_wheels
 
 pytestmark = pytest.mark.blender
 HERE = Path(__file__).parent
@@ -58,11 +59,14 @@ def built_zip(tmp_path_factory):
 
 def scenario(name: str, zip_path: Path, work: Path, *args: str, timeout: float = 180,
              python: str | Path = PY, script: str = "scenarios.py",
-             env: dict | None = None) -> dict:
+             env: dict | None = None, fresh_install: bool = False) -> dict:
     """Run one scenario of ``script`` (scenarios.py) with ``python`` (a bpy interpreter),
     Blender's user folders and HOME inside ``work`` and ``env`` added to the environment;
-    return its verdict."""
+    return its verdict. The user folder starts with the wheels an earlier scenario of
+    ``python`` installed (``wheel_seed.seed_wheels``) unless ``fresh_install``."""
     (work / "home").mkdir(exist_ok=True)
+    if not fresh_install:
+        seed_wheels(python, work / "user")
     env = dict(os.environ, **(env or {}), BLENDER_USER_RESOURCES=str(work / "user"),
                HOME=str(work / "home"))
     proc = subprocess.run([str(python), str(HERE / script), name, str(zip_path),
@@ -72,6 +76,8 @@ def scenario(name: str, zip_path: Path, work: Path, *args: str, timeout: float =
     assert lines, f"scenario {name} gave no verdict (exit {proc.returncode}):\n" \
                   f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     facts = json.loads(lines[-1][len("VERDICT "):])
+    if facts.get("enabled") and facts.get("install_result") == ["FINISHED"]:
+        keep_wheels(python, work / "user")
     facts["_stdout"] = proc.stdout  # Blender prints operator reports there in background mode
     return facts
 
@@ -98,7 +104,7 @@ def bpy_python(request):
 
 
 def test_zip_installs_registers_and_unregisters(built_zip, tmp_path, bpy_python):
-    v = scenario("register", built_zip, tmp_path, python=bpy_python)
+    v = scenario("register", built_zip, tmp_path, python=bpy_python, fresh_install=True)
     assert v["install_result"] == ["FINISHED"] and v["enabled"]
     assert all(v["ops"].values()), v["ops"]
     assert v["panel"] and v["scene_settings"]
@@ -191,7 +197,8 @@ def test_zero_setup_generate_with_only_bpy_installed(built_zip, tmp_path, shared
         probe = subprocess.run([str(bare), "-c", f"import {module}"], capture_output=True)
         assert probe.returncode != 0, f"{module} is importable in {bare}: not a bare venv"
     img = image(shared_images, "typical_humanoid_dwarf")
-    v = scenario("zero_setup", built_zip, tmp_path, img, python=bare, timeout=300)
+    v = scenario("zero_setup", built_zip, tmp_path, img, python=bare, timeout=300,
+                 fresh_install=True)
     assert v["install_result"] == ["FINISHED"] and v["enabled"], v
     assert v["preflight"] == "" and v["result"] == ["FINISHED"], v
     assert v["argv0"] == v["sys_executable"] == str(bare)  # Blender's own Python
