@@ -8,7 +8,8 @@ the tokens' coordinates, no ``phases`` argument), ``SparseProjectAttention`` for
 
 ``forward(x, mod [B, 6C] (shared) or [B, C], context)``: x a sparse tensor of feats ``[N, C]``;
 each token takes the modulation of its batch (``coords[:, 0]``), as the real sparse tensor's
-element-wise operators broadcast a ``[B, C]`` tensor. Returns x's tokens, feats ``[N, C]``.
+element-wise operators broadcast a ``[B, C]`` tensor: at each operation (``h * (1 + scale) +
+shift``, ``h * gate``), one ``[N, C]`` copy alive at a time. Returns x's tokens, feats ``[N, C]``.
 """
 from typing import *
 
@@ -61,13 +62,17 @@ class ModulatedSparseTransformerCrossBlock(nn.Module):
             self.modulation = nn.Parameter(torch.randn(6 * channels) / channels ** 0.5)
 
     def _forward(self, x, mod: torch.Tensor, context):
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (
-            _per_token(x, m) for m in modulation_chunks(self, mod))
-        h = x.replace(self.norm1(x.feats) * (1 + scale_msa) + shift_msa)
-        x = x.replace(x.feats + self.self_attn(h).feats * gate_msa)
+        # each [B, C] modulation is broadcast to the tokens at the operation that uses it, as
+        # the real sparse tensor's element-wise operators do: one [N, C] at a time, not six
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = \
+            modulation_chunks(self, mod)
+        h = x.replace(self.norm1(x.feats) * _per_token(x, 1 + scale_msa)
+                      + _per_token(x, shift_msa))
+        x = x.replace(x.feats + self.self_attn(h).feats * _per_token(x, gate_msa))
         x = x.replace(x.feats + self.cross_attn(x.replace(self.norm2(x.feats)), context).feats)
-        h = x.replace(self.norm3(x.feats) * (1 + scale_mlp) + shift_mlp)
-        return x.replace(x.feats + self.mlp(h).feats * gate_mlp)
+        h = x.replace(self.norm3(x.feats) * _per_token(x, 1 + scale_mlp)
+                      + _per_token(x, shift_mlp))
+        return x.replace(x.feats + self.mlp(h).feats * _per_token(x, gate_mlp))
 
     def forward(self, x, mod: torch.Tensor, context):
         if self.use_checkpoint:
