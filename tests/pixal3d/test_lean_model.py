@@ -184,9 +184,13 @@ def test_metal_limit_fraction_from_the_budget():
 
 def test_a_port_without_the_attention_module_keeps_its_own_with_a_warning(run, monkeypatch):
     monkeypatch.setattr(lean_model, "ATTENTION_MODULE", "pixal3d.modules.no_such_attention")
+    feedforward = _port("modules.sparse.transformer.blocks").SparseFeedForwardNet
+    port_forward = vars(feedforward)["forward"]
     events = []
     with lean_model.install(run.pipeline, events.append) as lean:
         assert lean.tools == []
+        assert vars(feedforward)["forward"] is not port_forward  # the feed-forward by ranges
+    assert vars(feedforward)["forward"] is port_forward
     (warning,) = [e for e in events if e["event"] == "warning"]
     assert "no_such_attention" in warning["message"] and warning["source"] == lean_model.SOURCE
 

@@ -18,6 +18,13 @@ takes them off again with ``.remove()``:
     Every other form, batch or back end goes to the port's function unchanged. Bit-identical
     to the port's on this CPU (tested on the stand-in); on MPS a matrix product may take
     another kernel for another row count (fp32 rounding; not measured here, no Mac).
+(a') **Each block's feed-forward by token ranges** (:mod:`stageload.pixal3d.lean.feedforward`):
+    the port's ``SparseFeedForwardNet`` and ``FeedForwardNet`` classes run their Linear → GELU
+    → Linear over ranges of tokens whose hidden rows fit the budget (capped at 64 MiB: 2,048
+    tokens at the released 8,192-wide bf16 MLP), so the ``[N, 8192]`` hidden rows and their
+    GELU (0.70 GB at 21,500 tokens) never exist whole. Bit-identical to the port's in bf16 (the
+    released flows' dtype) on this CPU; in fp32 a matrix product of another row count may
+    round differently (≤ 1e-6 relative, measured at the tests' widths).
 (b) **The decoders by voxel ranges.** While ``decode_shape_slat`` / ``decode_tex_slat`` run,
     that decoder's forward computes every block, the final norm and the output layer over
     ranges of voxels (:func:`stageload.pixal3d.lean.decoders.chunk_decoder`: the sparse
@@ -55,6 +62,7 @@ from stageload.events import EventSink, emit
 from stageload.hooks import CallHook, on_call
 from stageload.pixal3d.lean import extraction, mps_limit
 from stageload.pixal3d.lean.decoders import chunk_decoder, warn_whole
+from stageload.pixal3d.lean.feedforward import lean_feedforward
 from stageload.pixal3d.plan import SHAPE_PASS_STAGE
 from stageload.releasing import empty_allocator_cache
 from stageload.working_memory import (
@@ -248,6 +256,7 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
     lean = LeanModel(pipeline, sink, budget, stage)
     try:
         _install_attention(lean)
+        lean._hooks.append(lean_feedforward(budget, sink=sink, stage=lambda: lean.stage))
         _install_substeps(lean)
         _install_decoders(lean)
         _install_limit(lean, mps_limit_bytes)
