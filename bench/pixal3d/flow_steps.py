@@ -15,16 +15,21 @@ global tokens of 1,024 and the projected ``[N, 2,048]`` features, fp32), for the
 the shape latent (``concat_cond``). Paths: ``naive`` — the port's sparse attention with no
 mtlflashattn (2,048-query fp32 chunks); ``lean`` — the same with
 ``stageload.pixal3d.lean.models.lean_attention`` in its place (query slices from a 1 GiB
-budget), as the product installs it; ``lean_256m`` — the same at a 256 MiB budget;
+budget) and each block's feed-forward by token ranges
+(``stageload.pixal3d.lean.feedforward.lean_feedforward``, 2,048 tokens), as the product installs
+them; ``lean_256m`` — the same at a 256 MiB budget; ``lean_attn`` / ``lean_256m_attn`` — the
+attention slices alone (lean before the feed-forward ranges), for comparison in one run;
 ``flash_attn`` — the stand-in of mtlflashattn's shim (tiles, no score matrix), for what lean
 leaves alone.
 
-Writes ``OUT_DIR/flow_steps.json`` and ``.md``. The naive path holds ~4.5 GiB at 21,500 tokens:
-run it under ``flock /tmp/bigmem.lock``. A 1024 case takes minutes a block on two cores.
+Writes ``OUT_DIR/<--out-name, default flow_steps>.json`` and ``.md``. The naive path holds
+~7.7 GiB at 21,500 tokens: run it under ``flock /tmp/bigmem.lock``. A 1024 case takes
+minutes a block on two cores.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -37,7 +42,11 @@ GIB = 1 << 30
 ROOT = Path(__file__).resolve().parents[2]
 ATTENTION_BUDGET = GIB
 #: lean paths -> their attention budget: the product's default (1 GiB) and a quarter of it
-LEAN_BUDGETS = {"lean": ATTENTION_BUDGET, "lean_256m": ATTENTION_BUDGET // 4}
+LEAN_BUDGETS = {"lean": ATTENTION_BUDGET, "lean_256m": ATTENTION_BUDGET // 4,
+                "lean_attn": ATTENTION_BUDGET, "lean_256m_attn": ATTENTION_BUDGET // 4}
+#: lean paths without the feed-forward ranges (the attention slices alone)
+ATTENTION_ONLY = ("lean_attn", "lean_256m_attn")
+PATHS = ("naive", *LEAN_BUDGETS, "flash_attn")
 #: model -> grid resolution of its tokens
 MODELS = {"shape_slat_flow_model_512": 32, "shape_slat_flow_model_1024": 64,
           "tex_slat_flow_model_1024": 64}
@@ -68,6 +77,9 @@ def _install(path: str, events: list) -> None:
         fn, _handle = lean_attention(attn_modules.sparse_scaled_dot_product_attention, config,
                                      LEAN_BUDGETS[path], sink=events.append)
         attn_modules.sparse_scaled_dot_product_attention = fn
+    if path in LEAN_BUDGETS and path not in ATTENTION_ONLY:
+        from stageload.pixal3d.lean.feedforward import lean_feedforward
+        lean_feedforward(LEAN_BUDGETS[path], sink=events.append)
 
 
 def step_case(model: str, tokens: int, blocks: int, path: str) -> dict:
@@ -107,9 +119,11 @@ def step_case(model: str, tokens: int, blocks: int, path: str) -> dict:
             "seconds": round(time.perf_counter() - start[0], 2),
             "cpu_seconds": round(time.process_time() - start[1], 2),
             "weight_bytes": sum(t.numel() * t.element_size() for t in net.state_dict().values()),
-            "checksum": float(out.feats.double().sum()), "finite": bool(
+            "checksum": float(out.feats.double().sum()),
+            "sha256": hashlib.sha256(out.feats.contiguous().numpy().tobytes()).hexdigest(),
+            "finite": bool(
                 torch.isfinite(out.feats).all()),
-            "events": [e for e in events if e.get("event") == "working_memory"][:2]}
+            "events": [e for e in events if e.get("event") in ("working_memory", "warning")][:6]}
 
 
 def _measure(model: str, tokens: int, blocks: int, path: str, scratch: Path) -> dict:
@@ -127,15 +141,16 @@ def _measure(model: str, tokens: int, blocks: int, path: str, scratch: Path) -> 
 
 def markdown(report: dict) -> str:
     rows = [f"| {c['model']} | {c['tokens']:,} | {c['path']} | "
-            f"{c['over_inputs'] / GIB:.2f} GiB | {c['cpu_seconds']} | {c['finite']} |"
+            f"{c['over_inputs'] / GIB:.2f} GiB | {c['cpu_seconds']} | {c['finite']} | "
+            f"{c.get('sha256', '')[:12]} |"
             for c in report["cases"]]
     return "\n".join([
         "# One flow step at real tokens and widths (CPU; blocks bf16)", "",
         f"Measured {report['when']} ({report['machine']}); {report['blocks']} of 30 blocks "
         "(a step's working memory does not grow with depth: each block's temporaries are freed "
         "before the next); peak over the case's inputs, each case its own process.", "",
-        "| model | tokens | path | step over inputs | CPU s | finite |",
-        "|---|---|---|---|---|---|", *rows, ""])
+        "| model | tokens | path | step over inputs | CPU s | finite | output sha256 |",
+        "|---|---|---|---|---|---|---|", *rows, ""])
 
 
 def main(argv=None) -> int:
@@ -144,8 +159,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case")
     parser.add_argument("--tokens", type=int)
-    parser.add_argument("--path", default="naive",
-                        choices=("naive", "lean", "lean_256m", "flash_attn"))
+    parser.add_argument("--path", default="naive", choices=PATHS)
     parser.add_argument("--result", type=Path)
     parser.add_argument("--blocks", type=int, default=1)
     parser.add_argument("--tokens-1024", type=int, default=21_500)
@@ -153,6 +167,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--paths", nargs="*", default=["naive", "lean", "lean_256m", "flash_attn"])
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / "2026-12-06")
+    parser.add_argument("--out-name", default="flow_steps",
+                        help="file name of the results (.json and .md) in --out-dir")
     ns = parser.parse_args(argv)
     if ns.case:
         ns.result.write_text(json.dumps(step_case(ns.case, ns.tokens, ns.blocks, ns.path)))
@@ -164,8 +180,8 @@ def main(argv=None) -> int:
               "machine": f"{platform.platform()}, {os.cpu_count()} CPUs",
               "blocks": ns.blocks, "attention_budget": ATTENTION_BUDGET, "cases": cases}
     ns.out_dir.mkdir(parents=True, exist_ok=True)
-    (ns.out_dir / "flow_steps.json").write_text(json.dumps(report, indent=1) + "\n")
-    (ns.out_dir / "flow_steps.md").write_text(markdown(report))
+    (ns.out_dir / f"{ns.out_name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (ns.out_dir / f"{ns.out_name}.md").write_text(markdown(report))
     print(markdown(report))
     return 0
 
