@@ -16,9 +16,14 @@ ranges of ``rows`` tokens into one preallocated output: each range through the f
 the port's layers make on the whole ``feats``), so the hidden rows exist for one range only.
 Each row's arithmetic does not depend on the other rows; a short last range is computed as the
 last full range (overlapping the one before), so every matrix product has the same row count
-and takes the same kernel. Bit-identical to the port's forward on this CPU (torch 2.13, bf16
-and fp32; ``tests/pixal3d/test_lean_feedforward.py``); on MPS a matrix product may take
-another kernel for another row count (rounding; not run here, no Mac).
+and takes the same kernel. Measured on this CPU (torch 2.13, MKL/oneDNN): the port's output
+bit for bit in bf16 (the released flows' dtype) at the tests' widths
+(``tests/pixal3d/test_lean_feedforward.py``) and at the released widths in ranges of 2,048
+(``bench.pixal3d.flow_steps``: one step at 21,500 and 4,000 tokens, same sha256); in fp32
+identical at the tests' widths and at the released widths in ranges of 2,048. A matrix
+product picks its kernel by row count, so much smaller ranges can round differently (released
+widths: 64-row ranges in bf16 and 1,024-row ranges in fp32 differed by ≤ 5e-7, measured); on
+MPS likewise (not run here, no Mac).
 
 ``rows`` per call from the budget (:func:`rows_for_budget`): the hidden rows and their GELU of
 one range within ``min(budget_bytes, FEEDFORWARD_BUDGET)`` — 2,048 tokens at H = 8,192 in bf16

@@ -22,9 +22,9 @@ takes them off again with ``.remove()``:
     the port's ``SparseFeedForwardNet`` and ``FeedForwardNet`` classes run their Linear → GELU
     → Linear over ranges of tokens whose hidden rows fit the budget (capped at 64 MiB: 2,048
     tokens at the released 8,192-wide bf16 MLP), so the ``[N, 8192]`` hidden rows and their
-    GELU (0.70 GB at 21,500 tokens) never exist whole. Bit-identical to the port's in bf16 (the
-    released flows' dtype) on this CPU; in fp32 a matrix product of another row count may
-    round differently (≤ 1e-6 relative, measured at the tests' widths).
+    GELU (0.70 GB at 21,500 tokens) never exist whole. The port's output bit for bit on this
+    CPU in bf16 (the released flows' dtype) and fp32 at these ranges (measured; a much smaller
+    range may take another kernel and round differently: see that module).
 (b) **The decoders by voxel ranges.** While ``decode_shape_slat`` / ``decode_tex_slat`` run,
     that decoder's forward computes every block, the final norm and the output layer over
     ranges of voxels (:func:`stageload.pixal3d.lean.decoders.chunk_decoder`: the sparse
@@ -239,14 +239,17 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
     module exactly.
 
     ``sink``: where the ``working_memory`` and sub-step ``stage`` events go (the run's emit).
-    ``budget_bytes``: bytes of attention scores, or of a decoder chunk's hidden rows, alive at
-    once (default :data:`DEFAULT_BUDGET`, 1 GiB). ``mps_limit_bytes``: the memory budget (the
-    adapter's: ``mps_limit.budget_from_memory``), set as Metal's hard limit when MPS is
-    available (None: leave it). ``stage``: a callable giving the current stage for the events
+    ``budget_bytes``: bytes of attention scores, or of a decoder chunk's or a feed-forward
+    range's hidden rows (those two capped lower), alive at once (default
+    :data:`DEFAULT_BUDGET`, 1 GiB). ``mps_limit_bytes``: the memory budget (the adapter's:
+    ``mps_limit.budget_from_memory``), set as Metal's hard limit when MPS is available (None:
+    leave it). ``stage``: a callable giving the current stage for the events
     (e.g. ``lambda: run.stage``); None: the last stage a sub-step named.
 
     A port whose attention module (:data:`ATTENTION_MODULE`, :data:`ATTENTION_NAME`) cannot be
-    found keeps its own attention, said in a ``warning`` event; a decoder the lean decode's
+    found keeps its own attention, said in a ``warning`` event; a port without a feed-forward
+    class of :data:`stageload.pixal3d.lean.feedforward.CLASSES`: a ``working_memory`` event
+    with nothing saved, naming it; a decoder the lean decode's
     preconditions do not hold for decodes the port's way, said in a ``warning`` (``fallback:
     port_decoder``; the results are the same either way). Raises
     ``stageload.errors.HookError`` when the pipeline lacks a method hooked here.
