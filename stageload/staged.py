@@ -11,7 +11,8 @@ One object serves many inputs: after the last stage, ``enter(first_stage)`` star
 (re-armed, not rebuilt); models released in between are loaded again on access (``reload``).
 
 Prefetch: given ``files`` (name → the files its loader reads), once a stage is ready and has
-loaded the models it lists (or reports ``progress``: it computes), a
+loaded the models it lists (one released inside the stage by :meth:`StagedModels.release`
+counts: the stage is done with it) or reports ``progress`` (it computes), a
 background reader (``stageload.prefetch.Prefetcher``) asks the OS to read ahead into its file
 cache the files of the models the *next* stage lists that are neither loaded now nor listed
 by the current stage (which loads those itself); it is
@@ -146,6 +147,7 @@ class StagedModels(MutableMapping):
         self._files = _checked_files(files, self._loaders)
         self._prefetcher: Optional[Prefetcher] = None
         self._prefetch_pending = False
+        self._done_in_stage: set[str] = set()  # released by release() since the stage began
         if isinstance(prefetch, Prefetcher):
             self._prefetcher = prefetch
         elif prefetch and self._files:
@@ -338,6 +340,7 @@ class StagedModels(MutableMapping):
         start = time.perf_counter()
         self._stage = stage
         self._index = self._order.index(stage)
+        self._done_in_stage = set()
         emit(self._sink, "stage", stage=stage, index=self._index, count=len(self._order))
         keep = set(self._plan[stage]) | self._pinned
         released = 0
@@ -373,9 +376,10 @@ class StagedModels(MutableMapping):
             self._prefetcher.stop(reason)
 
     def _stage_loaded(self) -> bool:
-        """Every model the current stage lists (that has a loader) is loaded."""
-        return all(name in self._loaded or self._loaders.get(name) is None
-                   for name in self._plan.get(self._stage, ()))
+        """Every model the current stage lists (that has a loader) is loaded, or was and has
+        been released inside the stage (:meth:`release`: the stage is done with it)."""
+        return all(name in self._loaded or name in self._done_in_stage
+                   or self._loaders.get(name) is None for name in self._plan.get(self._stage, ()))
 
     def _start_prefetch(self) -> None:
         """Read ahead the files of the next stage's models not loaded now — once per stage,
@@ -419,6 +423,7 @@ class StagedModels(MutableMapping):
         if name not in self._loaded:
             return 0
         freed = self._release(name, self._stage, reason)
+        self._done_in_stage.add(name)
         empty_allocator_cache()
         return freed
 

@@ -347,3 +347,25 @@ def test_the_prefetch_waits_for_the_stages_own_loads_or_its_progress(tmp_path):
     models["x"]  # once per stage: no second prefetch
     assert models.prefetcher.wait(30) and len(_of(events, "prefetch")) == 1
     models.close()
+
+
+def test_a_model_released_inside_the_stage_counts_as_loaded_for_the_prefetch(tmp_path):
+    """A stage that releases one of its models before it loads the next (an in-stage
+    release) has still loaded what it lists: the next stage's prefetch starts at its last
+    load, not never."""
+    events = []
+    files, loaders = {}, {}
+    for name in ("x", "w", "y"):
+        files[name] = tmp_path / f"{name}.safetensors"
+        _write(files[name], 1)
+        loaders[name] = (lambda p=files[name]: load_module(lambda: _Net(MiB // 4 // 256), p))
+    models = StagedModels(loaders, {"a": ["x", "w"], "b": ["y"]}, events=events.append,
+                          files=files, prefetch=Prefetcher(floor=0))
+    models.enter("a")
+    models["x"]
+    assert models.release("x", reason="done with it") > 0
+    assert not _of(events, "prefetch")  # w, which a lists, is not loaded yet
+    models["w"]
+    assert models.prefetcher.wait(30)
+    assert [e["model"] for e in _of(events, "prefetch")] == ["y"]
+    models.close()
