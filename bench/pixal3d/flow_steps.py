@@ -41,7 +41,8 @@ from pathlib import Path
 GIB = 1 << 30
 ROOT = Path(__file__).resolve().parents[2]
 ATTENTION_BUDGET = GIB
-#: lean paths -> their attention budget: the product's default (1 GiB) and a quarter of it
+#: lean paths -> their attention budget: 1 GiB and a quarter of it, 256 MiB (the product's default,
+#: ``stageload.pixal3d.lean.models.DEFAULT_BUDGET``)
 LEAN_BUDGETS = {"lean": ATTENTION_BUDGET, "lean_256m": ATTENTION_BUDGET // 4,
                 "lean_attn": ATTENTION_BUDGET, "lean_256m_attn": ATTENTION_BUDGET // 4}
 #: lean paths without the feed-forward ranges (the attention slices alone)

@@ -13,7 +13,7 @@ takes them off again with ``.remove()``:
     (``(qkv)`` and ``(q, k, v)``) at batch 1 while ``config.ATTN == 'naive'`` by the same
     arithmetic (``softmax(q kᵀ · 1/√C) v`` in fp32: matmul, scale, softmax, matmul) over query
     slices sized per call so ``heads × slice × N × 4 bytes × 2 ≤ budget_bytes``, in multiples of
-    64 (default 1 GiB: 512 queries at 21,500 tokens and 12 heads, 0.98 GiB of scores) through
+    64 (default 256 MiB: 128 queries at 21,500 tokens and 12 heads, 0.25 GiB of scores) through
     :func:`stageload.slice_attention`, and without the port's zero-padded copies of q, k, v.
     Every other form, batch or back end goes to the port's function unchanged. Bit-identical
     to the port's on this CPU (tested on the stand-in); on MPS a matrix product may take
@@ -76,8 +76,13 @@ CONFIG_MODULE = "pixal3d.modules.sparse.config"
 ATTENTION_NAME = "sparse_scaled_dot_product_attention"
 PORT_QUERY_CHUNK = 2048
 """The port's ``naive`` back end's query chunk (``_chunk`` in ``full_attn.py``, 0be9e69a)."""
-DEFAULT_BUDGET = 1 << 30
-"""Bytes of attention scores (or decoder hidden rows) alive at once by default: 1 GiB."""
+DEFAULT_BUDGET = 256 << 20
+"""Bytes of attention scores (or decoder hidden rows) alive at once by default: 256 MiB. Why
+not more: at 21,500 tokens (the texture and 1024 shape flows) one step of the real-width DiT
+holds 1.11 GiB over its inputs at 256 MiB against 1.86 GiB at 1 GiB (``bench.pixal3d.flow_steps``,
+``bench/results/2026-12-06/flow_steps_feedforward.md``), the 0.8 GB that keeps those stages
+under 8 GB on a 16 GB Mac; the price measured there is CPU time, 1.14-1.32 x a step (more,
+smaller matrix products; on MPS not measured, no Mac)."""
 FLOW_SUBSTEPS = ("conditioning", "sampling")
 DECODE_SUBSTEPS = ("decode_shape", "mesh", "decode_texture")
 SOURCE = "stageload.pixal3d.lean.models (--working-memory lean)"
@@ -241,7 +246,7 @@ def install(pipeline, sink: Optional[EventSink], *, budget_bytes: Optional[int] 
     ``sink``: where the ``working_memory`` and sub-step ``stage`` events go (the run's emit).
     ``budget_bytes``: bytes of attention scores, or of a decoder chunk's or a feed-forward
     range's hidden rows (those two capped lower), alive at once (default
-    :data:`DEFAULT_BUDGET`, 1 GiB). ``mps_limit_bytes``: the memory budget (the adapter's:
+    :data:`DEFAULT_BUDGET`, 256 MiB). ``mps_limit_bytes``: the memory budget (the adapter's:
     ``mps_limit.budget_from_memory``), set as Metal's hard limit when MPS is available (None:
     leave it). ``stage``: a callable giving the current stage for the events
     (e.g. ``lambda: run.stage``); None: the last stage a sub-step named.
