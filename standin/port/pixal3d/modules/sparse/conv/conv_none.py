@@ -6,9 +6,9 @@ Parameters as the port's (and flex_gemm's): ``weight`` [Co, Kd, Kh, Kw, Ci] — 
 ±1/√fan_in) and then permuted — and ``bias`` [Co]. The forward is the port's: the neighbour map
 ``(src, tgt, kernel)`` cached on the input's spatial cache under the port's key, then per kernel
 offset ``feats[src] @ W[offset]`` (``W = weight.reshape(Co, K, Ci).permute(1, 2, 0)``) added
-into a zero ``[N, Co]`` output of the input's dtype, offsets in order (one dense addition per
-offset where the port calls ``scatter_add_``: one addition per row and offset either way, the
-same sums), then ``+ bias``. The neighbour map itself is found by sorted keys
+into a zero ``[N, Co]`` output of the input's dtype, offsets in order (an accumulating
+``index_put_`` per offset where the port calls ``scatter_add_``: one addition per row and offset
+either way, the same sums), then ``+ bias``. The neighbour map itself is found by sorted keys
 (``standin_sparse.submanifold_neighbours``) where the port loops over voxels in Python: the
 same pairs in the same order, so the same sums.
 """
@@ -57,19 +57,16 @@ def sparse_conv3d_forward(self, x):
     count = kd * kh * kw
     weights = self.weight.reshape(co, count, ci).permute(1, 2, 0)
     out = torch.zeros(feats.shape[0], co, device=feats.device, dtype=feats.dtype)
-    step = torch.zeros_like(out)
     # the map is sorted by kernel offset: each offset's pairs are one contiguous run
     bounds = torch.searchsorted(kernel, torch.arange(count + 1, device=kernel.device)).tolist()
     for k in range(count):
         lo, hi = bounds[k], bounds[k + 1]
         if lo == hi:
             continue
-        edge_out = feats[src[lo:hi]] @ weights[k]
-        # the port's scatter_add_: each row is a target at most once per offset, so adding the
-        # offset's products as one dense step (zeros elsewhere) makes the same sums
-        step.zero_()
-        step[tgt[lo:hi]] = edge_out
-        out += step
+        edge_out = feats.index_select(0, src[lo:hi]) @ weights[k]
+        # the port's scatter_add_: each row is a target at most once per offset, so one
+        # accumulating put per offset makes the same single addition per row
+        out.index_put_((tgt[lo:hi],), edge_out, accumulate=True)
     if self.bias is not None:
         out = out + self.bias
     return x.replace(out)
