@@ -20,7 +20,8 @@ budget) and each block's feed-forward by token ranges
 them; ``lean_256m`` — the same at a 256 MiB budget; ``lean_attn`` / ``lean_256m_attn`` — the
 attention slices alone (lean before the feed-forward ranges), for comparison in one run;
 ``flash_attn`` — the stand-in of mtlflashattn's shim (tiles, no score matrix), for what lean
-leaves alone.
+leaves alone; ``lean_flash_attn`` — that back end with lean's feed-forward ranges at the
+product's default budget (what ``--working-memory lean`` runs where the shim imports).
 
 Writes ``OUT_DIR/<--out-name, default flow_steps>.json`` and ``.md``. The naive path holds
 ~7.7 GiB at 21,500 tokens: run it under ``flock /tmp/bigmem.lock``. A 1024 case takes
@@ -47,7 +48,10 @@ LEAN_BUDGETS = {"lean": ATTENTION_BUDGET, "lean_256m": ATTENTION_BUDGET // 4,
                 "lean_attn": ATTENTION_BUDGET, "lean_256m_attn": ATTENTION_BUDGET // 4}
 #: lean paths without the feed-forward ranges (the attention slices alone)
 ATTENTION_ONLY = ("lean_attn", "lean_256m_attn")
-PATHS = ("naive", *LEAN_BUDGETS, "flash_attn")
+#: the port's flash_attn back end (nothing for lean to slice) with lean's feed-forward ranges at
+#: the product's default budget: what ``--working-memory lean`` runs where mtlflashattn imports
+LEAN_FLASH = "lean_flash_attn"
+PATHS = ("naive", *LEAN_BUDGETS, "flash_attn", LEAN_FLASH)
 #: model -> grid resolution of its tokens
 MODELS = {"shape_slat_flow_model_512": 32, "shape_slat_flow_model_1024": 64,
           "tex_slat_flow_model_1024": 64}
@@ -72,7 +76,7 @@ def _coords(tokens: int, resolution: int, gen):
 def _install(path: str, events: list) -> None:
     import pixal3d.modules.sparse.attention.modules as attn_modules
     from pixal3d.modules.sparse import config
-    config.ATTN = "flash_attn" if path == "flash_attn" else "naive"
+    config.ATTN = "flash_attn" if path in ("flash_attn", LEAN_FLASH) else "naive"
     if path in LEAN_BUDGETS:
         from stageload.pixal3d.lean.models import lean_attention
         fn, _handle = lean_attention(attn_modules.sparse_scaled_dot_product_attention, config,
@@ -81,6 +85,10 @@ def _install(path: str, events: list) -> None:
     if path in LEAN_BUDGETS and path not in ATTENTION_ONLY:
         from stageload.pixal3d.lean.feedforward import lean_feedforward
         lean_feedforward(LEAN_BUDGETS[path], sink=events.append)
+    if path == LEAN_FLASH:
+        from stageload.pixal3d.lean.feedforward import lean_feedforward
+        from stageload.pixal3d.lean.models import DEFAULT_BUDGET
+        lean_feedforward(DEFAULT_BUDGET, sink=events.append)
 
 
 def step_case(model: str, tokens: int, blocks: int, path: str) -> dict:
