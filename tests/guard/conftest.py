@@ -22,6 +22,11 @@ def tag():
 
 
 @pytest.fixture
-def env(tag):
-    """Environment for subprocesses: the tag, and unbuffered Python output."""
-    return dict(os.environ, **{TAG_VAR: tag, "PYTHONUNBUFFERED": "1"})
+def env(tag, tmp_path_factory):
+    """Environment for subprocesses: the tag, unbuffered Python output, and a guard registry of
+    the test's own (``STAGELOAD_GUARD_DIR``), so the guards a test starts see each other but not
+    a guard that another program on this machine runs at the same time (its reservation would
+    change the figures the test reads)."""
+    registry = tmp_path_factory.mktemp("guard") / "registry"
+    return dict(os.environ, **{TAG_VAR: tag, "PYTHONUNBUFFERED": "1",
+                               "STAGELOAD_GUARD_DIR": str(registry)})
