@@ -29,57 +29,78 @@ import os
 import tempfile
 from functools import partial
 from pathlib import Path
+from typing import Optional
 
 from standin import (
     PORT_DIR as STANDIN,  # the stand-in port folder (standin/, at the repository root)
 )
 
 
-def standin_layout() -> str:
-    """SHA-256 of the stand-in port's Python sources (``standin/port/**/*.py``, in path order):
-    what a written weights folder was made for. A folder written for other sources (the models
-    or their checkpoint formats changed) is written again, never loaded into the wrong
-    classes."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(STANDIN).rglob("*.py")):
-        digest.update(str(path.relative_to(STANDIN)).encode())
+def weights_fingerprint(scale: float, port_dir: Path = Path(STANDIN)) -> str:
+    """SHA-256 of what a written weights folder depends on: the stand-in port's Python sources
+    (``port_dir/**/*.py`` in path order, names and bytes: the writer ``make_weights.py``, the
+    flow and decoder configs, the model classes), ``scale`` and the torch version (whose
+    random streams draw the weights). A folder recorded with another fingerprint is written
+    again: weights kept from other sources would be measured silently, or loaded into the
+    wrong classes."""
+    import torch
+
+    digest = hashlib.sha256(f"scale={scale!r} torch={torch.__version__}\n".encode())
+    for path in sorted(Path(port_dir).rglob("*.py")):
+        digest.update(str(path.relative_to(port_dir)).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def write_weights(work: Path, scale: float) -> dict:
+def cached_weights(root: Path, fingerprint: str) -> tuple[Optional[dict], str]:
+    """``(record, why)``: the ``weights.json`` record under ``root`` when it can be reused
+    (same ``fingerprint``, every file present), else ``(None, the reason to write)``."""
+    record = Path(root) / "weights.json"
+    if not record.is_file():
+        return None, "no weights written there yet"
+    try:
+        info = json.loads(record.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"its weights.json is unreadable ({exc})"
+    if info.get("fingerprint") != fingerprint:
+        return None, ("written by other stand-in sources, scale or torch (fingerprint "
+                      f"{str(info.get('fingerprint'))[:12]}, now {fingerprint[:12]})")
+    missing = [f for f in info.get("files", []) if not Path(f).is_file()]
+    if missing or "model_dir" not in info:
+        return None, f"files missing ({missing[0] if missing else 'model_dir'})"
+    return info, f"reused: fingerprint {fingerprint[:12]} unchanged"
+
+
+def write_weights(work: Path, scale: float, fingerprint: Optional[str] = None) -> dict:
     """Write (or reuse) the stand-in weights at ``scale`` under ``work/scale_<scale>``.
 
     Returns ``{"root": Path, "env": {HF_HOME, TORCH_HOME}, "model_dir": Path (the
     Pixal3D repository's snapshot folder), "files": [weight files: safetensors, MoGe's .pt],
     "model_bytes": {plan model name: bytes as written}, "plan": {stage: [models]},
-    "written_bytes": {stand-in key: bytes}}``. A folder whose ``weights.json`` records the
-    same scale and :func:`standin_layout` is reused (the files are deterministic: seed 0).
-    Raises ``ValueError`` for a scale outside (0, 1].
+    "written_bytes": {stand-in key: bytes}, "fingerprint": str, "cache": what was done and
+    why}``. A folder whose ``weights.json`` records the same fingerprint (default
+    :func:`weights_fingerprint` of ``scale``) is reused (the files are deterministic: seed 0);
+    any other is written again. Raises ``ValueError`` for a scale outside (0, 1].
     """
     from . import sizes
 
     root = Path(work) / f"scale_{scale:g}"
-    record = root / "weights.json"
-    info = None
-    if record.is_file():
-        info = json.loads(record.read_text())
-        if info.get("scale") != scale or info.get("layout") != standin_layout() \
-                or "model_dir" not in info \
-                or not all(Path(f).is_file() for f in info["files"]):
-            info = None
+    fingerprint = fingerprint or weights_fingerprint(scale)
+    info, why = cached_weights(root, fingerprint)
     if info is None:
+        why = f"written: {why}"
         written = sizes.make_weights.make_weights(root, scale=scale)
         files = sorted(str(p) for p in root.rglob("*") if p.suffix in (".safetensors", ".pt"))
-        info = {"scale": scale, "layout": standin_layout(), "env": written.env, "files": files,
+        info = {"scale": scale, "fingerprint": fingerprint, "env": written.env, "files": files,
                 "written_bytes": written.bytes, "model_dir": str(written.model_dir)}
-        record.write_text(json.dumps(info, indent=1))
+        (root / "weights.json").write_text(json.dumps(info, indent=1))
     model_bytes = {name: int(info["written_bytes"][sizes.STANDIN_KEY.get(name, name)])
                    for name in sizes.REAL_WEIGHT_BYTES}
     return {"root": root, "env": info["env"], "model_dir": Path(info["model_dir"]),
             "files": [Path(f) for f in info["files"]],
             "model_bytes": model_bytes, "written_bytes": info["written_bytes"],
-            "plan": {stage: list(models) for stage, models in sizes.REAL_PLAN.items()}}
+            "plan": {stage: list(models) for stage, models in sizes.REAL_PLAN.items()},
+            "fingerprint": fingerprint, "cache": why}
 
 
 def open_port_only(args) -> dict:
