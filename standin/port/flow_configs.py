@@ -42,8 +42,9 @@ How ``make_weights.py`` uses it: ``write_flow(ckpts, name, target_bytes, latent,
 seed)`` writes ``ckpts/<name>.json`` (``{"name": class, "args": ...}``) and
 ``.safetensors`` (the whole ``state_dict``, the RoPE phase buffer included) and returns the
 bytes written; ``target_bytes`` None: the small width; a number: :func:`sized_args` (the small
-model with its MLP widened until the checkpoint holds ``target_bytes``; below the small model's
-own size, the small model).
+model with its MLP widened up to the real 8,192 hidden channels, past that blocks of 128
+channels added, until the checkpoint holds ``target_bytes``; below the small model's own size,
+the small model).
 """
 from __future__ import annotations
 
@@ -80,6 +81,11 @@ REAL = {
 OUT_STD = 1.0
 #: std of the written weights' shared-modulation Linear
 MODULATION_STD = 0.02
+#: widest MLP (hidden channels) :func:`sized_args` gives one block: the real models' 8,192
+#: (``mlp_ratio`` 5.3334 × 1536)
+MAX_HIDDEN = 8192
+#: channels (in one head: the real models' head width) of a flow sized past one small block
+SIZED_CHANNELS = 128
 
 
 def small_args(name: str, latent: int = 8, hidden: int = 16) -> dict:
@@ -127,22 +133,51 @@ def parameter_count(cls_name: str, args: dict) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def sized_args(name: str, target_bytes: int, latent: int = 8, hidden: int = 16) -> dict:
-    """:func:`small_args` with the MLP (``mlp_ratio``) widened so the checkpoint holds
-    ``target_bytes`` (to one MLP unit: ``(2C + 1) × 4 × blocks`` bytes). Only the MLP grows:
-    every parameter costs its multiply-adds per token whatever its layer, but wider channels
-    also cost attention (``4 · N² · C`` per call, ~10 k tokens at the 1024 passes), so the
-    channels and heads stay the small ones. A target below the model with an MLP ratio of 1
-    gives that model. Raises ValueError for a non-positive target."""
+def sized_args(name: str, target_bytes: int, latent: int = 8, hidden: int = 16,
+               max_hidden: int = MAX_HIDDEN) -> dict:
+    """Constructor arguments whose checkpoint holds ``target_bytes`` (to one MLP unit of every
+    block: ``(2C + 1) × 4 × blocks`` bytes), grown from :func:`small_args`:
+
+    - while one block's MLP of at most ``max_hidden`` channels reaches the target: the small
+      model with its MLP (``mlp_ratio``) widened (the tests' sizes: unchanged by the rest);
+    - above: :data:`SIZED_CHANNELS` channels in one head (the real head width), the MLP up to
+      ``max_hidden`` and blocks (``num_blocks``) added, the fewest that reach the target.
+
+    Why: a forward costs ~2 × parameters × tokens FLOP however the bytes are laid out; the
+    layout decides (a) the hidden rows one MLP call holds, ``tokens × H × 4`` bytes (one MLP
+    of 160 k hidden at 1/8 scale asked for 42 GB at the structure stage's 4,096 tokens), (b)
+    the self-attention's cost, ``4 · N² · C`` per block (the sum of the blocks' channels is
+    ~parameters / 2H, so H at the real 8,192 keeps attention against MLP at the real models'
+    ratio ``N / H``), and (c) how well the CPU's matrix products run: 16 or 32 input channels
+    leave them bound by memory (a 1/64-scale texture flow at 10 k tokens: 66 s a forward at 32
+    channels, 23 s at 128, this machine under load). A target below the smallest model gives
+    that model. Raises ValueError for a non-positive target or ``max_hidden`` below 128."""
     if target_bytes <= 0:
         raise ValueError(f"target_bytes must be positive, got {target_bytes}")
-    args = small_args(name, latent, hidden)
-    channels, blocks = args["model_channels"], args["num_blocks"]
-    # int(C * ratio) must give exactly ``units``: +0.5 keeps it off the integer edge
-    base = state_bytes(model_class(name), dict(args, mlp_ratio=(channels + 0.5) / channels))
-    units = max(channels, channels + round((target_bytes - base) / ((2 * channels + 1) * 4
-                                                                      * blocks)))
-    return dict(args, mlp_ratio=(units + 0.5) / channels)
+    if max_hidden < SIZED_CHANNELS:
+        raise ValueError(f"max_hidden must be at least {SIZED_CHANNELS}, got {max_hidden}")
+    cls, args = model_class(name), small_args(name, latent, hidden)
+    if _size(cls, args, 1, max_hidden) < target_bytes:
+        args = dict(args, model_channels=SIZED_CHANNELS, num_heads=1)
+    channels = args["model_channels"]
+    unit = (2 * channels + 1) * 4  # bytes of one hidden channel of one block's MLP
+    one, two = (_size(cls, args, n, max_hidden) for n in (1, 2))
+    blocks = max(1, math.ceil((target_bytes - (2 * one - two)) / (two - one)))
+    base = _size(cls, args, blocks, channels)
+    units = max(channels, channels + round((target_bytes - base) / (unit * blocks)))
+    return dict(args, num_blocks=blocks, mlp_ratio=_ratio(min(units, max_hidden), channels))
+
+
+def _ratio(units: int, channels: int) -> float:
+    """``mlp_ratio`` for ``units`` hidden channels: ``int(C * ratio)`` must give exactly
+    ``units``, +0.5 keeps it off the integer edge."""
+    return (units + 0.5) / channels
+
+
+def _size(cls: str, args: dict, blocks: int, units: int) -> int:
+    """State bytes of ``args`` with ``blocks`` blocks of ``units`` hidden MLP channels."""
+    return state_bytes(cls, dict(args, num_blocks=blocks,
+                                 mlp_ratio=_ratio(units, args["model_channels"])))
 
 
 def standin_weights(model: torch.nn.Module, generator: torch.Generator) -> None:

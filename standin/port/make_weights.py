@@ -21,7 +21,8 @@ naming a revision, files in ``snapshots/<revision>/`` (below, "the snapshot").
 - ``hf/hub/models--TencentARC--Pixal3D``'s snapshot: ``pipeline.json`` and
   ``ckpts/<name>.json|.safetensors`` for the eight pipeline models (``{"name": class, "args":
   kwargs}`` + weights). The five flow models are the real DiTs at a small width
-  (``flow_configs.py``: 16 or 32 channels, one block) with their MLP widened to the scaled size, no
+  (``flow_configs.sized_args``: at the tests' scales one block of 16 or 32 channels with its
+  MLP widened, past one MLP of 8,192 hidden channels blocks of 128 added) at the scaled size, no
   ballast; the structure flow's RoPE phase buffer (complex64) is part of its checkpoint.
 - ``hf/hub/models--camenduru--dinov3-vitl16-pretrain-lvd1689m/`` (DINOv3 backbone),
   ``models--ZhengPeng7--BiRefNet/`` (background remover): ``config.json`` +
@@ -173,8 +174,8 @@ def _build_hub(cls, config: dict, ballast_numel: int):
 
 
 def _write_flow(ckpts: Path, name: str, scale: float, seed: int) -> int:
-    """A flow model's checkpoint (``flow_configs``: the real DiT at a small width, its MLP
-    widened to ``REAL_BYTES[name] * scale`` bytes); its bytes."""
+    """A flow model's checkpoint (``flow_configs.sized_args``: the real DiT at a small width,
+    grown to ``REAL_BYTES[name] * scale`` bytes); its bytes."""
     import flow_configs
     return flow_configs.write_flow(ckpts, name, int(REAL_BYTES[name] * scale), latent=LATENT,
                                    hidden=HIDDEN, seed=seed)

@@ -322,7 +322,7 @@ def test_elastic_mixin_checkpoints_the_first_blocks_only_inside_with_mem_ratio(p
         assert exact == 1.0 and not any(b.use_checkpoint for b in model.blocks)
 
 
-def test_sized_args_reach_the_byte_target_through_the_mlp_only(port):
+def test_sized_args_widen_one_small_mlp_up_to_the_real_hidden_width(port):
     fc = port["flow_configs"]
     for name in ("shape_slat_flow_model_1024", "sparse_structure_flow_model"):
         small = fc.small_args(name)
@@ -332,8 +332,32 @@ def test_sized_args_reach_the_byte_target_through_the_mlp_only(port):
         assert abs(got - target) <= (2 * small["model_channels"] + 1) * 4 * small["num_blocks"]
         assert {k: v for k, v in args.items() if k != "mlp_ratio"} == \
             {k: v for k, v in small.items() if k != "mlp_ratio"}
+        assert int(args["model_channels"] * args["mlp_ratio"]) <= fc.MAX_HIDDEN
     with pytest.raises(ValueError):
         fc.sized_args("shape_slat_flow_model_1024", 0)
+
+
+@pytest.mark.parametrize("scale", [1 / 64, 1 / 8])
+def test_sized_args_past_one_block_add_blocks_not_hidden_rows(port, scale):
+    """The benches' sizes: the MLP never wider than the real 8,192 (at 1/8 one widened MLP had
+    160 k hidden channels, 42 GB of rows at the structure stage's 4,096 tokens); blocks of the
+    real head width carry the rest, the fewest that reach the target."""
+    fc, real = port["flow_configs"], weights_module().REAL_BYTES
+    for name in ("sparse_structure_flow_model", "tex_slat_flow_model_1024"):
+        target = int(real[name] * scale)
+        args = fc.sized_args(name, target)
+        channels, blocks = args["model_channels"], args["num_blocks"]
+        hidden = int(channels * args["mlp_ratio"])
+        assert (channels, args["num_heads"]) == (fc.SIZED_CHANNELS, 1)
+        assert hidden <= fc.MAX_HIDDEN and blocks > 1
+        got = fc.state_bytes(fc.model_class(name), args)
+        assert abs(got - target) <= (2 * channels + 1) * 4 * blocks
+        fewer = dict(args, num_blocks=blocks - 1, mlp_ratio=(fc.MAX_HIDDEN + 0.5) / channels)
+        assert fc.state_bytes(fc.model_class(name), fewer) < target
+        assert {k: v for k, v in args.items()
+                if k not in ("mlp_ratio", "num_blocks", "model_channels", "num_heads")} == \
+            {k: v for k, v in fc.small_args(name).items()
+             if k not in ("mlp_ratio", "num_blocks", "model_channels", "num_heads")}
 
 
 def test_the_self_attention_calls_the_module_global_the_product_hooks(port, monkeypatch):
