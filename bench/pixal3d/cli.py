@@ -3,13 +3,14 @@ against the physical limit of every stage (the table of SPEC §1, reproduced on 
 
 Usage (from the repository root, see docs/benchmark.md)::
 
-    .venv/bin/python -m bench.pixal3d                      # full scale 1/8, 2 rounds
+    .venv/bin/python -m bench.pixal3d                      # scale 1/64, 2 rounds
     .venv/bin/python -m bench.pixal3d --scale 0.002 --rounds 1 --hold 0.3 --out /tmp/b
 
 What it does, in order:
 
 1. writes the stand-in port's weights at ``--scale`` of the real sizes (real safetensors files
-   under ``--work``; kept between runs when the scale is unchanged);
+   under ``--work``; reused only when written by the same stand-in sources at the same scale
+   and torch, ``pipeline.weights_fingerprint``, else written again; the log says which);
 2. measures the cold sequential read throughput of those files (evicted from the page cache
    first, see ``bench.pixal3d.disk``);
 3. runs the stages' working memory alone in one process (the "alone" run) to measure each
@@ -19,6 +20,12 @@ What it does, in order:
    (default 0.05 s = 20 Hz), the weight files evicted from the page cache before each run;
 5. writes ``summary.json``, ``table.md`` and ``chart.png`` (``python -m stageload plot``) and
    the traces to ``--out`` (default ``bench/results/<UTC date>/``).
+
+Why 1/64: the stand-in's flows are the real DiTs and compute through every weight (~2 ×
+parameters × tokens FLOP a forward; the structure flow's 4,096 tokens at every step make it
+the dearest), so the scale is close to the smallest whose largest loads (the flows, 42-44 MB =
+40-42 MiB) stay above the 32 MiB the load check judges. At 1/8 a run's flows cost 8 times the
+compute.
 
 Exit codes: 0 done (targets met or not: they are reported, not enforced), 1 a run failed,
 2 bad arguments or an output folder that exists (use ``--force`` to replace the benchmark's own
@@ -45,13 +52,16 @@ from .modes import MODE_TITLES, MODES
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT_FILES = ("summary.json", "table.md", "chart.png")
 PROG = "python -m bench.pixal3d"
+DEFAULT_SCALE = 1 / 64
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Parse and check the command line; exits 2 with a message naming the bad option."""
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--scale", type=float, default=0.125,
-                   help="size factor for weights and working memory (default 0.125 = 1/8)")
+    p.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+                   help="size factor for weights and working memory (default 0.015625 = 1/64: "
+                        "the flows ~42-44 MB, loads >= 32 MiB for the load target, and a run "
+                        "whose flows compute through every weight still fits minutes)")
     p.add_argument("--rounds", type=int, default=2, help="eager/staged/budget rounds (default 2)")
     p.add_argument("--hold", type=float, default=1.0,
                    help="seconds each stage holds its full state so the sampler sees it (default "
@@ -153,6 +163,7 @@ def _run(args) -> int:
         args.image = flattened_example(args.work)
     _log(t_start, f"writing weights at scale {args.scale} under {args.work}")
     weights = pipeline.write_weights(args.work, args.scale)
+    _log(t_start, f"weights {weights['cache']}")
     files = weights["files"]
     budget = args.budget if args.budget is not None else int(
         weights["model_bytes"]["shape_slat_decoder"] * 1.1)
@@ -177,6 +188,9 @@ def _run(args) -> int:
         trace = traces / f"{mode}_{rnd}.jsonl"
         eviction = disk.evict(files)
         (traces / f"{mode}_{rnd}.guard.jsonl").unlink(missing_ok=True)  # the guard appends
+        for kept in (f"{mode}_{rnd}.jsonl.gz", f"{mode}_{rnd}.guard.jsonl.gz"):
+            (traces / kept).unlink(missing_ok=True)  # an earlier run's (--force): never kept
+            # beside this run's, which compress_folder would then leave uncompressed
         extra = ["--budget", str(budget)] if mode == "budget" else []
         _log(t_start, f"{mode} run {rnd} ...")
         res = run_traced(["--mode", mode, *common, *extra], trace,

@@ -102,7 +102,7 @@ def build_summary(args, weights, cold, working, budget, runs, t_start) -> dict:
         "machine": machine(),
         "config": {"scale": args.scale, "rounds": args.rounds, "hold": args.hold,
                    "interval": args.interval, "budget": budget, "image": str(args.image),
-                   "steps": args.steps or "the port's own",
+                   "steps": args.steps if args.steps is not None else "the port's own",
                    "weights": {k: weights[k] for k in ("fingerprint", "cache") if k in weights},
                    "modes": list(MODES), "wall_seconds": time.time() - t_start,
                    "mode_runs": {m: {"working_memory": WORKING_MEMORY[m],

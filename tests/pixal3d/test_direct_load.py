@@ -211,7 +211,7 @@ _PROBE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_direct_load_allocates_the_weights_once(standin_dir, tmp_path):
-    """A 200 MB stand-in flow model (the real DiT, its MLP widened to 200 MB): the process
+    """A 200 MB stand-in flow model (the real DiT sized to 200 MB by sized_args): the process
     high-water mark grows by at most 1.2x its checkpoint bytes with the adapter's loader; the
     port's own from_pretrained (random init, then a state dict, then a copy) grows by more (the
     control). Each in a fresh process."""
