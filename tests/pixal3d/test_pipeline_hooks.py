@@ -16,6 +16,7 @@ from stageload.pixal3d.pipeline_hooks import (
     StageHooks,
     samplers,
 )
+from stageload.pixal3d.releases import PlanReleases
 from tests.pixal3d.runs import new_run
 
 STAGE_METHODS = ("preprocess_image", "get_proj_cond_ss", "get_proj_cond_shape", "decode_latent")
@@ -39,9 +40,12 @@ def test_the_hooks_come_with_the_run_and_go_with_close(standin_dir, standin_weig
     assert on["pipeline"] == sorted(STAGE_METHODS)
     assert all(on[attr] == ["sample", "sample_once"] for attr in SAMPLERS)
     kinds = [type(h) for h in run.hooks.hooks]
-    assert kinds == [StageHooks, SamplerProgress, LatentRecorder]
+    # a staged run also releases inside its stages: after the 512 shape sampler and, with lean
+    # working memory, after both conditioning passes (three more handles)
+    releases = [PlanReleases] if load == "staged" else []
+    assert kinds == [StageHooks, SamplerProgress, LatentRecorder, *releases]
     # two hooks on each sampler's sample (progress, then latents outermost), one on sample_once
-    assert sum(len(h.handles) for h in run.hooks.hooks) == 4 + 3 * 3
+    assert sum(len(h.handles) for h in run.hooks.hooks) == 4 + 3 * 3 + 3 * len(releases)
     run.close()
     off = _hooked(pipeline)
     assert off["pipeline"] == [] and all(off[attr] == [] for attr in SAMPLERS)
