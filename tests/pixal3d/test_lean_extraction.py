@@ -11,6 +11,7 @@ ranges, are compared in ``test_lean_decode.py`` and through the pipeline in
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
 import torch
@@ -24,6 +25,21 @@ AABB = [[-0.5, -0.5, -0.5], [0.5, 0.5, 0.5]]
 @pytest.fixture(scope="module", autouse=True)
 def port_on_path():
     weights_module()  # puts the stand-in port's folder on sys.path
+
+
+@pytest.fixture(autouse=True)
+def port_defaults():
+    """The port's switches as a fresh process has them: an in-process run earlier in the session
+    (the port's command line sets ``PIXAL3D_FDG_CAP_PARTIAL_QUADS`` from its default) must not
+    turn the partial quads on for the port's function here and off for lean's arguments. Not
+    through ``monkeypatch``: a test's ``monkeypatch.undo()`` would put them back mid-test."""
+    names = ("PIXAL3D_FDG_CAP_PARTIAL_QUADS", "PIXAL3D_FDG_VERBOSE")
+    saved = {name: os.environ.pop(name, None) for name in names}
+    yield
+    for name, value in saved.items():
+        os.environ.pop(name, None)
+        if value is not None:
+            os.environ[name] = value
 
 
 def _port_extract():
