@@ -46,14 +46,10 @@ wheels: setup
 # ruff first (pyproject.toml: pycodestyle at 100 columns, pyflakes, isort, bugbear): seconds.
 # The whole tree, tests/ included; pyproject.toml excludes the venvs and fetched wheels.
 # --durations: the 25 slowest tests are listed, so a test that grows shows in the CI log.
-# OMP_NUM_THREADS=1 (inherited by the runner processes the tests spawn): on this shared 2-core
-# machine two OpenMP threads a process oversubscribe the cores, and the small fp16 products and
-# gathers of the stand-in decode wait on each other's barriers: one stand-in run took 20-21 s at
-# 2 threads and 6.3-6.6 s at 1, the same GLB bytes (measured back to back, torch 2.13 CPU).
 LINTED := .
 test: setup setup-bpy5 .wheels/.host-fetched
 	$(VENV)/bin/ruff check $(LINTED)
-	OMP_NUM_THREADS=1 IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q --durations=25
+	IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q --durations=25
 
 build: wheels
 	$(PY) -m blender_addon.packaging.build --out dist
