@@ -66,14 +66,22 @@ def _run(standin_dir, image, out_dir, name, probe=False, **kwargs):
 
 @pytest.fixture(scope="module")
 def runs(standin_dir, standin_weights, rgb_image, tmp_path_factory):
+    """The module's runs, kept open for the tests that run them again; closed at the end so
+    their hooks (lean's on the port's modules among them) do not reach later test files."""
     out = tmp_path_factory.mktemp("pixal3d-runs")
-    return {
-        "staged": _run(standin_dir, rgb_image, out, "staged", probe=True),
-        "eager": _run(standin_dir, rgb_image, out, "eager", load="eager"),
-        "norestore": _run(standin_dir, rgb_image, out, "norestore", preserve_rng=False),
-        "keep": _run(standin_dir, rgb_image, out, "keep", probe=True, keep_resident=10 ** 9),
-        "cpu_then_move": _run(standin_dir, rgb_image, out, "cpu_then_move", direct_to_device=False),
-    }
+    made = {}
+    try:
+        made["staged"] = _run(standin_dir, rgb_image, out, "staged", probe=True)
+        made["eager"] = _run(standin_dir, rgb_image, out, "eager", load="eager")
+        made["norestore"] = _run(standin_dir, rgb_image, out, "norestore", preserve_rng=False)
+        made["keep"] = _run(standin_dir, rgb_image, out, "keep", probe=True,
+                            keep_resident=10 ** 9)
+        made["cpu_then_move"] = _run(standin_dir, rgb_image, out, "cpu_then_move",
+                                     direct_to_device=False)
+        yield made
+    finally:
+        for each in reversed(list(made.values())):
+            each["run"].close()
 
 
 def _loads(events, model=None):
@@ -296,6 +304,14 @@ def test_1536_cascade_uses_the_same_plan_and_matches_eager(standin_dir, standin_
     staged = _run(standin_dir, rgb_image, tmp_path, "s1536", pipeline_type="1536_cascade")
     eager = _run(standin_dir, rgb_image, tmp_path, "e1536", pipeline_type="1536_cascade",
                  load="eager")
+    try:
+        _check_1536(staged, eager)
+    finally:
+        staged["run"].close()
+        eager["run"].close()
+
+
+def _check_1536(staged, eager):
     assert staged["result"]["resolution"] == 1536
     plan = plan_for("1536_cascade")
     assert [e["stage"] for e in staged["events"]
