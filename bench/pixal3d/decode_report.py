@@ -45,17 +45,24 @@ def report(cases: list[dict]) -> dict:
             "port_segments": port["segments"], "lean_events": lean["events"],
             "port_process_peak_bytes": port["peak_at_exit_bytes"],
             "lean_process_peak_bytes": lean["peak_at_exit_bytes"]})
-    scaled = {}
-    for kind in sorted({r["decoder"] for r in rows}):
-        big = max((r for r in rows if r["decoder"] == kind), key=lambda r: r["fine_voxels"])
-        factor = REAL_FINE / big["fine_voxels"]
-        scaled[kind] = {"fine_voxels": REAL_FINE, "from_fine_voxels": big["fine_voxels"],
-                        "port_bytes": int(big["port_bytes"] * factor),
-                        "lean_bytes": int(big["lean_bytes"] * factor),
-                        "port_decoder_bytes": int(big["port_decoder_bytes"] * factor),
-                        "lean_decoder_bytes": int(big["lean_decoder_bytes"] * factor),
-                        "mesh_bytes": int(big["port_mesh_bytes"] * factor)}
+    fields = {name: name for name in ("port_bytes", "lean_bytes", "port_decoder_bytes",
+                                      "lean_decoder_bytes")}
+    scaled = scale_largest(rows, "decoder", REAL_FINE, dict(fields, mesh_bytes="port_mesh_bytes"))
     return {"rows": rows, "scaled_to_a_character": scaled}
+
+
+def scale_largest(rows: list[dict], group: str, real_fine: int, fields: dict) -> dict:
+    """For each value of ``row[group]``, the row with the most ``fine_voxels`` scaled per voxel
+    to ``real_fine`` voxels: ``{value: {"fine_voxels": real_fine, "from_fine_voxels": n,
+    name: int(row[field] × real_fine / n) for name, field in fields}}`` (bytes; a projection
+    from the largest measured size, not a measurement)."""
+    scaled = {}
+    for value in sorted({r[group] for r in rows}):
+        big = max((r for r in rows if r[group] == value), key=lambda r: r["fine_voxels"])
+        factor = real_fine / big["fine_voxels"]
+        scaled[value] = {"fine_voxels": real_fine, "from_fine_voxels": big["fine_voxels"],
+                         **{name: int(big[field] * factor) for name, field in fields.items()}}
+    return scaled
 
 
 def markdown(summary: dict) -> str:

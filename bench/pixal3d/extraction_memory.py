@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.pixal3d.decode_report import scale_largest
+
 GRID = 1024
 RADII = (1.0, 0.7, 0.4)
 CROSSED_PER_AREA = 1.5
@@ -167,13 +169,8 @@ def report(cases: list[dict], real_fine: int) -> dict:
                      "port_process_peak_bytes": port["peak_at_exit_bytes"],
                      "lean_process_peak_bytes": lean["peak_at_exit_bytes"],
                      "lean_events": lean["events"]})
-    scaled = {}
-    for flags in sorted({r["flags"] for r in rows}):
-        big = max((r for r in rows if r["flags"] == flags), key=lambda r: r["fine_voxels"])
-        factor = real_fine / big["fine_voxels"]
-        scaled[flags] = {"fine_voxels": real_fine, "from_fine_voxels": big["fine_voxels"],
-                         "port_bytes": int(big["port_bytes"] * factor),
-                         "lean_bytes": int(big["lean_bytes"] * factor)}
+    scaled = scale_largest(rows, "flags", real_fine,
+                           {"port_bytes": "port_bytes", "lean_bytes": "lean_bytes"})
     return {"rows": rows, "scaled": scaled}
 
 
