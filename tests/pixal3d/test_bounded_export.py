@@ -52,20 +52,27 @@ def env(standin_weights):
             "PIXAL3D_STANDIN_EXPORT_SCALE": "0"}
 
 
-def _cancel_once_exporting(args, env, cwd) -> tuple[int, list[dict]]:
-    """``runner ARGS`` sent SIGTERM once its export process reports ``cleanup`` (the model
-    process has exited, the asset is complete): (exit code, its stdout events)."""
+def _runner_until_export_step(args, step: str, timeout: float, **popen):
+    """``python -m runner ARGS`` started, returned once its export process reports the sub-step
+    ``step``: (the process, the list its reader thread keeps filling with stdout events, that
+    thread). Fails the test if the runner exits first or ``timeout`` seconds pass."""
     sup = subprocess.Popen([sys.executable, "-m", "runner", *map(str, args)],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                           cwd=cwd, env=env)
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, **popen)
     events: list[dict] = []
     reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
                               daemon=True)
     reader.start()
-    deadline = time.monotonic() + 300
-    while not any(e.get("parent") == "export" and e.get("stage") == "cleanup" for e in events):
+    deadline = time.monotonic() + timeout
+    while not any(e.get("parent") == "export" and e.get("stage") == step for e in events):
         assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
         time.sleep(0.05)
+    return sup, events, reader
+
+
+def _cancel_once_exporting(args, env, cwd) -> tuple[int, list[dict]]:
+    """``runner ARGS`` sent SIGTERM once its export process reports ``cleanup`` (the model
+    process has exited, the asset is complete): (exit code, its stdout events)."""
+    sup, events, reader = _runner_until_export_step(args, "cleanup", 300, cwd=cwd, env=env)
     sup.send_signal(signal.SIGTERM)
     code = sup.wait(timeout=30)
     reader.join(timeout=10)
@@ -467,18 +474,9 @@ def test_runner_export_cancel_stops_the_export_process(tmp_path, repo_root):
 
     asset = make_sphere_asset(tmp_path / "sphere.npz", subdivisions=5, resolution=96)
     out = tmp_path / "sphere.glb"
-    sup = subprocess.Popen([sys.executable, "-m", "runner", "export", str(asset), "-o", str(out),
-                            "--texture-size", "4096", "--decimation-target", "8000"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                           cwd=repo_root)
-    events: list[dict] = []
-    reader = threading.Thread(target=lambda: events.extend(json.loads(x) for x in sup.stdout),
-                              daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    while not any(e.get("parent") == "export" and e.get("stage") == "bake" for e in events):
-        assert sup.poll() is None and time.monotonic() < deadline, events[-3:]
-        time.sleep(0.05)
+    sup, events, reader = _runner_until_export_step(
+        ["export", asset, "-o", out, "--texture-size", "4096", "--decimation-target", "8000"],
+        "bake", 120, cwd=repo_root)
     family = psutil.Process(sup.pid).children(recursive=True)
     sent = time.monotonic()
     sup.send_signal(signal.SIGTERM)
