@@ -96,6 +96,48 @@ def working_alone(records: list[dict]) -> dict[str, dict]:
     return out
 
 
+def compute_working(records: list[dict]) -> dict[str, dict]:
+    """Per stage of a "compute" trace (every model loaded up front, a ``bench_idle`` event and
+    a ``--hold`` wait after each stage's end, before the next ``stage`` event): ``start`` (the
+    least footprint from the last ``bench_idle`` before the stage to its ``stage`` event:
+    runtime and every weight, nothing of a stage held), ``weights`` (the idle event's
+    ``resident_bytes``: every distinct weight tensor loaded then — the port's four image
+    backbones share one set, and it drops MoGe-2 after camera — or None when the event has
+    none), ``runtime`` = start − weights (the interpreter as the run has grown it by this
+    stage; None without weights), ``peak`` (as
+    :func:`stage_peaks`), ``loaded`` (bytes of loads in the stage's window: the port loads
+    MoGe-2 on first use even when it loads the rest up front; subtracted, since they are
+    weights, not computation) and ``working`` = peak − start − loaded (bytes, >= 0). A stage
+    with no ``bench_idle`` since the previous stage began (the first, ``setup``, where the
+    models load) or no sample between the two is left out."""
+    samples, events = split(records)
+    end = max([r["t"] for r in records] or [0.0])
+    peaks = stage_peaks(records)
+    idles = [e for e in events if e["event"] == "bench_idle"]
+    out: dict[str, dict] = {}
+    previous = None
+    for w in stage_windows(events, end):
+        since = previous if previous is not None else float("-inf")
+        previous = w["start"]
+        before = [e for e in idles if since <= e["t"] <= w["start"]]  # the previous stage's end
+        if not before or w["stage"] not in peaks or peaks[w["stage"]]["peak"] is None:
+            continue
+        idle = before[-1]
+        quiet = [s["footprint"] for s in samples if idle["t"] <= s["t"] < w["start"]
+                 and s.get("footprint") is not None]
+        if not quiet:
+            continue
+        loaded = sum(int(e.get("bytes") or 0) for e in events
+                     if e["event"] in ("load", "reload") and w["start"] <= e["t"] <= w["end"])
+        start, peak = min(quiet), peaks[w["stage"]]["peak"]
+        weights = idle.get("resident_bytes")
+        out[w["stage"]] = {"start": start, "weights": weights,
+                           "runtime": None if weights is None else start - int(weights),
+                           "peak": peak, "loaded": loaded,
+                           "working": max(0, peak - start - loaded)}
+    return out
+
+
 def loads(records: list[dict]) -> dict:
     """Loading figures of one trace: ``count``, ``bytes``, ``seconds`` (sums over ``load`` and
     ``reload`` events), ``throughput`` (bytes/s), ``outside_stage`` (count), ``per_model``
@@ -163,7 +205,9 @@ def load_transients(records: list[dict], interval: float) -> list[dict]:
     ``anon_copies`` is the same rise counted in private (anonymous) memory only, from the
     samples' ``rss_anon`` (None when the trace has no such field): it separates a second
     private copy from mapped file pages being read.
-    Loads under 1 MB or without samples around them are skipped (too small to read).
+    Loads under 1 MB or without samples around them are skipped (too small to read). The
+    benchmark's worker waits ``--load-pause`` (two intervals) after each load of >= 32 MiB, so
+    the window's tail reads what the load left, not the stage's first computation.
     """
     samples, events = split(records)
     out = []

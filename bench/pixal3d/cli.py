@@ -14,7 +14,10 @@ What it does, in order:
 2. measures the cold sequential read throughput of those files (evicted from the page cache
    first, see ``bench.pixal3d.disk``);
 3. runs the stages' working memory alone in one process (the "alone" run) to measure each
-   stage's working memory over baseline on this machine;
+   stage's working memory over baseline on this machine, then the stand-in's computations with
+   every model loaded up front (the "compute" run) to measure what its real-architecture models
+   take over their weights in each stage; the larger of the two is the stage's working memory
+   in its limit;
 4. runs eager, staged and staged+budget, alternating, ``--rounds`` times, each in its own
    process under ``python -m stageload guard``, sampled from this process at ``--interval``
    (default 0.05 s = 20 Hz), the weight files evicted from the page cache before each run;
@@ -177,7 +180,8 @@ def _run(args) -> int:
     need = int(sum(weights["model_bytes"].values()) * 2
                + max(sizes.scaled_working_bytes(args.scale, "port").values()))
     common = ["--scale", str(args.scale), "--hold", str(args.hold), "--weights",
-              str(weights["root"]), "--image", str(args.image)]
+              str(weights["root"]), "--image", str(args.image),
+              "--load-pause", str(2 * args.interval)]
     if args.steps is not None:
         common += ["--steps", str(args.steps)]
     _log(t_start, "load time breakdown of the texture flow model")
@@ -205,6 +209,7 @@ def _run(args) -> int:
         return res
 
     one("alone", 0)
+    one("compute", 0)
     for rnd in range(args.rounds):
         for mode in MODES:
             one(mode, rnd)

@@ -10,7 +10,9 @@ memory.
   or ``load="staged"`` (``keep_resident=0``, or ``--budget`` bytes for the budget mode;
   ``working_memory="lean"``, the product's default: ``modes.WORKING_MEMORY``), one image
   through the port's own ``run()``; eager exports with the port's own export, the staged modes
-  hand the asset over as the product's bounded export does (``modes.EXPORT_ENGINE``).
+  hand the asset over as the product's bounded export does (``modes.EXPORT_ENGINE``). The
+  ``compute`` mode loads eagerly with the staged modes' working memory and export, and waits
+  ``--hold`` seconds after each stage so the next one's start is sampled (``modes.LOAD``).
 
 Working memory: the stand-in's stages use almost none, so ``WorkingMemory`` adds each stage's
 scaled share (SPEC §1, see ``bench.pixal3d.sizes``). It is allocated at the *end* of each
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -140,22 +143,31 @@ def run(args, working, emit) -> dict:
     from stageload import make_event, on_call
     from stageload.pixal3d import Pixal3DRun, RunOptions
 
-    from .modes import EXPORT_ENGINE, WORKING_MEMORY
+    from .modes import EXPORT_ENGINE, LOAD, WORKING_MEMORY
+    from .report import COPIES_MIN_BYTES
 
     env = json.loads((Path(args.weights) / "weights.json").read_text())["env"]
     os.environ.update(env)  # HF_HOME / TORCH_HOME: where the stand-in port finds its weights
     # Here export's working memory is WorkingMemory's share (SPEC §1's figure); the stand-in's
     # own model of the export drivers is measured by bench.pixal3d.export instead.
     os.environ.setdefault("PIXAL3D_STANDIN_EXPORT_SCALE", "0")
-    load = "eager" if args.mode == "eager" else "staged"
+    load = LOAD[args.mode]
     keep = int(args.budget) if args.mode == "budget" else 0
     current = {"stage": None}
+
+    pause = float(getattr(args, "load_pause", 0.0) or 0.0)
 
     def sink(event: dict) -> None:
         stage = top_stage(event)
         if stage is not None:
             current["stage"] = stage
         emit(event)
+        if pause and event.get("event") in ("load", "reload") \
+                and int(event.get("bytes") or 0) >= COPIES_MIN_BYTES:
+            # The load event is written as the load returns, and a stage computes at once (the
+            # structure flow's first step follows its load within a millisecond): without a
+            # pause the load check's tail (one sampling interval) reads that step's memory too.
+            time.sleep(pause)
 
     options = RunOptions(load=load, keep_resident=keep, seed=42, texture_size=512,
                          prefetch=getattr(args, "prefetch", "on") == "on",
@@ -172,6 +184,12 @@ def run(args, working, emit) -> dict:
         if current["stage"] is not None:
             working.allocate(current["stage"])
             working.finish()
+            if args.mode == "compute":
+                # the next stage's start with this stage's buffer freed, sampled from outside
+                # for --hold seconds (analysis.compute_working takes its least footprint)
+                emit({"event": "bench_idle", "t": time.time(), "after": current["stage"],
+                      "resident_bytes": pipeline.loaded_bytes()})
+                time.sleep(working.hold)
 
     hook = on_call(pipeline, "enter", before=stage_end)
     with tempfile.TemporaryDirectory(prefix="pixal3d-bench-") as tmp:

@@ -210,18 +210,24 @@ def table_markdown(summary: dict) -> str:
     lines = main_table(summary)
     lines += [
         "",
-        f"Limit = runtime baseline ({gib(summary['runtime_baseline'])}: the interpreter with "
-        "torch imported and the meta-device runtime set up as a staged run's setup does, "
-        "nothing allocated) + the weights the plan lists for the stage + the "
-        "stage's working memory measured alone.",
+        "Limit = the runtime at the stage + the weights the plan lists for the stage + the "
+        "stage's working memory. Runtime: the runtime baseline "
+        f"({gib(summary['runtime_baseline'])}: the interpreter with torch imported and the "
+        "meta-device runtime set up as a staged run's setup does, nothing allocated), or where "
+        "larger the compute run's start of the stage less the weights it holds (the interpreter "
+        "as running the earlier stages grew it). Working memory: the larger of the SPEC §1 share "
+        "measured alone and the compute run's rise (every model loaded up front, the stage's "
+        "peak over its start; the share is allocated after the computations, so the two do not "
+        "add). The compute run never releases a model: a staged run's second copy, kept model or "
+        "released model's residue is not in its limit.",
         "",
-        "| stage | plan weights | working memory alone | limit | staged peak − limit | staged "
-        "resident weights (events) |",
-        "|---|---|---|---|---|---|",
+        "| stage | runtime | plan weights | working memory alone | compute run's rise | limit | "
+        "staged peak − limit | staged resident weights (events) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["stages"]:
-        lines.append(f"| {r['stage']} | {gib(r['plan_weight_bytes'])} | {gib(r['working_alone'])} "
-                     f"| "
+        lines.append(f"| {r['stage']} | {gib(r.get('runtime'))} | {gib(r['plan_weight_bytes'])} "
+                     f"| {gib(r['working_alone'])} | {gib(r.get('working_compute'))} | "
                      f"{gib(r['limit'])} | {gib(r['excess_over_limit'])} | "
                      f"{gib_span(r['staged_resident_weight_bytes'])} |")
     load = summary["loading"]

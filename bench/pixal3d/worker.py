@@ -1,4 +1,5 @@
-"""One benchmark process: ``alone`` (working memory only), ``eager``, ``staged`` or ``budget``.
+"""One benchmark process: ``alone`` (working memory only), ``compute`` (the stand-in's own
+computations, every model loaded up front), ``eager``, ``staged`` or ``budget``.
 
 Started as ``python -m bench.pixal3d.worker`` by ``python -m bench.pixal3d`` under
 ``python -m stageload guard``; never run by hand
@@ -49,7 +50,8 @@ def main(argv=None) -> int:
     """Parse the options, announce this pid, run the mode; returns the exit code."""
     p = argparse.ArgumentParser(prog="python -m bench.pixal3d.worker",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--mode", required=True, choices=["alone", "eager", "staged", "budget"])
+    p.add_argument("--mode", required=True, choices=["alone", "compute", "eager", "staged",
+                                                             "budget"])
     p.add_argument("--weights", help="folder the stand-in's weights were written to")
     p.add_argument("--scale", type=float, required=True, help="size factor, e.g. 0.125")
     p.add_argument("--hold", type=float, default=1.0, help="seconds each stage holds its peak")
@@ -60,6 +62,10 @@ def main(argv=None) -> int:
                    help="sampler steps (default: the port's own, from pipeline.json)")
     p.add_argument("--prefetch", choices=["on", "off"], default="on",
                    help="staged modes: read the next stage's files ahead (stageload.prefetch)")
+    p.add_argument("--load-pause", type=float, default=0.0,
+                   help="seconds to wait after each load the load check judges (>= 32 MiB), "
+                        "so the outside sampler reads what the load left before the stage "
+                        "computes (default 0)")
     p.add_argument("--working-scale", type=float, default=None,
                    help="size factor of the working memory (default: --scale)")
     args = p.parse_args(argv)
@@ -79,6 +85,15 @@ def main(argv=None) -> int:
         run_alone(args, working)
         return 0
 
+    if args.mode == "compute":
+        # the staged runs' runtime: the meta-device setup their adapter makes in setup, which
+        # eager loading never makes (analysis.compute_working reads the runtime at each stage)
+        from stageload.events import make_event
+        from stageload.pixal3d.build.direct import prepare_meta_runtime
+
+        note = prepare_meta_runtime()
+        _emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules,
+                         rss_bytes=note.rss_bytes))
     pipeline.run(args, working, _emit)
     return 0
 

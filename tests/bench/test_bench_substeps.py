@@ -48,3 +48,46 @@ def test_a_stage_never_allocated_fails_the_check():
         working.check(["camera", "decode", "export"])
     working.allocate("export")
     working.check(["camera", "decode", "export"])  # a stage with no share needs none
+
+
+def _sample(t: float, footprint: int) -> dict:
+    return {"event": "sample", "t": t, "footprint": footprint, "rss": footprint, "swap": 0}
+
+
+def test_compute_run_rise_is_the_peak_over_the_stage_start_less_its_loads():
+    """The compute run's working memory of a stage: its peak over the least footprint sampled
+    between the previous stage's ``bench_idle`` and its ``stage`` event; a load inside the
+    window is weights, not computation, and is taken out; the runtime at the stage is its start
+    less the weights resident then (the idle event's; unknown without it); setup (no idle
+    before it) is left out, as is a stage with no idle since the previous one began (export
+    here)."""
+    mib = 2**20
+    records = [
+        {"event": "stage", "t": 0.0, "stage": "setup", "index": 0, "count": 4},
+        {"event": "ready", "t": 0.1, "stage": "setup", "seconds": 0.1, "released_bytes": 0},
+        {"event": "load", "t": 0.2, "model": "sparse_structure_flow_model", "stage": "setup",
+         "bytes": 100 * mib, "seconds": 0.1},
+        _sample(0.5, 500 * mib),
+        {"event": "bench_idle", "t": 1.0, "after": "setup", "resident_bytes": 100 * mib},
+        _sample(1.1, 520 * mib), _sample(1.2, 510 * mib),
+        {"event": "stage", "t": 1.3, "stage": "structure", "index": 1, "count": 4},
+        {"event": "ready", "t": 1.31, "stage": "structure", "seconds": 0.0, "released_bytes": 0},
+        _sample(1.5, 700 * mib), _sample(1.6, 540 * mib),
+        {"event": "bench_idle", "t": 2.0, "after": "structure"},  # no resident_bytes
+        _sample(2.1, 515 * mib),
+        {"event": "stage", "t": 2.3, "stage": "decode", "index": 2, "count": 4},
+        {"event": "ready", "t": 2.31, "stage": "decode", "seconds": 0.0, "released_bytes": 0},
+        {"event": "load", "t": 2.4, "model": "shape_slat_decoder", "stage": "decode",
+         "bytes": 50 * mib, "seconds": 0.1},
+        _sample(2.5, 665 * mib),
+        {"event": "stage", "t": 3.0, "stage": "export", "index": 3, "count": 4},
+        {"event": "ready", "t": 3.01, "stage": "export", "seconds": 0.0, "released_bytes": 0},
+        _sample(3.2, 530 * mib),
+    ]
+    rise = analysis.compute_working(records)
+    assert sorted(rise) == ["decode", "structure"]
+    assert rise["structure"] == {"start": 510 * mib, "weights": 100 * mib, "runtime": 410 * mib,
+                                 "peak": 700 * mib, "loaded": 0, "working": 190 * mib}
+    assert rise["decode"]["loaded"] == 50 * mib
+    assert rise["decode"]["weights"] is None and rise["decode"]["runtime"] is None
+    assert rise["decode"]["working"] == (665 - 515 - 50) * mib
