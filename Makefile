@@ -47,13 +47,14 @@ wheels: setup
 # The whole tree, tests/ included; pyproject.toml excludes the venvs and fetched wheels.
 # --durations: the 25 slowest tests are listed, so a test that grows shows in the CI log.
 # Two pytest calls (tests/conftest.py says which test goes where and why): most tests on two
-# workers, one torch thread each (two processes of two threads each on two cores spin against
-# each other: the suite took 23 min so, 15 min with one thread each, 31 min serial), then the
-# tests that read the whole machine (guard, meter) alone.
+# workers, a file per worker at a time, one torch thread each (two processes of two threads each
+# on two cores spin against each other: the suite took 23 min so, 15 min with one thread each,
+# 31 min serial), then the tests that read the whole machine (guard, meter) or start Ray
+# clusters, alone.
 LINTED := .
 test: setup setup-bpy5 .wheels/.host-fetched
 	$(VENV)/bin/ruff check $(LINTED)
-	IMAGE_TO_MESH_REQUIRE_BPY5=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup \
+	IMAGE_TO_MESH_REQUIRE_BPY5=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile \
 		-m "not serial" --durations=25
 	IMAGE_TO_MESH_REQUIRE_BPY5=1 $(PY) -m pytest -q -m serial --durations=10
 

@@ -3,18 +3,19 @@ repository), the libSystem stand-in's fixtures (tests/macos_standin/macos_fixtur
 events (meshfacts/events.py), and how the suite splits between parallel and serial runs.
 
 ``make test`` runs the suite in two pytest calls: ``-m "not serial"`` on two workers
-(pytest-xdist, ``--dist loadgroup``), then ``-m serial`` alone. Why each split:
+(pytest-xdist, ``--dist loadfile``: each file's tests stay on one worker, so a module's fixture,
+e.g. a written weights folder or a bench run, is made once, as without workers), then
+``-m serial`` alone. Serial (:data:`SERIAL`):
 
-- **serial** (:data:`SERIAL`): tests that read the whole machine — the guard's admission and
-  stops, which judge memory available and swap machine-wide (a test in the other worker would
-  change them), and the meter's sampling and high-water tests, which place peaks in time.
-- **one worker per group** (:data:`GROUPS`): each file's tests stay together (a module's
-  fixture, e.g. a written weights folder or a bench run, is made once, as without workers), and
-  the Ray files share one group: two local Ray clusters started at once on one machine fail
-  to start their GCS servers.
-- **a guard registry per worker** (``STAGELOAD_GUARD_DIR``, unless already set): the runner
-  jobs of two workers would otherwise see each other as peers and wait on each other, as two
-  users' jobs would; the tests that exercise peers set registries of their own.
+- the guard's tests, whose admissions and stops judge memory available and swap machine-wide,
+  and the meter's sampling and high-water tests, which place peaks in time: a test in the
+  other worker would change what they read;
+- the files that start local Ray clusters: two started at once on one machine fail to start
+  their GCS servers (seen with the two workers).
+
+Each worker also gets a guard registry of its own (``STAGELOAD_GUARD_DIR``, unless already
+set): the runner jobs of two workers would otherwise see each other as peers and wait on each
+other, as two users' jobs would; the tests that exercise peers set registries of their own.
 """
 import os
 import shutil
@@ -38,12 +39,11 @@ pytest_plugins = ["macos_fixtures"]
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "tests" / "data" / "images"  # source and licence: SOURCE.md there
 
-#: Folders (relative to tests/) whose tests run alone, after the parallel run: they read the
-#: whole machine's memory, swap or timing (module docstring).
-SERIAL = ("guard", "meter")
-#: Files (relative to tests/) that share one worker: each starts local Ray clusters.
-GROUPS = {"ray-clusters": ("runner/test_cluster.py", "runner/test_cluster_auth.py",
-                           "runner/test_cluster_placement.py", "blender/test_cluster_addon.py")}
+#: Folders and files (relative to tests/) whose tests run alone, after the parallel run: they
+#: read the whole machine's memory, swap or timing, or start local Ray clusters (module
+#: docstring).
+SERIAL = ("guard/", "meter/", "runner/test_cluster.py", "runner/test_cluster_auth.py",
+          "blender/test_cluster_addon.py")
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # set in pytest-xdist's worker processes
 _GUARDS = None  # this worker's guard registry, removed when its session ends
@@ -61,28 +61,11 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_GUARDS, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Mark :data:`SERIAL` tests ``serial`` and give every test its ``xdist_group``: its file's,
-    or its group's in :data:`GROUPS`."""
+    """Mark the tests :data:`SERIAL` names ``serial``."""
     tests = Path(__file__).resolve().parent
-    by_file = {f: name for name, files in GROUPS.items() for f in files}
     for item in items:
         rel = Path(item.path).resolve().relative_to(tests).as_posix()
-        if rel.split("/", 1)[0] in SERIAL:
+        if any(rel == entry or (entry.endswith("/") and rel.startswith(entry))
+               for entry in SERIAL):
             item.add_marker(pytest.mark.serial)
-        item.add_marker(pytest.mark.xdist_group(by_file.get(rel, rel)))
-
-
-@pytest.fixture(scope="session")
-def repo_root() -> Path:
-    return REPO
-
-
-@pytest.fixture(scope="session")
-def shared_images() -> list[Path]:
-    """Every character image in tests/data/images (PNGs with alpha and the JPEG on white), sorted
-    by name; shared by the tests, never written to (copy one into tmp_path to change it)."""
-    images = sorted(p for p in IMAGES.iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg"})
-    assert images, f"no images found in {IMAGES}"
-    return images
