@@ -69,3 +69,17 @@ def pytest_collection_modifyitems(config, items):
         if any(rel == entry or (entry.endswith("/") and rel.startswith(entry))
                for entry in SERIAL):
             item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def shared_images() -> list[Path]:
+    """Every character image in tests/data/images (PNGs with alpha and the JPEG on white), sorted
+    by name; shared by the tests, never written to (copy one into tmp_path to change it)."""
+    images = sorted(p for p in IMAGES.iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg"})
+    assert images, f"no images found in {IMAGES}"
+    return images
