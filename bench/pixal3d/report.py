@@ -63,10 +63,13 @@ def targets(summary: dict) -> list[dict]:
 
     per_stage = {r["stage"]: r["staged_over_limit"] for r in stages}
     worst = max((v for v in per_stage.values() if v is not None), default=None)
+    # a stage whose limit or peak went unmeasured fails the target instead of dropping out of it
+    unmeasured = [s for s, v in per_stage.items() if v is None]
     out.append({"name": "staged peak / physical limit, every stage", "target": f"<= {LIMIT_RATIO}",
                 "measured": worst, "per_stage": per_stage,
                 "failing": [s for s, v in per_stage.items() if v is not None and v > LIMIT_RATIO],
-                "met": None if worst is None else worst <= LIMIT_RATIO})
+                "unmeasured": unmeasured,
+                "met": None if worst is None else worst <= LIMIT_RATIO and not unmeasured})
 
     peak = summary["overall"]["peak"]
     staged, eager = peak["staged"]["max"], peak["eager"]["max"]
@@ -178,6 +181,8 @@ def targets_table(summary: dict) -> list[str]:
                 shown += f"; largest limit / eager peak: {t['best_possible']:.3f}"
             if t.get("failing"):
                 shown += f"; over at: {', '.join(t['failing'])}"
+            if t.get("unmeasured"):
+                shown += f"; not measured at: {', '.join(t['unmeasured'])}"
         elif isinstance(m, dict):
             shown = "; ".join(f"{k}: {', '.join(map(str, v)) if v else 'none'}" for k,
                               v in m.items())

@@ -223,3 +223,18 @@ def test_every_benchmark_runs_as_a_module(module, tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: ") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_stage_without_a_limit_fails_the_limit_target(bench_run):
+    """A stage whose limit or peak went unmeasured fails "staged ÷ limit" and is named, instead
+    of dropping out of the worst ratio."""
+    import copy
+
+    summary = copy.deepcopy(bench_run["summary"])
+    summary["stages"][3]["staged_over_limit"] = None
+    target = report.targets(summary)[0]
+    assert target["met"] is False and target["unmeasured"] == [summary["stages"][3]["stage"]]
+    summary["targets"] = report.targets(summary)
+    assert f"not measured at: {summary['stages'][3]['stage']}" in "\n".join(
+        report.targets_table(summary))
