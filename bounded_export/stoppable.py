@@ -154,13 +154,14 @@ def _write_failure(out: Path, exc: Exception) -> None:
     """The failure file for the parent: the exception's type and text, and whether it is an
     allocation failure (``MemoryError`` anywhere in its cause chain — numpy's
     ``_ArrayMemoryError`` is one, fast-simplification's Cython turns ``std::bad_alloc`` into
-    one — or, under an address-space limit, a thread that could not start or a C extension's
-    "error return without exception set"); and, for a full drive (ENOSPC/EDQUOT in the
-    chain), its errno and the file being written. Never raises."""
+    one — or, under an address-space limit, a thread that could not start or a
+    ``SystemError``: a C extension's "error return without exception set", or the import
+    machinery's "returned a result with an exception set" when an import's allocation failed);
+    and, for a full drive (ENOSPC/EDQUOT in the chain), its errno and the file being written.
+    Never raises."""
     chain = cause_chain(exc)
     limited = memory_limit() is not None and any(
-        ("can't start new thread" in str(cur) or "error return without exception set"
-         in str(cur)) for cur in chain)
+        isinstance(cur, SystemError) or "can't start new thread" in str(cur) for cur in chain)
     memory = limited or any(isinstance(cur, MemoryError) for cur in chain)
     full = next((cur for cur in chain if isinstance(cur, OSError) and cur.errno in NO_SPACE),
                 None)

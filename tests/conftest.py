@@ -11,7 +11,11 @@ e.g. a written weights folder or a bench run, is made once, as without workers),
   and the meter's sampling and high-water tests, which place peaks in time: a test in the
   other worker would change what they read;
 - the files that start local Ray clusters: two started at once on one machine fail to start
-  their GCS servers (seen with the two workers).
+  their GCS servers (seen with the two workers);
+- the tests that compare in-process memory peaks sampled in time (the self-check's lean against
+  port, 64.2 against 64.2 MiB once under the other worker's load) and those that run under an
+  address-space limit, where the first allocation to fail moves with the load (once an import
+  in the export's child, surfacing as ``SystemError``).
 
 Each worker also gets a guard registry of its own (``STAGELOAD_GUARD_DIR``, unless already
 set): the runner jobs of two workers would otherwise see each other as peers and wait on each
@@ -43,7 +47,8 @@ IMAGES = REPO / "tests" / "data" / "images"  # source and licence: SOURCE.md the
 #: read the whole machine's memory, swap or timing, or start local Ray clusters (module
 #: docstring).
 SERIAL = ("guard/", "meter/", "runner/test_cluster.py", "runner/test_cluster_auth.py",
-          "blender/test_cluster_addon.py")
+          "blender/test_cluster_addon.py", "pixal3d/test_self_check.py",
+          "pixal3d/test_memory_limit.py", "export_engine/test_child_failures.py")
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # set in pytest-xdist's worker processes
 _GUARDS = None  # this worker's guard registry, removed when its session ends

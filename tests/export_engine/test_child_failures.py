@@ -185,3 +185,30 @@ def test_runner_export_under_an_address_space_limit_is_out_of_memory_naming_it(t
            "of 440.0 MiB (" in error["message"]
     assert "ulimit -v unlimited" in error["hint"] and "another image" not in error["hint"]
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("limit", [None, 1 << 40])
+def test_a_system_error_is_an_allocation_failure_only_under_a_memory_limit(tmp_path, limit,
+                                                                           repo_root):
+    """Under an address-space limit an import whose allocation fails surfaces as the import
+    machinery's ``SystemError`` (seen in the export's child); the child's failure file says
+    ``memory`` then, so the runner says out of memory, not a bug. Without a limit a
+    ``SystemError`` stays what it is. A real ``RLIMIT_AS`` (1 TiB: set, never reached)."""
+    import resource
+
+    code = ("import sys\nfrom pathlib import Path\n"
+            "from bounded_export.stoppable import _write_failure\n"
+            "exc = SystemError('<function _find_and_load> returned a result with an exception "
+            "set')\n"
+            "_write_failure(Path(sys.argv[1]), exc)\n")
+    out = tmp_path / "step.npz"
+
+    def cap():
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True,
+                          timeout=60, cwd=repo_root, preexec_fn=cap)
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads((tmp_path / "step.failure.json").read_text())
+    assert said["type"] == "SystemError" and said["memory"] is (limit is not None), said
