@@ -104,9 +104,10 @@ def test_working_memory_alone_matches_what_was_allocated(bench_run):
 def test_compute_run_measures_every_stage_after_setup_without_loads(bench_run):
     """The compute run loads every model in setup (the port's ``init_pipeline``; MoGe-2, which
     the port loads on first use even so, in camera), so each later stage's rise over its start
-    is computation: measured for every stage but setup, the one lazy load taken out, and at
-    least the SPEC §1 share it allocated after the computations (so the limit's working memory
-    is the compute run's wherever the stand-in's transients exceed the share)."""
+    is computation: measured for every stage but setup, the one lazy load taken out. (Its rise
+    may be below the SPEC §1 share it allocates after the computations: the share can reuse
+    pages the computations freed, which the alone run has none of; the limit takes the
+    larger.)"""
     summary = bench_run["summary"]
     compute = summary["compute"]
     plan = list(summary["sizes"]["plan"])
@@ -122,9 +123,6 @@ def test_compute_run_measures_every_stage_after_setup_without_loads(bench_run):
                                   - sum(lazy.values())), (stage, row)
         assert row["working"] == max(0, row["peak"] - row["start"] - row["loaded"]), (stage, row)
     assert len({row["weights"] for row in compute.values()}) == 1, compute
-    for row in summary["stages"]:
-        if row["stage"] != "setup" and row["working_target"] >= 16 * 2**20:
-            assert row["working_compute"] >= 0.9 * row["working_alone"], row["stage"]
 
 
 @pytest.mark.slow
