@@ -85,15 +85,6 @@ def main(argv=None) -> int:
         run_alone(args, working)
         return 0
 
-    if args.mode == "compute":
-        # the staged runs' runtime: the meta-device setup their adapter makes in setup, which
-        # eager loading never makes (analysis.compute_working reads the runtime at each stage)
-        from stageload.events import make_event
-        from stageload.pixal3d.build.direct import prepare_meta_runtime
-
-        note = prepare_meta_runtime()
-        _emit(make_event("bench_runtime", seconds=note.seconds, modules=note.modules,
-                         rss_bytes=note.rss_bytes))
     pipeline.run(args, working, _emit)
     return 0
 
