@@ -8,6 +8,7 @@ one command at a time.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -180,10 +181,17 @@ class Child:
             return
         if name == "stage" and ev.get("parent") is None:
             ev = {**ev, "pid": self.proc.pid}  # which process ran the stage (export: its own)
-        closing = self.sup.tracker.on_event(ev)
-        if closing is not None:  # the ending stage's last figure, before the next one begins
-            self.sup.publish(make("memory", **closing))
-        self.sup.publish(relay(ev))
+        if name not in ("stage", "ready"):
+            self.sup.publish(relay(ev))
+            return
+        # The tracker places the event among the samples by t, as the summary does; a sample
+        # stamped before it but still on its way to the tracker would land in the wrong stage.
+        sampler = self._sampler
+        with sampler.between_samples() if sampler is not None else contextlib.nullcontext():
+            closing = self.sup.tracker.on_event(ev)
+            if closing is not None:  # the ending stage's last figure, before the next begins
+                self.sup.publish(make("memory", **closing))
+            self.sup.publish(relay(ev))
 
     # -- sample --------------------------------------------------------------------------------
     def sample(self) -> None:

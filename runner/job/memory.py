@@ -3,6 +3,8 @@ events (runner/PROTOCOL.md) from the samples of the job's process tree and the s
 """
 from __future__ import annotations
 
+import bisect
+import copy
 import threading
 import time
 
@@ -10,6 +12,13 @@ from stageload.meter.window import StagePeaks
 
 MEMORY_INTERVAL = 0.25
 """Seconds between ``memory`` events on the protocol stream (at most 4 per second)."""
+
+REORDER_SECONDS = 10.0
+"""How far back in time (seconds of ``t``) a sample or event may arrive and still be put in
+its place. The samples come from the supervisor's own thread, the stage events through the
+worker's pipe, so an event can reach the tracker after samples taken after its ``t``; the
+summary reads the trace in ``t`` order (``stageload.trace.TraceReader``), and so must this.
+One later still is counted where it arrives, as the reader's bounded buffer does."""
 
 
 class MemoryTracker:
@@ -24,7 +33,10 @@ class MemoryTracker:
     and marks reached wholly since (a mark straddling ``ready`` may be the release's or the
     previous stage's, and counts only for ``peak``); None before ``ready``. ``stage`` events
     with a ``parent`` are sub-steps and leave the stage as it is (``substep`` names the
-    current one, None after a new stage). ``interval``: seconds
+    current one, None after a new stage). Samples and events are accounted in ``t`` order, as
+    the summary reads them, whatever order they arrive in (within :data:`REORDER_SECONDS`):
+    one that arrives before something it follows is put in its place and the figures are
+    recomputed from there. ``interval``: seconds
     between two ``memory`` events: one is due at each multiple of it (the first sample at or
     after each), so 10 Hz samples give 4 events a second. ``clock``: seconds, monotonic.
     Thread-safe.
@@ -33,10 +45,14 @@ class MemoryTracker:
     def __init__(self, interval: float = MEMORY_INTERVAL, clock=time.monotonic):
         self.interval = interval
         self._clock = clock
-        self._peaks = StagePeaks()
+        self._peaks = StagePeaks()  # every item accounted, in t order
+        self._base = StagePeaks()  # the items older than the reorder window, folded
+        self._base_last: dict | None = None  # the latest sample folded into _base
+        self._recent: list[tuple[float, int, str, dict]] = []  # (t, arrival, kind, item)
+        self._arrived = 0
         self.substep: str | None = None
         self._due = float("-inf")
-        self._last: dict | None = None  # the last sample accounted
+        self._last: dict | None = None  # the latest sample accounted (by t)
         self._lock = threading.Lock()
 
     @property
@@ -67,8 +83,8 @@ class MemoryTracker:
             ev = {**ev, "t": time.time()}
         with self._lock:
             begins = ev.get("event") == "stage" and ev.get("parent") is None
-            closing = self._fields(self._last) if begins and self.stage is not None else None
-            self._peaks.on_event(ev)
+            before = self._account("event", ev)
+            closing = before if begins and before["stage"] is not None else None
             if ev.get("event") == "stage":  # a sub-step names itself; a new stage clears it
                 self.substep = ev.get("stage") if ev.get("parent") is not None else None
         return closing
@@ -77,7 +93,7 @@ class MemoryTracker:
         """The fields of the current stage's last ``memory`` event (its window peak with every
         sample counted so far), for the end of a job; None before the first stage."""
         with self._lock:
-            return self._fields(self._last) if self.stage is not None else None
+            return self._fields(self._last, self._peaks) if self.stage is not None else None
 
     def on_sample(self, sample: dict, force: bool = False) -> dict | None:
         """Account one meter ``sample`` dict (``t`` in ``time.time()`` seconds, as the
@@ -85,8 +101,7 @@ class MemoryTracker:
         ``peak``, ``stage``, ``stage_peak``, ``swap``, ``available``, ``total``,
         ``pressure``) when one is due (``force``: now, whatever the interval)."""
         with self._lock:
-            self._peaks.on_sample(sample)
-            self._last = sample
+            self._account("sample", sample)
             now = self._clock()
             if not force and now < self._due:
                 return None
@@ -94,12 +109,51 @@ class MemoryTracker:
             # not one every third sample (3.3/s); after a stall the grid restarts from now.
             late = now - self._due >= self.interval
             self._due = now + self.interval if late else self._due + self.interval
-            return self._fields(sample)
+            return self._fields(self._last, self._peaks)
 
-    def _fields(self, sample: dict | None) -> dict:
+    # -- time order ----------------------------------------------------------------------------
+    def _account(self, kind: str, item: dict) -> dict:
+        """Account ``item`` (a sample or a stage/ready event) in its ``t`` place. Returns the
+        ``memory`` fields just before it: the ending stage's closing figure when ``item``
+        begins a new stage. Called under the lock."""
+        t = float(item["t"])
+        entry = (t, self._arrived, kind, item)
+        self._arrived += 1
+        at = bisect.bisect(self._recent, (t, entry[1]))
+        if at == len(self._recent):  # in order, the usual case: no replay
+            before = self._fields(self._last, self._peaks)
+            self._recent.append(entry)
+            self._apply(self._peaks, entry)
+            if kind == "sample":
+                self._last = item
+        else:  # it arrived after something it precedes: replay the window in t order
+            self._recent.insert(at, entry)
+            self._peaks, self._last = copy.deepcopy(self._base), self._base_last
+            for index, done in enumerate(self._recent):
+                if index == at:
+                    before = self._fields(self._last, self._peaks)
+                self._apply(self._peaks, done)
+                if done[2] == "sample":
+                    self._last = done[3]
+        newest = self._recent[-1][0]
+        while self._recent and self._recent[0][0] < newest - REORDER_SECONDS:
+            folded = self._recent.pop(0)
+            self._apply(self._base, folded)
+            if folded[2] == "sample":
+                self._base_last = folded[3]
+        return before
+
+    @staticmethod
+    def _apply(peaks: StagePeaks, entry: tuple) -> None:
+        if entry[2] == "sample":
+            peaks.on_sample(entry[3])
+        else:
+            peaks.on_event(entry[3])
+
+    def _fields(self, sample: dict | None, peaks: StagePeaks) -> dict:
         sample = sample or {}
-        return {"footprint": sample.get("footprint"), "peak": self.peak,
-                "stage": self.stage, "stage_peak": self.stage_peak,
+        return {"footprint": sample.get("footprint"), "peak": peaks.peak,
+                "stage": peaks.stage, "stage_peak": peaks.stage_peak,
                 "substep": self.substep, "swap": sample.get("swap"),
                 "available": sample.get("available"),
                 "total": sample.get("total"), "pressure": sample.get("pressure")}

@@ -2,6 +2,7 @@
 per tick (format: docs/ARCHITECTURE.md "Trace", extended in docs/meter.md)."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Callable
@@ -112,6 +113,15 @@ class Sampler:
             self.count += 1
             self.sink(sample)
             return sample
+
+    @contextlib.contextmanager
+    def between_samples(self):
+        """A block during which no sample is taken: one already begun (its ``t`` read) has
+        reached the sink before the block starts, the next waits until it ends. For a watcher
+        that places its own events among the samples by ``t``: inside the block, every sample
+        stamped before it has been delivered. Not from the sink (the lock is not re-entrant)."""
+        with self._lock:
+            yield
 
     def _prime(self) -> None:
         """Reset the mark before the first sample so the first ``hwm`` covers only this run."""

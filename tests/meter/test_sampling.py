@@ -280,3 +280,29 @@ def test_memory_meter_phase_peaks_in_process():
     assert got["stages"][:2] == ["idle", "burst"]
     assert got["nested"] and "do not nest" in got["nested"]
     assert got["late"] and "inside 'with MemoryMeter()" in got["late"]
+
+
+def test_between_samples_waits_for_a_sample_on_its_way_to_the_sink():
+    """A watcher that places its own events among the samples by ``t`` enters
+    ``between_samples`` and must find every sample stamped before it already delivered: here the
+    sink holds a sample for 0.3 s, and the block may only begin after it returns."""
+    import threading
+    in_sink, release = threading.Event(), threading.Event()
+    delivered: list[float] = []
+
+    def sink(sample):
+        if not delivered:
+            in_sink.set()
+            release.wait(5)
+        delivered.append(time.monotonic())
+
+    sampler = Sampler(os.getpid(), sink, interval=0.05).start()
+    try:
+        assert in_sink.wait(5)
+        threading.Timer(0.3, release.set).start()
+        with sampler.between_samples():
+            entered, seen = time.monotonic(), len(delivered)
+        assert seen >= 1 and entered >= delivered[0]
+    finally:
+        release.set()
+        sampler.stop(final=False)

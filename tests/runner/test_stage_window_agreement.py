@@ -131,3 +131,68 @@ def test_throttled_memory_events_end_each_stage_with_its_window_peak(tmp_path):
     summary = summarize([json.dumps(line) for line in lines])
     assert last == {st["stage"]: st["peak"] for st in summary["stages"]} == {
         "shape": 300 * MiB, "texture": 250 * MiB}
+
+
+def _deliver(tracker: MemoryTracker, arrivals: list[dict]) -> dict:
+    """Feed ``arrivals`` to ``tracker`` in that order, as the supervisor does (events through
+    ``on_event``, samples through ``on_sample``); returns the last figure published for each
+    stage: the closing one sent before each new stage, and the one at the end."""
+    last = {}
+    for item in arrivals:
+        if item["event"] == "sample":
+            tracker.on_sample(item)
+        else:
+            closing = tracker.on_event(item)
+            if closing is not None:
+                last[closing["stage"]] = closing["stage_peak"]
+    end = tracker.closing()
+    last[end["stage"]] = end["stage_peak"]
+    return last
+
+
+def test_a_stage_event_that_arrives_after_later_samples_is_placed_by_its_time():
+    """The samples are the supervisor's own, the stage events come through the worker's pipe:
+    under load a sample taken after ``texture`` began reaches the tracker first. The summary
+    reads the trace in ``t`` order; the terminal's ``done … peak`` must be the same figure."""
+    lines = [
+        {"event": "stage", "t": 0.0, "stage": "shape"},
+        {"event": "ready", "t": 0.01, "stage": "shape"},
+        {"event": "sample", "t": 0.1, "pid": 1, "footprint": 100 * MiB},
+        {"event": "sample", "t": 0.3, "pid": 1, "footprint": 300 * MiB},  # texture's
+        {"event": "stage", "t": 0.25, "stage": "texture"},
+        {"event": "ready", "t": 0.26, "stage": "texture"},
+        {"event": "sample", "t": 0.4, "pid": 1, "footprint": 250 * MiB},
+    ]
+    summary = summarize([json.dumps(line) for line in lines])
+    expected = {st["stage"]: st["peak"] for st in summary["stages"]}
+    assert expected == {"shape": 100 * MiB, "texture": 300 * MiB}
+    assert _deliver(MemoryTracker(interval=0.25, clock=lambda: 0.0), lines) == expected
+
+
+def test_late_arrivals_are_placed_after_the_older_ones_are_folded():
+    """Forty seconds of samples, each stage event reaching the tracker 0.35 s (three samples,
+    the stage's highest among them) late, and one sample itself late by a second: every figure
+    is still the summary's, across the window beyond which the tracker folds what it has seen
+    (runner.job.memory)."""
+    lines, stages = [], ["a", "b", "c", "d"]
+    for index, name in enumerate(stages):
+        lines.append({"event": "stage", "t": index * 10.0 + 0.05, "stage": name})
+        lines.append({"event": "ready", "t": index * 10.0 + 0.06, "stage": name})
+    for tick in range(400):
+        t = tick * 0.1 + 0.01
+        first = tick % 100 == 1  # each stage's highest sample comes right after its ready
+        lines.append({"event": "sample", "t": round(t, 3), "pid": 1,
+                      "footprint": (600 + tick if first else 100 + (tick * 37) % 250) * MiB})
+    lines.sort(key=lambda item: item["t"])
+
+    def arrives(item):
+        late = 0.35 if item["event"] != "sample" else (1.0 if item["t"] == 25.01 else 0.0)
+        return item["t"] + late
+
+    arrivals = sorted(lines, key=arrives)
+    assert arrivals != lines
+    summary = summarize([json.dumps(line) for line in lines])
+    expected = {st["stage"]: st["peak"] for st in summary["stages"]}
+    tracker = MemoryTracker(interval=0.25, clock=lambda: 0.0)
+    assert _deliver(tracker, arrivals) == expected
+    assert tracker.peak == summary["peak"]["bytes"]
