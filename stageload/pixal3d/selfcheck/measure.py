@@ -7,8 +7,10 @@
 - **CUDA**: ``torch.cuda.max_memory_allocated`` after a reset, less the allocation at the start.
 - **CPU**: the process's kernel peak (Linux ``VmHWM``, macOS ``ri_interval_max_phys_footprint``;
   ``stageload.meter``), reset at the start, less the footprint then — resident memory of the
-  whole process, so what the allocator kept from earlier work and reused does not show; where
-  the peak cannot be reset, the footprint read every 5 ms instead.
+  whole process; where the peak cannot be reset, the footprint read every 5 ms instead. The
+  allocators' caches are emptied first (``stageload.releasing.empty_allocator_cache``: glibc's
+  ``malloc_trim`` on Linux), so memory earlier work freed is not reused unseen. macOS's
+  ``malloc`` keeps its own free pages and has no such call there (not run here: no Mac).
 
 ``seconds``: wall time with the device synchronised at both ends (MPS and CUDA run
 asynchronously).
@@ -24,6 +26,7 @@ from typing import Any, Callable
 import torch
 
 from stageload.gpu import allocator_figures
+from stageload.releasing import empty_allocator_cache
 
 INTERVAL = 0.005  # seconds between two readings of a sampled figure
 
@@ -94,8 +97,11 @@ def measure(work: Callable[[], Any], device) -> tuple[Any, dict]:
     device = torch.device(device)
     gc.collect()
     _sync(device)
+    # What earlier work freed but the allocator kept (MPS's cache, glibc's free lists) goes
+    # back first, so this work's pages are new and show in its peak over the start: otherwise
+    # the second of two paths reuses the first's and looks smaller than it is.
+    empty_allocator_cache()
     if device.type == "mps":
-        torch.mps.empty_cache()
         return _timed(work, device, _Sampler(lambda: _mps_read(device)))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
