@@ -5,6 +5,8 @@ cannot be checked without MPS is said, with why; the comparison of two results c
 difference in form, not only in value."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -46,6 +48,23 @@ def test_every_part_agrees_with_the_port_and_says_what_it_measured(passed):
     # lean's slices held less than the port's 2,048-query chunks
     assert attention["lean"]["memory"]["process"] < attention["port"]["memory"]["process"]
 
+
+
+def test_a_check_after_others_still_measures_lean_s_own_slices(standin_dir, standin_weights,
+                                                               passed):
+    """In a process where earlier checks freed more than a path needs, lean's attention still
+    measures at least half its own slice's scores and less than the port's chunks. The measure
+    empties glibc's free lists before each path so that a path's pages are its own; without it
+    a warm process's repeated checks measured lean's attention at 0 bytes (three checks in one
+    process here), and a CI run once measured the port's at 33 MB against lean's 84."""
+    for _ in range(2):  # the full check of ``passed``, then two more in the same process
+        report, _ = _check(standin_dir, parts=["attention"])
+    (attention,) = report["parts"]
+    heads = int(re.search(r"(\d+) heads?", attention["size"]).group(1))
+    n = sizes.ATTENTION_TOKENS
+    one_slice = heads * (n // sizes.ATTENTION_SLICES) * n * 4  # a slice's fp32 scores, bytes
+    lean, port = attention["lean"]["memory"]["process"], attention["port"]["memory"]["process"]
+    assert one_slice / 2 <= lean < port, (lean, port, one_slice)
 
 def test_without_mps_it_says_what_it_could_not_check_and_why(passed):
     report, _ = passed
