@@ -112,16 +112,18 @@ class MemoryTracker:
             return self._fields(self._last, self._peaks)
 
     # -- time order ----------------------------------------------------------------------------
-    def _account(self, kind: str, item: dict) -> dict:
-        """Account ``item`` (a sample or a stage/ready event) in its ``t`` place. Returns the
-        ``memory`` fields just before it: the ending stage's closing figure when ``item``
-        begins a new stage. Called under the lock."""
+    def _account(self, kind: str, item: dict) -> dict | None:
+        """Account ``item`` (a sample or a stage/ready event) in its ``t`` place. For an event,
+        returns the ``memory`` fields just before it: the ending stage's closing figure when
+        ``item`` begins a new stage (None for a sample). Called under the lock."""
         t = float(item["t"])
         entry = (t, self._arrived, kind, item)
         self._arrived += 1
         at = bisect.bisect(self._recent, (t, entry[1]))
+        before = None
         if at == len(self._recent):  # in order, the usual case: no replay
-            before = self._fields(self._last, self._peaks)
+            if kind == "event":
+                before = self._fields(self._last, self._peaks)
             self._recent.append(entry)
             self._apply(self._peaks, entry)
             if kind == "sample":
@@ -130,7 +132,7 @@ class MemoryTracker:
             self._recent.insert(at, entry)
             self._peaks, self._last = copy.deepcopy(self._base), self._base_last
             for index, done in enumerate(self._recent):
-                if index == at:
+                if index == at and kind == "event":
                     before = self._fields(self._last, self._peaks)
                 self._apply(self._peaks, done)
                 if done[2] == "sample":
