@@ -186,7 +186,7 @@ def run(args, working, emit) -> dict:
     if args.mode == "compute":
         # Every weight resident before the first stage: a weight first touched inside a stage
         # would count in that stage's rise (and lower the runtime read at the stages before it).
-        for module in pipeline._eager_modules():  # the adapter's list of the eager models
+        for module in pipeline.eager_modules():
             _touch_all(module)
 
     def stage_end(*_args, **_kwargs) -> None:

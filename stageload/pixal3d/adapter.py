@@ -287,14 +287,17 @@ class Pixal3DRun:
         if self.models is not None:
             return sum(module_bytes(m) for m in self.models.values())
         seen, total = set(), 0
-        for module in self._eager_modules():
+        for module in self.eager_modules():
             for t in list(module.parameters()) + list(module.buffers()):
                 if id(t) not in seen and t.device.type != "meta":
                     seen.add(id(t))
                     total += t.numel() * t.element_size()
         return total
 
-    def _eager_modules(self):
+    def eager_modules(self) -> list:
+        """The ``nn.Module``s the port's pipeline holds when it loads eagerly: its models, its
+        image-conditioning extractors and the background remover's model (may share tensors:
+        the extractors share one backbone)."""
         p = self.pipeline
         out = [m for m in p.models.values() if isinstance(m, nn.Module)]
         out += [getattr(p, a) for a in EXTRACTOR_KEYS.values()
