@@ -54,7 +54,8 @@ def judge_end(worker, cancel: Cancel) -> dict:
     if worker.stopped is not None:
         raise RunnerError("guard_stopped", f"The guard stopped the job: {worker.stopped}.")
     if cancel:
-        raise cancel_error(cancel, "while the worker ran; the partial output was removed")
+        raise cancel_error(cancel, "while the worker ran; no GLB was written (anything partial "
+                                   "is removed)")
     if "error" in events:
         ev = events["error"]
         kind = ev.get("kind") if ev.get("kind") in KINDS else "backend_failed"
